@@ -1,0 +1,29 @@
+"""Choosing the device a stage runs on."""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+log = logging.getLogger(__name__)
+DEVICE_CHOICES = ("auto", "cpu", "cuda")
+
+
+def pick_device(choice: str = "auto") -> torch.device:
+    """`auto` takes a visible GPU if there is one and falls back to CPU, saying so in the log."""
+    if choice not in DEVICE_CHOICES:
+        raise ValueError(f"device: {choice!r} is not one of {', '.join(DEVICE_CHOICES)}")
+    if choice == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device: 'cuda' was asked for but no GPU is visible "
+                           "(check CUDA_VISIBLE_DEVICES and the driver)")
+    if choice == "auto":
+        choice = "cuda" if torch.cuda.is_available() else "cpu"
+        if choice == "cpu":
+            log.info("device: auto -> cpu (no GPU visible)")
+    device = torch.device(choice)
+    if device.type == "cuda":
+        log.info("device: cuda (%s)", torch.cuda.get_device_name(device))
+    else:
+        log.info("device: cpu, %d threads", torch.get_num_threads())
+    return device

@@ -1,0 +1,156 @@
+"""Model families the intervention point supports, and the pieces the engines need of them.
+
+A family says where its analysed attention modules are and, for encoder-only stacks, how to
+run the model in three parts (embeddings, the layer stack, the classification head) so
+that the attribution engine can start from a cached hidden state at layer l instead of
+recomputing every layer below it. BART has no such split (its classifier reads the
+decoder): it is always run whole.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreTrainedModel
+from transformers.masking_utils import create_bidirectional_mask
+
+from attnlab.intervention import ATTN_IMPLEMENTATION, LAYER_ATTRIBUTE, Intervention
+
+log = logging.getLogger(__name__)
+
+
+class UnsupportedModelError(ValueError):
+    """The model's family does not route attention through transformers' AttentionInterface."""
+
+
+@dataclass(frozen=True)
+class Family:
+    base: str  # attribute of the classifier holding the base model
+    layers: str  # dotted path, inside the base model, of the layer list
+    attention: str  # dotted path, inside one layer, of its self-attention module
+    head: Callable[[PreTrainedModel, torch.Tensor], torch.Tensor] | None  # hidden -> logits
+    split: bool = True  # can the model be run from a cached hidden state at layer l?
+
+
+def _bert_head(model: PreTrainedModel, hidden: torch.Tensor) -> torch.Tensor:
+    return model.classifier(model.dropout(model.bert.pooler(hidden)))
+
+
+def _sequence_head(model: PreTrainedModel, hidden: torch.Tensor) -> torch.Tensor:
+    # RoBERTa and ELECTRA heads take the whole sequence and read position 0 themselves.
+    return model.classifier(hidden)
+
+
+def _distilbert_head(model: PreTrainedModel, hidden: torch.Tensor) -> torch.Tensor:
+    pooled = nn.functional.relu(model.pre_classifier(hidden[:, 0]))
+    return model.classifier(model.dropout(pooled))
+
+
+FAMILIES: dict[str, Family] = {
+    "bert": Family("bert", "encoder.layer", "attention.self", _bert_head),
+    "roberta": Family("roberta", "encoder.layer", "attention.self", _sequence_head),
+    "electra": Family("electra", "encoder.layer", "attention.self", _sequence_head),
+    "distilbert": Family("distilbert", "transformer.layer", "attention", _distilbert_head),
+    "bart": Family("model", "encoder.layers", "self_attn", None, split=False),
+}
+
+
+def family_of(model: PreTrainedModel) -> Family:
+    """The model's family, or a one-line error naming the supported ones."""
+    model_type = model.config.model_type
+    if model_type not in FAMILIES:
+        raise UnsupportedModelError(
+            f"model family {model_type!r} is not supported (its attention cannot be intervened "
+            f"on); supported families: {', '.join(FAMILIES)}"
+        )
+    return FAMILIES[model_type]
+
+
+def _get(obj: nn.Module, dotted: str) -> nn.Module:
+    for name in dotted.split("."):
+        obj = getattr(obj, name)
+    return obj
+
+
+def layer_stack(model: PreTrainedModel) -> nn.ModuleList:
+    family = family_of(model)
+    return _get(getattr(model, family.base), family.layers)
+
+
+def prepare_model(model: PreTrainedModel) -> PreTrainedModel:
+    """Route the model's attention through the intervention point; put it in eval mode."""
+    family = family_of(model)
+    for index, layer in enumerate(layer_stack(model)):
+        setattr(_get(layer, family.attention), LAYER_ATTRIBUTE, index)
+    model.set_attn_implementation(ATTN_IMPLEMENTATION)
+    return model.eval()
+
+
+def load_classifier(
+    name_or_path: str | Path, device: torch.device | str = "cpu"
+) -> tuple[PreTrainedModel, object]:
+    """A sequence classifier and its tokenizer from a hub id or local directory, ready to analyse."""
+    local = Path(name_or_path).is_dir()
+    model = AutoModelForSequenceClassification.from_pretrained(
+        str(name_or_path), local_files_only=local
+    )
+    family_of(model)  # refuse before any other work
+    tokenizer = AutoTokenizer.from_pretrained(str(name_or_path), local_files_only=local)
+    return prepare_model(model).to(device), tokenizer
+
+
+def num_layers(model: PreTrainedModel) -> int:
+    return len(layer_stack(model))
+
+
+def embed(model: PreTrainedModel, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Hidden states entering layer 0 (encoder-only families)."""
+    base = getattr(model, family_of(model).base)
+    kwargs = {"input_ids": inputs["input_ids"]}
+    if "token_type_ids" in inputs and model.config.model_type != "distilbert":
+        kwargs["token_type_ids"] = inputs["token_type_ids"]
+    hidden = base.embeddings(**kwargs)
+    if hasattr(base, "embeddings_project"):  # ELECTRA with embedding_size != hidden_size
+        hidden = base.embeddings_project(hidden)
+    return hidden
+
+
+def layer_mask(model: PreTrainedModel, hidden: torch.Tensor, attention_mask: torch.Tensor):
+    """The 4-D additive mask the layers expect (built by the registered mask function)."""
+    return create_bidirectional_mask(
+        config=model.config, inputs_embeds=hidden, attention_mask=attention_mask
+    )
+
+
+def run_layers(
+    model: PreTrainedModel,
+    hidden: torch.Tensor,
+    mask: torch.Tensor | None,
+    start: int,
+    stop: int | None = None,
+    intervention: Intervention | None = None,
+) -> torch.Tensor:
+    """Apply layers start..stop-1 to `hidden` (encoder-only families)."""
+    for layer in list(layer_stack(model))[start:stop]:
+        hidden = layer(hidden, mask, attnlab=intervention)
+    return hidden
+
+
+def classify(model: PreTrainedModel, hidden: torch.Tensor) -> torch.Tensor:
+    """Logits from the last layer's hidden states (encoder-only families)."""
+    return family_of(model).head(model, hidden)
+
+
+def logits(
+    model: PreTrainedModel,
+    inputs: dict[str, torch.Tensor],
+    intervention: Intervention | None = None,
+) -> torch.Tensor:
+    """A whole forward pass with an optional intervention."""
+    model_inputs = {k: v for k, v in inputs.items() if k != "labels"}
+    return model(**model_inputs, attnlab=intervention).logits
