@@ -107,7 +107,8 @@ class _Runner:
             )
             out = models.classify(self.model, hidden)
         else:
-            out = models.logits(self.model, {k: v[rows] for k, v in self.inputs.items()}, intervention)
+            rows_inputs = {k: v[rows] for k, v in self.inputs.items()}
+            out = models.logits(self.model, rows_inputs, intervention)
         return _target_probability(out, target[rows]), intervention
 
 
@@ -153,7 +154,9 @@ def attribute(
         for start in range(0, len(rows), batch_size):
             chunk = slice(start, start + batch_size)
             with torch.enable_grad():
-                f, intervention = runner.target_probability(layer, rows[chunk], alphas[chunk], target)
+                f, intervention = runner.target_probability(
+                    layer, rows[chunk], alphas[chunk], target
+                )
                 (grad,) = torch.autograd.grad(f.sum(), intervention.scaled)
             weighted = grad.double() * row_weights[chunk].view(-1, 1, 1, 1)
             integral[:, layer].index_add_(0, rows[chunk], weighted)

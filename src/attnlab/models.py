@@ -94,7 +94,7 @@ def prepare_model(model: PreTrainedModel) -> PreTrainedModel:
 def load_classifier(
     name_or_path: str | Path, device: torch.device | str = "cpu"
 ) -> tuple[PreTrainedModel, object]:
-    """A sequence classifier and its tokenizer from a hub id or local directory, ready to analyse."""
+    """A classifier and its tokenizer from a hub id or local directory, ready to analyse."""
     local = Path(name_or_path).is_dir()
     model = AutoModelForSequenceClassification.from_pretrained(
         str(name_or_path), local_files_only=local

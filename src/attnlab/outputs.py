@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any
 
 PACKAGE_DIR = Path(__file__).resolve().parent
-TRACKED_PACKAGES = ("attnlab", "torch", "transformers", "datasets", "pandas", "pyarrow", "snakemake")
+TRACKED_PACKAGES = (
+    "attnlab", "torch", "transformers", "datasets", "pandas", "pyarrow", "snakemake"
+)
 
 
 @contextmanager
