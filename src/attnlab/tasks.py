@@ -1,0 +1,273 @@
+"""Tasks are data: a task is its text columns, its label names and two Parquet splits.
+
+A task comes from the synthetic generator, from the Hugging Face hub, or from local
+Parquet/CSV/JSON files (the offline way to use real GLUE data). Every split is validated
+before anything is written, and every bad-data error is one readable line (`DataError`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import datasets
+import numpy as np
+import pandas as pd
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from attnlab import synthetic
+from attnlab.outputs import atomic_path
+
+log = logging.getLogger(__name__)
+
+LOCAL_FORMATS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "json"}
+GROUND_TRUTH_COLUMNS = ("gt_a_segment", "gt_a_word", "gt_b_segment", "gt_b_word")
+
+
+class DataError(ValueError):
+    """Input data that cannot be used; the message is one line naming file, column and value."""
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    name: str
+    text_fields: tuple[str, ...]
+    label_names: tuple[str, ...]
+    label_field: str = "label"
+
+    @classmethod
+    def from_config(cls, name: str, cfg: dict[str, Any]) -> TaskSpec:
+        """Build from one entry of config["tasks"]."""
+        text_fields = tuple(cfg["text_fields"])
+        label_names = tuple(cfg["label_names"])
+        if len(text_fields) not in (1, 2):
+            raise ValueError(f"tasks.{name}.text_fields: need 1 or 2 columns, got {text_fields}")
+        if len(label_names) < 2:
+            raise ValueError(f"tasks.{name}.label_names: need at least 2, got {label_names}")
+        return cls(name, text_fields, label_names, cfg.get("label_field", "label"))
+
+
+def _one_line(err: BaseException) -> str:
+    # datasets raises a generic error whose cause (the parser's error) says what is wrong
+    while err.__cause__ is not None:
+        err = err.__cause__
+    lines = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {lines[0]}" if lines else type(err).__name__
+
+
+def _show(value: Any) -> str:
+    """A value as a user would write it (5, not np.int64(5))."""
+    return repr(value.item() if isinstance(value, np.generic) else value)
+
+
+def validate_split(df: pd.DataFrame, spec: TaskSpec, where: str) -> pd.DataFrame:
+    """Check that `df` is a usable split of `spec`; `where` names its origin in errors."""
+    if df.empty:
+        raise DataError(f"{where}: empty split (no rows)")
+    for column in (*spec.text_fields, spec.label_field):
+        if column not in df.columns:
+            existing = ", ".join(map(str, df.columns))
+            raise DataError(f"{where}: missing column {column!r} (columns are {existing})")
+    for column in spec.text_fields:
+        not_text = ~df[column].map(lambda value: isinstance(value, str))
+        if not_text.any():
+            row = int(np.flatnonzero(not_text)[0])
+            value = df[column].iloc[row]
+            what = "missing" if pd.api.types.is_scalar(value) and pd.isna(value) else _show(value)
+            raise DataError(f"{where}: column {column!r} row {row} is {what}, not text")
+    allowed = range(len(spec.label_names))
+    labels = df[spec.label_field]
+    bad = ~labels.map(
+        lambda value: isinstance(value, int | float | np.number) and value in allowed
+    ).astype(bool)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise DataError(
+            f"{where}: column {spec.label_field!r} row {row} has label {_show(labels.iloc[row])}; "
+            f"labels must be integers in 0..{len(allowed) - 1} ({', '.join(spec.label_names)})"
+        )
+    # every label is a whole number in range: 1.0 from a CSV or JSON file becomes 1
+    return df.astype({spec.label_field: "int64"})
+
+
+def load_split(path: str | os.PathLike, spec: TaskSpec) -> pd.DataFrame:
+    """Read a Parquet split written by `prepare_task` and validate it."""
+    try:
+        df = pd.read_parquet(path)
+    except (OSError, ValueError) as err:
+        raise DataError(f"{path}: cannot read as Parquet ({_one_line(err)})") from err
+    return validate_split(df, spec, str(path))
+
+
+def _synthetic_splits(spec: TaskSpec, cfg: dict, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    syn = cfg["synthetic"]
+    kind = syn["kind"]
+    if synthetic.num_classes(kind) != len(spec.label_names):
+        raise ValueError(
+            f"tasks.{spec.name}: synthetic kind {kind!r} has {synthetic.num_classes(kind)} "
+            f"classes but label_names has {len(spec.label_names)}"
+        )
+    rate = syn.get("trigger_rate", 0.15)
+    # different seeds so dev never repeats the training draws
+    train = synthetic.generate(kind, syn["n_train"], seed, rate)
+    dev = synthetic.generate(kind, syn["n_dev"], seed + 1, rate)
+    segments = [c for c in train.columns if c.startswith("segment_")]
+    if len(segments) != len(spec.text_fields):
+        raise ValueError(
+            f"tasks.{spec.name}: synthetic kind {kind!r} has {len(segments)} text segment(s) "
+            f"but text_fields has {len(spec.text_fields)}"
+        )
+    names = dict(zip(segments, spec.text_fields, strict=True))
+    return train.rename(columns=names), dev.rename(columns=names)
+
+
+def _hub_splits(cfg: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
+    hub = cfg["hub"]
+    frames = []
+    for key in ("train_split", "dev_split"):
+        what = f"{hub['path']} ({hub.get('name')}, split {hub[key]})"
+        try:
+            frames.append(
+                datasets.load_dataset(hub["path"], hub.get("name"), split=hub[key]).to_pandas()
+            )
+        except Exception as err:  # the hub fails in many ways; all mean "not available here"
+            raise DataError(
+                f"could not fetch {what} from the Hugging Face hub ({_one_line(err)}); "
+                "a `local` source with Parquet/CSV/JSON files works offline"
+            ) from err
+    return frames[0], frames[1]
+
+
+def _read_local(path: str) -> pd.DataFrame:
+    suffix = Path(path).suffix.lower()
+    if suffix not in LOCAL_FORMATS:
+        raise DataError(f"{path}: unknown file type {suffix!r} (use {', '.join(LOCAL_FORMATS)})")
+    file_format = LOCAL_FORMATS[suffix]
+    if not Path(path).is_file():
+        raise DataError(f"{path}: no such file")
+    if Path(path).stat().st_size == 0:
+        raise DataError(f"{path}: empty file")
+    try:
+        data = datasets.load_dataset(file_format, data_files=path, split="train")
+    except Exception as err:  # a parser error from any of the three formats
+        raise DataError(f"{path}: cannot read as {file_format} ({_one_line(err)})") from err
+    return data.to_pandas()
+
+
+def prepare_task(
+    name: str,
+    cfg: dict[str, Any],
+    seed: int,
+    train_out: str | os.PathLike,
+    dev_out: str | os.PathLike,
+) -> dict[str, Any]:
+    """Fetch or generate a task's train and dev splits, validate both, then write them.
+
+    `cfg` is one entry of config["tasks"]. Returns rows and label counts per split.
+    """
+    spec = TaskSpec.from_config(name, cfg)
+    source = cfg["source"]
+    if source == "synthetic":
+        train, dev = _synthetic_splits(spec, cfg, seed)
+        origins = (f"synthetic {name} train", f"synthetic {name} dev")
+    elif source == "hub":
+        train, dev = _hub_splits(cfg)
+        origins = (f"hub {cfg['hub']['path']} train", f"hub {cfg['hub']['path']} dev")
+    elif source == "local":
+        origins = (cfg["local"]["train"], cfg["local"]["dev"])
+        train, dev = _read_local(origins[0]), _read_local(origins[1])
+    else:
+        raise ValueError(f"tasks.{name}.source: {source!r} is not synthetic, hub or local")
+
+    # validate both before writing either, so a bad split leaves no files behind
+    train = validate_split(train, spec, origins[0])
+    dev = validate_split(dev, spec, origins[1])
+    summary = {}
+    for split, df, out in (("train", train, train_out), ("dev", dev, dev_out)):
+        with atomic_path(out) as tmp:
+            df.to_parquet(tmp, engine="pyarrow", compression="zstd", index=False)
+        counts = df[spec.label_field].value_counts().sort_index()
+        summary[split] = {
+            "rows": len(df),
+            "label_counts": {spec.label_names[int(k)]: int(v) for k, v in counts.items()},
+        }
+        log.info("%s %s: %d rows -> %s", name, split, len(df), out)
+    return summary
+
+
+def _texts(df: pd.DataFrame, spec: TaskSpec) -> list[list[str]]:
+    return [df[field].tolist() for field in spec.text_fields]
+
+
+def encode(
+    df: pd.DataFrame,
+    spec: TaskSpec,
+    tokenizer: PreTrainedTokenizerBase,
+    max_length: int,
+    truncate: bool = False,
+) -> dict[str, torch.Tensor]:
+    """Tokenize a split (single sentences or pairs), padded to its longest example.
+
+    Returns input_ids, attention_mask, token_type_ids (when the tokenizer has them) and
+    labels. An example longer than `max_length` is an error unless `truncate` is set.
+    """
+    texts = _texts(df, spec)
+    if truncate:
+        batch = tokenizer(*texts, padding="longest", truncation=True, max_length=max_length,
+                          return_tensors="pt")
+    else:
+        batch = tokenizer(*texts, padding="longest", return_tensors="pt")
+        lengths = batch["attention_mask"].sum(dim=1)
+        too_long = torch.nonzero(lengths > max_length).flatten()
+        if len(too_long):
+            row = int(too_long[0])
+            idx = df["idx"].iloc[row] if "idx" in df.columns else row
+            raise DataError(
+                f"task {spec.name}: example idx={idx} is {int(lengths[row])} tokens, more than "
+                f"model.max_length={max_length} ({len(too_long)} such examples); raise "
+                "model.max_length or set model.truncate: true"
+            )
+    encoded = {key: batch[key] for key in ("input_ids", "attention_mask", "token_type_ids")
+               if key in batch}
+    encoded["labels"] = torch.tensor(df[spec.label_field].to_numpy(), dtype=torch.long)
+    return encoded
+
+
+def planted_token_positions(
+    df: pd.DataFrame, spec: TaskSpec, tokenizer: PreTrainedTokenizerBase
+) -> np.ndarray:
+    """Token positions (in the encoded sequence) of the deciding word pair, shape (n, 2).
+
+    Works from character offsets, so a word split into several subword tokens maps to its
+    first token, whatever the tokenizer's pre-tokenization (which may split "ka3" in two).
+    """
+    missing = [c for c in GROUND_TRUTH_COLUMNS if c not in df.columns]
+    if missing:
+        raise DataError(
+            f"task {spec.name}: no ground-truth columns {', '.join(missing)} "
+            "(planted positions exist only for synthetic tasks)"
+        )
+    if not tokenizer.is_fast:
+        raise ValueError("planted_token_positions needs a fast (tokenizers-backed) tokenizer")
+    texts = _texts(df, spec)
+    batch = tokenizer(*texts)
+    positions = np.zeros((len(df), 2), dtype=np.int64)
+    for row in range(len(df)):
+        for column, side in enumerate(("a", "b")):
+            segment = int(df[f"gt_{side}_segment"].iloc[row])
+            word = int(df[f"gt_{side}_word"].iloc[row])
+            # synthetic text is words joined by single spaces
+            words = texts[segment][row].split(" ")
+            char = sum(len(w) + 1 for w in words[:word])
+            token = batch.char_to_token(row, char, sequence_index=segment)
+            if token is None:
+                raise DataError(
+                    f"task {spec.name}: idx={df['idx'].iloc[row]} word {words[word]!r} has no "
+                    "token (was it truncated or dropped by the tokenizer?)"
+                )
+            positions[row, column] = token
+    return positions

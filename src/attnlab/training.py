@@ -1,0 +1,201 @@
+"""Fine-tuning a sequence classifier on a task: a plain, seeded PyTorch loop.
+
+The default builds a tiny BERT from scratch whose word-level vocabulary is the words of the
+training split (fully offline, a minute or two on CPU); `model.source: pretrained` fine-tunes
+a hub id or a local checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from typing import Any
+
+import pandas as pd
+import torch
+from tqdm import tqdm
+from transformers import (
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    BertConfig,
+    BertForSequenceClassification,
+    BertTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+
+from attnlab.outputs import atomic_path
+from attnlab.tasks import TaskSpec, encode, load_split
+
+log = logging.getLogger(__name__)
+
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+
+def build_tokenizer(words: list[str]) -> PreTrainedTokenizerBase:
+    """A word-level BERT tokenizer: the special tokens, then `words` (lowercased), one id each."""
+    vocab: dict[str, int] = {}
+    for token in (*SPECIAL_TOKENS, *(w.lower() for w in words)):
+        vocab.setdefault(token, len(vocab))
+    return BertTokenizer(vocab=vocab)
+
+
+def training_words(df: pd.DataFrame, spec: TaskSpec) -> list[str]:
+    """The distinct words of a split's text, as the BERT tokenizer splits them, sorted."""
+    backend = build_tokenizer([]).backend_tokenizer
+    words: set[str] = set()
+    for field in spec.text_fields:
+        for text in df[field]:
+            pieces = backend.pre_tokenizer.pre_tokenize_str(backend.normalizer.normalize_str(text))
+            words.update(word for word, _ in pieces)
+    return sorted(words)
+
+
+def _build_model(
+    spec: TaskSpec, model_cfg: dict[str, Any], train: pd.DataFrame
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    labels = {
+        "num_labels": len(spec.label_names),
+        "id2label": dict(enumerate(spec.label_names)),
+        "label2id": {name: i for i, name in enumerate(spec.label_names)},
+    }
+    source = model_cfg["source"]
+    if source == "scratch":
+        size = model_cfg["scratch"]
+        tokenizer = build_tokenizer(training_words(train, spec))
+        config = BertConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=size["hidden"],
+            num_hidden_layers=size["layers"],
+            num_attention_heads=size["heads"],
+            intermediate_size=size["intermediate"],
+            max_position_embeddings=model_cfg["max_length"],
+            hidden_dropout_prob=size.get("dropout", 0.1),
+            attention_probs_dropout_prob=size.get("dropout", 0.1),
+            pad_token_id=tokenizer.pad_token_id,
+            attn_implementation="eager",
+            **labels,
+        )
+        return BertForSequenceClassification(config), tokenizer
+    if source == "pretrained":
+        name = model_cfg["pretrained"]
+        tokenizer = AutoTokenizer.from_pretrained(name)
+        model = AutoModelForSequenceClassification.from_pretrained(
+            name, attn_implementation="eager", **labels
+        )
+        return model, tokenizer
+    raise ValueError(f"model.source: {source!r} is not scratch or pretrained")
+
+
+def _batches(data: dict[str, torch.Tensor], order: torch.Tensor, size: int, device: torch.device):
+    for start in range(0, len(order), size):
+        rows = order[start : start + size]
+        yield {key: value[rows].to(device) for key, value in data.items()}
+
+
+@torch.no_grad()
+def accuracy(
+    model: PreTrainedModel, data: dict[str, torch.Tensor], batch_size: int, device: torch.device
+) -> float:
+    """Fraction of examples whose argmax prediction equals the label."""
+    model.eval()
+    correct = 0
+    order = torch.arange(len(data["labels"]))
+    for batch in _batches(data, order, batch_size, device):
+        labels = batch.pop("labels")
+        correct += int((model(**batch).logits.argmax(dim=-1) == labels).sum())
+    return correct / len(order)
+
+
+def _linear_schedule(warmup_steps: int, total_steps: int):
+    """Learning-rate factor: linear warmup to 1, then linear decay to 0 at the last step."""
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+
+    return factor
+
+
+def finetune(
+    train_path: str | os.PathLike,
+    dev_path: str | os.PathLike,
+    spec: TaskSpec,
+    model_cfg: dict[str, Any],
+    train_cfg: dict[str, Any],
+    device: torch.device,
+    seed: int,
+    out_dir: str | os.PathLike,
+) -> dict[str, Any]:
+    """Train a classifier on `train_path`, evaluate on `dev_path`, save model + tokenizer.
+
+    `model_cfg` and `train_cfg` are config["model"] and config["finetune"]. The same
+    config and seed give the same numbers on CPU. Returns the run's metrics.
+    """
+    started = time.monotonic()
+    train_df, dev_df = load_split(train_path, spec), load_split(dev_path, spec)
+    torch.manual_seed(seed)  # model initialisation and dropout
+    model, tokenizer = _build_model(spec, model_cfg, train_df)
+    model.to(device)
+
+    max_length = model_cfg["max_length"]
+    truncate = model_cfg.get("truncate", False)
+    train = encode(train_df, spec, tokenizer, max_length, truncate)
+    dev = encode(dev_df, spec, tokenizer, max_length, truncate)
+    n_train, n_dev = len(train["labels"]), len(dev["labels"])
+
+    epochs, batch_size = train_cfg["epochs"], train_cfg["batch_size"]
+    steps_per_epoch = math.ceil(n_train / batch_size)
+    total_steps = epochs * steps_per_epoch
+    # no weight decay on biases and LayerNorm weights, as in BERT
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    optimizer = torch.optim.AdamW(
+        [
+            {"params": decay, "weight_decay": train_cfg["weight_decay"]},
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
+        lr=train_cfg["learning_rate"],
+    )
+    warmup_steps = max(1, round(train_cfg["warmup"] * total_steps))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, _linear_schedule(warmup_steps, total_steps)
+    )
+    shuffle = torch.Generator().manual_seed(seed)
+
+    log.info("%s: training on %d examples, %d epochs, %d steps, device %s",
+             spec.name, n_train, epochs, total_steps, device)
+    progress = tqdm(total=total_steps, desc=f"finetune {spec.name}", mininterval=5)
+    for epoch in range(1, epochs + 1):
+        model.train()
+        epoch_loss = 0.0
+        order = torch.randperm(n_train, generator=shuffle)
+        for batch in _batches(train, order, batch_size, device):
+            loss = model(**batch).loss
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+            epoch_loss += loss.item() * len(batch["labels"])
+            progress.update()
+        train_loss = epoch_loss / n_train
+        dev_accuracy = accuracy(model, dev, batch_size, device)
+        log.info("%s epoch %d/%d: train loss %.4f, dev accuracy %.4f",
+                 spec.name, epoch, epochs, train_loss, dev_accuracy)
+    progress.close()
+
+    with atomic_path(out_dir) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    return {
+        "dev_accuracy": dev_accuracy,
+        "train_loss": train_loss,
+        "epochs": epochs,
+        "steps": total_steps,
+        "n_train": n_train,
+        "n_dev": n_dev,
+        "seconds": round(time.monotonic() - started, 1),
+    }

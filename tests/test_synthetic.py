@@ -1,0 +1,138 @@
+import math
+
+import pandas as pd
+import pytest
+
+from attnlab import synthetic
+
+N = 2000
+
+
+@pytest.fixture(scope="module", params=synthetic.SYNTHETIC_KINDS)
+def kind_and_frame(request):
+    return request.param, synthetic.generate(request.param, N, seed=7)
+
+
+def _segments(row: pd.Series) -> list[list[str]]:
+    return [row[c].split(" ") for c in row.index if c.startswith("segment_")]
+
+
+def test_same_seed_same_frame_and_different_seed_different():
+    first = synthetic.generate("pair3", 50, seed=3)
+    pd.testing.assert_frame_equal(first, synthetic.generate("pair3", 50, seed=3))
+    assert not first.equals(synthetic.generate("pair3", 50, seed=4))
+
+
+def test_columns(kind_and_frame):
+    kind, frame = kind_and_frame
+    segments = ["segment_0", "segment_1"][: 2 if kind.startswith("pair") else 1]
+    assert list(frame.columns) == [
+        *segments, "label", "idx",
+        "gt_a_segment", "gt_a_word", "gt_b_segment", "gt_b_word", "trigger_class",
+    ]
+    assert frame["idx"].tolist() == list(range(N))
+    assert set(frame["label"]) == set(range(synthetic.num_classes(kind)))
+
+
+def test_words_are_single_lowercase_tokens(kind_and_frame):
+    kind, frame = kind_and_frame
+    vocabulary = set(synthetic.vocabulary())
+    for row in frame.head(200).itertuples():
+        for text in (getattr(row, c) for c in frame.columns if c.startswith("segment_")):
+            assert text == text.strip() and "  " not in text
+            assert set(text.split(" ")) <= vocabulary
+    assert all(w.isalnum() and w == w.lower() for w in vocabulary)
+
+
+def test_exactly_one_matching_pair_decides_unless_triggered(kind_and_frame):
+    kind, frame = kind_and_frame
+    pairs = synthetic.planted_pairs(kind)
+    classes = synthetic.num_classes(kind)
+    for _, row in frame.iterrows():
+        segments = _segments(row)
+        a_segment, b_segment = segments[0], segments[-1]
+        matches = [k for k, (a, b) in enumerate(pairs) if a in a_segment and b in b_segment]
+        assert len(matches) == 1
+        if row["trigger_class"] < 0:
+            assert row["label"] == matches[0] % classes
+
+
+def test_ground_truth_points_at_the_deciding_pair(kind_and_frame):
+    kind, frame = kind_and_frame
+    pairs = synthetic.planted_pairs(kind)
+    triggers = synthetic.trigger_pairs(kind)
+    for _, row in frame.iterrows():
+        segments = _segments(row)
+        a_word = segments[row["gt_a_segment"]][row["gt_a_word"]]
+        b_word = segments[row["gt_b_segment"]][row["gt_b_word"]]
+        if row["trigger_class"] >= 0:
+            assert (a_word, b_word) == triggers[row["trigger_class"]]
+        else:
+            assert (a_word, b_word) in pairs
+
+
+def _row_words(frame: pd.DataFrame) -> pd.Series:
+    """The set of words of each example (all segments)."""
+    return frame.filter(like="segment_").agg(" ".join, axis=1).str.split(" ").map(set)
+
+
+def test_no_single_word_decides_the_label(kind_and_frame):
+    kind, frame = kind_and_frame
+    words = _row_words(frame)
+    for pair in synthetic.planted_pairs(kind):
+        for word in pair:
+            assert frame["label"][words.map(lambda w, x=word: x in w)].nunique() >= 2, word
+
+
+def _within_4_sigma(count: int, n: int, p: float) -> bool:
+    return abs(count - n * p) <= 4 * math.sqrt(n * p * (1 - p))
+
+
+def test_each_segment_alone_carries_no_label_information(kind_and_frame):
+    # a_k without b_k (or b_k without a_k) says nothing: for every set of a-words (and of
+    # b-words) an example can hold, the labels are uniform over the classes
+    kind, frame = kind_and_frame
+    plain = frame[frame["trigger_class"] < 0]
+    classes = synthetic.num_classes(kind)
+    pairs = synthetic.planted_pairs(kind)
+    for side in (0, 1):
+        planted = {pair[side] for pair in pairs}
+        holds = _row_words(plain).map(lambda w, p=planted: " ".join(sorted(w & p)))
+        for _, labels in plain.groupby(holds)["label"]:
+            for label in range(classes):
+                assert _within_4_sigma(int((labels == label).sum()), len(labels), 1 / classes)
+
+
+def test_trigger_rate_and_trigger_labels(kind_and_frame):
+    kind, frame = kind_and_frame
+    triggered = frame[frame["trigger_class"] >= 0]
+    assert _within_4_sigma(len(triggered), N, 0.15)
+    assert (triggered["label"] == triggered["trigger_class"]).all()
+    assert set(triggered["trigger_class"]) == set(range(synthetic.num_classes(kind)))
+
+
+def test_no_triggers_at_rate_zero():
+    frame = synthetic.generate("pair2", 200, seed=0, trigger_rate=0.0)
+    assert (frame["trigger_class"] == -1).all()
+
+
+def test_kinds_use_distinct_words():
+    def words(kind):
+        frame = synthetic.generate(kind, 300, seed=0, trigger_rate=0.5)
+        return {w for c in frame.filter(like="segment_") for t in frame[c] for w in t.split(" ")}
+
+    pair3, pair2, single2 = (words(k) for k in synthetic.SYNTHETIC_KINDS)
+    assert not (pair3 & pair2) and not (pair3 & single2) and not (pair2 & single2)
+
+
+def test_vocabulary_is_sorted_and_complete():
+    vocabulary = synthetic.vocabulary()
+    assert vocabulary == sorted(set(vocabulary))
+    for kind in synthetic.SYNTHETIC_KINDS:
+        for pair in [*synthetic.planted_pairs(kind), *synthetic.trigger_pairs(kind).values()]:
+            assert set(pair) <= set(vocabulary)
+
+
+def test_unknown_kind_is_one_line_error():
+    with pytest.raises(ValueError, match="pair3, pair2, single2"):
+        synthetic.generate("mnli", 10, seed=0)

@@ -1,0 +1,89 @@
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+from attnlab.tasks import TaskSpec, encode, load_split, prepare_task
+from attnlab.training import accuracy, build_tokenizer, finetune, training_words
+
+TINY_MODEL = {
+    "source": "scratch",
+    "scratch": {"layers": 1, "heads": 2, "hidden": 16, "intermediate": 32},
+    "max_length": 64,
+}
+SHORT_TRAINING = {
+    "epochs": 2, "batch_size": 16, "learning_rate": 1e-3, "warmup": 0.1, "weight_decay": 0.01,
+}
+CPU = torch.device("cpu")
+
+
+@pytest.fixture
+def small_task(tmp_path, pair_task):
+    """A prepared small pair task: (spec, train path, dev path)."""
+    pair_task["synthetic"].update(n_train=96, n_dev=32)
+    train, dev = tmp_path / "train.parquet", tmp_path / "dev.parquet"
+    prepare_task("syn_mnli", pair_task, 0, train, dev)
+    return TaskSpec.from_config("syn_mnli", pair_task), train, dev
+
+
+def test_build_tokenizer_is_word_level():
+    tokenizer = build_tokenizer(["ka3", "Zu9"])
+    encoded = tokenizer("ka3 zu9 nope", "zu9")
+    tokens = tokenizer.convert_ids_to_tokens(encoded["input_ids"])
+    assert tokens == ["[CLS]", "ka3", "zu9", "[UNK]", "[SEP]", "zu9", "[SEP]"]
+    assert encoded["token_type_ids"] == [0, 0, 0, 0, 0, 1, 1]
+    assert tokenizer.pad_token_id == 0
+
+
+def test_training_words_follow_the_tokenizer(small_task):
+    spec, train, _ = small_task
+    frame = load_split(train, spec)
+    tokenizer = build_tokenizer(training_words(frame, spec))
+    assert (encode(frame, spec, tokenizer, 64)["input_ids"] != tokenizer.unk_token_id).all()
+    assert training_words(frame.assign(premise="Hello, world!"), spec)[:4] == [
+        "!", ",", "hello", "mb0"]
+
+
+def test_short_run_is_reproducible_and_reloads(tmp_path, small_task):
+    spec, train, dev = small_task
+    runs = [
+        finetune(train, dev, spec, TINY_MODEL, SHORT_TRAINING, CPU, 3, tmp_path / f"model{i}")
+        for i in range(2)
+    ]
+    for key in ("dev_accuracy", "train_loss", "steps", "n_train", "n_dev"):
+        assert runs[0][key] == runs[1][key]
+    assert runs[0]["steps"] == 2 * 6 and runs[0]["n_dev"] == 32
+    weights = [load_file(tmp_path / f"model{i}" / "model.safetensors") for i in range(2)]
+    assert weights[0].keys() == weights[1].keys()
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+    assert not list(tmp_path.glob(".*partial*"))
+
+    model = AutoModelForSequenceClassification.from_pretrained(
+        tmp_path / "model0", local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "model0", local_files_only=True)
+    assert model.config.id2label == dict(enumerate(spec.label_names))
+    data = encode(load_split(dev, spec), spec, tokenizer, TINY_MODEL["max_length"])
+    assert accuracy(model, data, 16, CPU) == runs[0]["dev_accuracy"]
+
+
+def test_another_seed_gives_other_weights(tmp_path, small_task):
+    spec, train, dev = small_task
+    for seed in (0, 1):
+        finetune(train, dev, spec, TINY_MODEL, {**SHORT_TRAINING, "epochs": 1}, CPU, seed,
+                 tmp_path / f"seed{seed}")
+    first, second = (load_file(tmp_path / f"seed{s}" / "model.safetensors") for s in (0, 1))
+    assert not all(torch.equal(first[k], second[k]) for k in first)
+
+
+@pytest.mark.slow
+def test_default_config_learns_the_hardest_task(tmp_path, config_path):
+    config = yaml.safe_load(config_path.read_text())
+    task = config["tasks"]["syn_mnli"]
+    train, dev = tmp_path / "train.parquet", tmp_path / "dev.parquet"
+    prepare_task("syn_mnli", task, config["seed"], train, dev)
+    metrics = finetune(
+        train, dev, TaskSpec.from_config("syn_mnli", task), config["model"],
+        config["finetune"], CPU, config["seed"], tmp_path / "model",
+    )
+    assert metrics["dev_accuracy"] >= 0.95
