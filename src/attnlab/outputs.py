@@ -7,6 +7,7 @@ never leaves a file that looks finished.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import logging
@@ -53,21 +54,40 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
-def code_version(*modules: str) -> str:
-    """A short hash of the library's source: of the named modules, or of the whole package.
+def _attnlab_imports(module: str) -> set[str]:
+    """The attnlab modules that `module` imports directly."""
+    tree = ast.parse((PACKAGE_DIR / f"{module}.py").read_text())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "attnlab":
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("attnlab."):
+            found.add(node.module.split(".")[1])
+        elif isinstance(node, ast.Import):
+            found.update(a.name.split(".")[1] for a in node.names if a.name.startswith("attnlab."))
+    return {name for name in found if (PACKAGE_DIR / f"{name}.py").exists()}
 
-    Snakemake cannot see edits inside an installed package, so stages pass this as a param
-    and rerun when the code they run changes.
+
+def code_version(*modules: str) -> str:
+    """A short hash of the source of the named library modules and every attnlab module they
+    import, directly or not (of the whole package when none is named).
+
+    Snakemake cannot see edits inside a package, so each rule passes this as a param and
+    reruns when the code it runs changes, and only then.
     """
-    names = sorted(modules) if modules else sorted(
-        p.stem for p in PACKAGE_DIR.glob("*.py")
-    )
-    digest = hashlib.sha256()
-    for name in names:
-        source = PACKAGE_DIR / f"{name}.py"
-        if not source.exists():
+    todo = list(modules) or [p.stem for p in PACKAGE_DIR.glob("*.py")]
+    closure: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in closure:
+            continue
+        if not (PACKAGE_DIR / f"{name}.py").exists():
             raise ValueError(f"code_version: no module attnlab.{name}")
-        digest.update(name.encode() + b"\0" + source.read_bytes())
+        closure.add(name)
+        todo.extend(_attnlab_imports(name))
+    digest = hashlib.sha256()
+    for name in sorted(closure):
+        digest.update(name.encode() + b"\0" + (PACKAGE_DIR / f"{name}.py").read_bytes())
     return digest.hexdigest()[:12]
 
 

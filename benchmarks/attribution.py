@@ -1,0 +1,120 @@
+"""Seconds per example and completeness error of attribution at the paper's shape.
+
+Side by side in one run, on the same random-init BERT-base-shaped classifier and inputs:
+  * naive: what the official code does — every layer recomputed from the embeddings, one
+    example at a time, its m = 20 right-Riemann copies in one batch;
+  * the engine with the paper's Riemann-20 and with Gauss-Legendre at 8 and 6 nodes (cached
+    hidden states below layer l, several examples' copies per forward pass).
+Prints one JSON object; `speedup` is naive seconds / variant seconds (machines here are
+noisy, so compare ratios). Usage: python benchmarks/attribution.py [--tokens 128] ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import time
+
+import pyarrow.parquet as pq
+import torch
+from transformers import BertConfig, BertForSequenceClassification
+
+from attnlab import models
+from attnlab.attribution import Attribution, _softmax, attribute, quadrature
+from attnlab.dumps import SCHEMA, example_row
+from attnlab.intervention import Intervention
+
+DUMP_CFG = {"top_pairs": 3, "keep_full": False, "edge_min_fraction": 0.1,
+            "max_edges_per_layer": 256}
+
+
+def naive_attribute(model, inputs: dict[str, torch.Tensor], steps: int) -> Attribution:
+    """The official code's loop: per example, per layer, a whole forward of m scaled copies."""
+    nodes, weights = quadrature("riemann_right", steps)
+    results = []
+    for b in range(len(inputs["labels"])):
+        one = {k: v[b : b + 1] for k, v in inputs.items() if k != "labels"}
+        target = inputs["labels"][b : b + 1]
+        capture = Intervention(capture=True)
+        with torch.no_grad():
+            probs = _softmax(models.logits(model, one, capture))
+        attention = torch.stack([capture.probs[i] for i in sorted(capture.probs)], dim=1)
+        attr, f_zero = torch.zeros_like(attention), torch.zeros(1, attention.shape[1])
+        copies = {k: v.expand(steps, -1) for k, v in one.items()}
+        for layer in range(attention.shape[1]):
+            intervention = Intervention(scale_layer=layer, scale=nodes.float())
+            f = _softmax(models.logits(model, copies, intervention))[:, target[0]]
+            (grad,) = torch.autograd.grad(f.sum(), intervention.scaled)
+            attr[0, layer] = attention[0, layer] * (grad * weights.view(-1, 1, 1, 1)).sum(0)
+            with torch.no_grad():
+                zero = Intervention(scale_layer=layer, scale=torch.zeros(1))
+                f_zero[0, layer] = _softmax(models.logits(model, one, zero))[0, target[0]]
+        results.append(Attribution(attr, attention, probs, target, probs[:, target[0]], f_zero))
+    return Attribution(*(torch.cat([getattr(r, f) for r in results]) for f in
+                         ("attr", "attention", "probs", "target", "f_full", "f_zero")))
+
+
+def dump_bytes_per_example(result: Attribution) -> float:
+    rows = [example_row(result, b, DUMP_CFG) for b in range(len(result.target))]
+    for row in rows:
+        row.update(idx=0, label=0, tokens=["tok"] * row["n_tokens"],
+                   segments=[0] * row["n_tokens"], planted_i=None, planted_j=None)
+    buffer = io.BytesIO()
+    pq.write_table(__import__("pyarrow").Table.from_pylist(rows, schema=SCHEMA), buffer,
+                   compression="zstd")
+    return buffer.tell() / len(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, default=12)
+    parser.add_argument("--heads", type=int, default=12)
+    parser.add_argument("--hidden", type=int, default=768)
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--examples", type=int, default=2)
+    # 0.02 is BERT's own init; its F(αA) is then so flat that completeness errors drown in
+    # float32 noise. 0.05 keeps the shape and makes the error of each rule measurable.
+    parser.add_argument("--init", type=float, default=0.05)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    config = BertConfig(num_hidden_layers=args.layers, num_attention_heads=args.heads,
+                        hidden_size=args.hidden, intermediate_size=4 * args.hidden,
+                        num_labels=3, initializer_range=args.init)
+    model = models.prepare_model(BertForSequenceClassification(config))
+    inputs = {
+        "input_ids": torch.randint(1000, config.vocab_size, (args.examples, args.tokens)),
+        "attention_mask": torch.ones(args.examples, args.tokens, dtype=torch.long),
+        "labels": torch.arange(args.examples) % 3,
+    }
+    variants = {
+        "naive_riemann_right_20": lambda: naive_attribute(model, inputs, 20),
+        "engine_riemann_right_20": lambda: attribute(model, inputs, "gold", "riemann_right", 20,
+                                                     batch_size=40),
+        "engine_gauss_legendre_8": lambda: attribute(model, inputs, "gold", "gauss_legendre", 8,
+                                                     batch_size=32),
+        "engine_gauss_legendre_6": lambda: attribute(model, inputs, "gold", "gauss_legendre", 6,
+                                                     batch_size=32),
+    }
+    report = {"shape": vars(args), "variants": {}}
+    for name, run in variants.items():
+        start = time.perf_counter()
+        result = run()
+        seconds = (time.perf_counter() - start) / args.examples
+        errors = result.completeness_error()
+        report["variants"][name] = {
+            "seconds_per_example": round(seconds, 3),
+            "completeness_error_median": float(errors.median()),
+            "completeness_error_max": float(errors.max()),
+        }
+    naive = report["variants"]["naive_riemann_right_20"]["seconds_per_example"]
+    for entry in report["variants"].values():
+        entry["speedup_vs_naive"] = round(naive / entry["seconds_per_example"], 2)
+    report["dump_bytes_per_example"] = round(dump_bytes_per_example(result))
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,294 @@
+"""Per-example attribution dumps: the contract between `attribute` and every later stage.
+
+One Parquet row per example (zstd), one file per (task, shard), hive-partitioned as
+`attributions/task=<task>/shard=<k>/part.parquet`. Per-layer and per-head arrays are
+flattened row-major; the shape (n_layers, n_heads, top_pairs) is in the file metadata
+under `attnlab`, together with the config and code version the file came from.
+
+Columns (L layers, H heads, n real tokens, k = top_pairs, E stored edges):
+
+    idx, label, pred, target      int64   dataset index; gold, predicted and attributed class
+    n_tokens                      int32   n (padding excluded; positions below are 0..n-1)
+    tokens                        list<str>   the n tokens
+    segments                      list<int8>  per token: 0 / 1 = text field, -1 = special
+    probs                         list<f32>   class probabilities
+    f_full                        f32         F(A): probability of `target`
+    f_zero, attr_sum              list<f32> L F(0·A^l) and Σ Attr(A^l) (completeness check)
+    attr_max, attn_max            list<f32> L·H  max_ij Attr_h(A^l), max_ij A^l_h
+    top_i, top_j, top_score       list L·H·k  top-k (query, key) entries of Attr_h(A^l)
+    edge_layer, edge_i, edge_j, edge_score   list E  head-summed edges a^l_ij, i != j
+    edge_floor                    list<f32> L every edge of layer l with a^l_ij > floor is stored
+    layer_max, layer_max_no_cls   list<f32> L max of a^l over all rows / rows except 0 ([CLS])
+    row_sum                       list<f32> L·n Σ_{j != i} a^l_ij per query token i
+    attn_top_i, attn_top_j        list<i16> L strongest off-diagonal head-summed attention edge
+    planted_i, planted_j          int16 (null for real data) token positions of the planted pair
+    attr_full                     list<f32> L·H·n·n, only with attribution.keep_full
+
+a^l = Σ_h Attr_h(A^l) restricted to the real tokens. Edges kept per layer: off-diagonal
+entries ≥ edge_min_fraction × min(layer_max, layer_max_no_cls) — enough to rebuild the
+attribution tree for any τ ≥ edge_min_fraction under either normalisation — at most
+max_edges_per_layer of them (strongest first; edge_floor says where a cap cut).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+from tqdm import tqdm
+
+from attnlab import tasks
+from attnlab.attribution import Attribution, attribute
+from attnlab.groundtruth import planted_pair_recovery
+from attnlab.models import load_classifier
+from attnlab.outputs import atomic_path
+
+log = logging.getLogger(__name__)
+
+F32, I16 = pa.float32(), pa.int16()
+SCHEMA = pa.schema(
+    [
+        ("idx", pa.int64()),
+        ("label", pa.int64()),
+        ("pred", pa.int64()),
+        ("target", pa.int64()),
+        ("n_tokens", pa.int32()),
+        ("tokens", pa.list_(pa.string())),
+        ("segments", pa.list_(pa.int8())),
+        ("probs", pa.list_(F32)),
+        ("f_full", F32),
+        ("f_zero", pa.list_(F32)),
+        ("attr_sum", pa.list_(F32)),
+        ("attr_max", pa.list_(F32)),
+        ("attn_max", pa.list_(F32)),
+        ("top_i", pa.list_(I16)),
+        ("top_j", pa.list_(I16)),
+        ("top_score", pa.list_(F32)),
+        ("edge_layer", pa.list_(pa.int8())),
+        ("edge_i", pa.list_(I16)),
+        ("edge_j", pa.list_(I16)),
+        ("edge_score", pa.list_(F32)),
+        ("edge_floor", pa.list_(F32)),
+        ("layer_max", pa.list_(F32)),
+        ("layer_max_no_cls", pa.list_(F32)),
+        ("row_sum", pa.list_(F32)),
+        ("attn_top_i", pa.list_(I16)),
+        ("attn_top_j", pa.list_(I16)),
+        ("planted_i", I16),
+        ("planted_j", I16),
+        ("attr_full", pa.list_(F32)),
+    ]
+)
+
+
+def _layer_edges(a: torch.Tensor, fraction: float, cap: int) -> dict[str, Any]:
+    """Stored edges of one head-summed layer matrix a (n × n)."""
+    n = a.shape[0]
+    layer_max = a.max()
+    layer_max_no_cls = a[1:].max() if n > 1 else layer_max
+    reference = torch.minimum(layer_max, layer_max_no_cls)
+    floor = fraction * reference.item() if reference > 0 else math.inf
+    off = a.clone()
+    off.fill_diagonal_(-math.inf)
+    values, order = off.flatten().sort(descending=True)
+    keep = int((values >= floor).sum())
+    if keep > cap:
+        keep, floor = cap, values[cap - 1].item()
+    keep = max(keep, 1) if n > 1 else 0  # the strongest off-diagonal edge is always kept
+    order = order[:keep]
+    return {
+        "i": (order // n).tolist(),
+        "j": (order % n).tolist(),
+        "score": values[:keep].tolist(),
+        "floor": floor if math.isfinite(floor) else float(values[0]) if n > 1 else 0.0,
+        "max": layer_max.item(),
+        "max_no_cls": layer_max_no_cls.item(),
+        "row_sum": (a.sum(dim=1) - a.diagonal()).tolist(),
+    }
+
+
+def example_row(result: Attribution, b: int, cfg: dict[str, Any]) -> dict[str, Any]:
+    """The dump row of example b of an engine result (without the dataset columns)."""
+    real = result.attention[b, 0, 0].sum(dim=-1) > 0  # padded query rows are all zero
+    positions = real.nonzero().flatten()
+    attr = result.attr[b][:, :, positions][:, :, :, positions].float().cpu()  # (L, H, n, n)
+    attention = result.attention[b][:, :, positions][:, :, :, positions].float().cpu()
+    n_layers, n_heads, n, _ = attr.shape
+    k = min(cfg["top_pairs"], n * n)
+
+    top_score, top_flat = attr.flatten(2).topk(k, dim=-1)
+    summed_attention = attention.sum(dim=1)
+    for layer_matrix in summed_attention:
+        layer_matrix.fill_diagonal_(-math.inf)
+    attn_top = summed_attention.flatten(1).argmax(dim=-1)
+
+    row = {
+        "target": int(result.target[b]),
+        "pred": int(result.probs[b].argmax()),
+        "n_tokens": n,
+        "probs": result.probs[b].tolist(),
+        "f_full": float(result.f_full[b]),
+        "f_zero": result.f_zero[b].tolist(),
+        "attr_sum": attr.sum(dim=(1, 2, 3)).tolist(),
+        "attr_max": attr.flatten(2).max(dim=-1).values.flatten().tolist(),
+        "attn_max": attention.flatten(2).max(dim=-1).values.flatten().tolist(),
+        "top_i": (top_flat // n).flatten().tolist(),
+        "top_j": (top_flat % n).flatten().tolist(),
+        "top_score": top_score.flatten().tolist(),
+        "attn_top_i": (attn_top // n).tolist(),
+        "attn_top_j": (attn_top % n).tolist(),
+        "attr_full": attr.flatten().tolist() if cfg["keep_full"] else None,
+    }
+    columns = {key: [] for key in ("edge_layer", "edge_i", "edge_j", "edge_score", "edge_floor",
+                                   "layer_max", "layer_max_no_cls", "row_sum")}
+    for layer in range(n_layers):
+        edges = _layer_edges(
+            attr[layer].sum(dim=0), cfg["edge_min_fraction"], cfg["max_edges_per_layer"]
+        )
+        columns["edge_layer"] += [layer] * len(edges["i"])
+        columns["edge_i"] += edges["i"]
+        columns["edge_j"] += edges["j"]
+        columns["edge_score"] += edges["score"]
+        columns["edge_floor"].append(edges["floor"])
+        columns["layer_max"].append(edges["max"])
+        columns["layer_max_no_cls"].append(edges["max_no_cls"])
+        columns["row_sum"] += edges["row_sum"]
+    return {**row, **columns}
+
+
+def _segments(encoding, row: int, n_tokens: int) -> list[int]:
+    ids = encoding.sequence_ids(row)[:n_tokens]
+    return [-1 if s is None else s for s in ids]
+
+
+def shard_rows(n_examples: int, shard: int, n_shards: int) -> range:
+    """The contiguous block of example rows that shard `shard` of `n_shards` attributes."""
+    if not 0 <= shard < n_shards:
+        raise ValueError(f"shard {shard} is outside 0..{n_shards - 1}")
+    start = n_examples * shard // n_shards
+    return range(start, n_examples * (shard + 1) // n_shards)
+
+
+def attribute_shard(
+    model_dir: str | os.PathLike,
+    dev_path: str | os.PathLike,
+    spec: tasks.TaskSpec,
+    attribution_cfg: dict[str, Any],
+    model_cfg: dict[str, Any],
+    shard: int,
+    n_shards: int,
+    device: torch.device,
+    out_path: str | os.PathLike,
+    provenance: dict[str, Any],
+) -> dict[str, Any]:
+    """Attribute one shard of a task's dev split and write its dump atomically."""
+    cfg = attribution_cfg
+    model, tokenizer = load_classifier(model_dir, device)
+    dev = tasks.load_split(dev_path, spec)
+    if cfg.get("max_examples"):
+        dev = dev.iloc[: cfg["max_examples"]]
+    dev = dev.iloc[list(shard_rows(len(dev), shard, n_shards))].reset_index(drop=True)
+    encoded = tasks.encode(dev, spec, tokenizer, model_cfg["max_length"], model_cfg["truncate"])
+    encoding = tokenizer(*[dev[field].tolist() for field in spec.text_fields])
+    planted = (
+        tasks.planted_token_positions(dev, spec, tokenizer)
+        if set(tasks.GROUND_TRUTH_COLUMNS) <= set(dev.columns)
+        else None
+    )
+    lengths = encoded["attention_mask"].sum(dim=1)
+    # Similar lengths together waste less padding; rows are written back in dataset order.
+    order = torch.argsort(lengths, stable=True).tolist()
+    per_call = max(1, cfg["batch_size"] // cfg["steps"])
+    rows: dict[int, dict[str, Any]] = {}
+    log.info("task %s shard %d/%d: %d examples, %s with %d steps, target %s",
+             spec.name, shard, n_shards, len(dev), cfg["quadrature"], cfg["steps"], cfg["target"])
+    with tqdm(total=len(dev), desc=f"attribute {spec.name}[{shard}]", unit="ex") as bar:
+        for start in range(0, len(order), per_call):
+            group = order[start : start + per_call]
+            width = int(lengths[group].max())
+            batch = {k: v[group, :width].to(device) if v.dim() == 2 else v[group].to(device)
+                     for k, v in encoded.items()}
+            result = attribute(model, batch, cfg["target"], cfg["quadrature"], cfg["steps"],
+                               cfg["batch_size"])
+            for b, row_index in enumerate(group):
+                row = example_row(result, b, cfg)
+                row["idx"] = int(dev["idx"].iloc[row_index]) if "idx" in dev else row_index
+                row["label"] = int(dev[spec.label_field].iloc[row_index])
+                row["tokens"] = tokenizer.convert_ids_to_tokens(
+                    encoded["input_ids"][row_index, : row["n_tokens"]].tolist()
+                )
+                row["segments"] = _segments(encoding, row_index, row["n_tokens"])
+                pair = planted[row_index] if planted is not None else (None, None)
+                row["planted_i"], row["planted_j"] = (None if p is None else int(p) for p in pair)
+                rows[row_index] = row
+            bar.update(len(group))
+    n_layers, n_heads = (result.attr.shape[1], result.attr.shape[2]) if rows else (0, 0)
+    meta = {"n_layers": n_layers, "n_heads": n_heads, "top_pairs": cfg["top_pairs"],
+            "task": spec.name, "shard": shard, "n_shards": n_shards, **provenance}
+    write_dump([rows[i] for i in range(len(dev))], out_path, meta)
+    errors = [max(abs(s - (r["f_full"] - z)) / max(abs(r["f_full"] - z), 1e-12)
+                  for s, z in zip(r["attr_sum"], r["f_zero"], strict=True)) for r in rows.values()]
+    return {
+        "examples": len(dev),
+        "accuracy": float(np.mean([r["pred"] == r["label"] for r in rows.values()]))
+        if rows else None,
+        "completeness_error_median": float(np.median(errors)) if errors else None,
+        "completeness_error_max": float(np.max(errors)) if errors else None,
+        "bytes": Path(out_path).stat().st_size,
+    }
+
+
+def write_dump(rows: list[dict[str, Any]], path: str | os.PathLike, meta: dict[str, Any]) -> None:
+    """Write dump rows to one zstd Parquet file, atomically, with `meta` under `attnlab`."""
+    schema = SCHEMA.with_metadata({"attnlab": json.dumps(meta, default=str)})
+    table = pa.Table.from_pylist(rows, schema=schema)
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp, compression="zstd")
+
+
+def read_dump(path: str | os.PathLike) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """A dump file (or hive-partitioned folder) as a DataFrame, with the metadata of its files."""
+    table = pq.read_table(path)
+    meta = json.loads((table.schema.metadata or {}).get(b"attnlab", b"{}"))
+    return table.to_pandas(), meta
+
+
+
+def summarise_task(shard_paths: list[str | os.PathLike], n_shards: int) -> dict[str, Any]:
+    """Gather a task's shards: check that every one is there, then summarise the dump.
+
+    Reports accuracy, the completeness error of the attributions, the dump size per example
+    and, for synthetic tasks, how often attribution and raw attention find the planted pair.
+    """
+    frames, seen = [], set()
+    for path in shard_paths:
+        frame, meta = read_dump(path)
+        if meta.get("n_shards") != n_shards:
+            raise ValueError(f"{path}: written for {meta.get('n_shards')} shards, expected "
+                             f"{n_shards} (rerun attribute)")
+        seen.add(meta["shard"])
+        frames.append(frame)
+    missing = sorted(set(range(n_shards)) - seen)
+    if missing:
+        raise ValueError(f"attribution shards missing: {missing} of {n_shards}")
+    dump = pd.concat(frames, ignore_index=True)
+    delta = dump["f_full"].to_numpy()[:, None] - np.stack(dump["f_zero"].to_numpy())
+    total = np.stack(dump["attr_sum"].to_numpy())
+    error = np.abs(total - delta) / np.maximum(np.abs(delta), 1e-12)
+    return {
+        "examples": len(dump),
+        "accuracy": float((dump["pred"] == dump["label"]).mean()),
+        "completeness_error": {"median": float(np.median(error)),
+                               "p90": float(np.quantile(error, 0.9)), "max": float(error.max())},
+        "bytes_per_example": sum(Path(p).stat().st_size for p in shard_paths) / max(len(dump), 1),
+        "planted_pair_recovery": planted_pair_recovery(dump),
+    }

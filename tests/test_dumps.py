@@ -1,0 +1,119 @@
+"""The attribution dump: what it keeps, how big it is, and that it is written safely."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from attnlab.attribution import Attribution
+from attnlab.dumps import example_row, read_dump, shard_rows, write_dump
+
+CFG = {"top_pairs": 3, "keep_full": False, "edge_min_fraction": 0.1, "max_edges_per_layer": 256}
+
+
+def random_result(n_examples=2, layers=2, heads=3, width=6, real=(6, 4), seed=0) -> Attribution:
+    g = torch.Generator().manual_seed(seed)
+    attr = torch.randn(n_examples, layers, heads, width, width, generator=g)
+    attention = torch.rand(n_examples, layers, heads, width, width, generator=g)
+    for b, n in enumerate(real):
+        attr[b, :, :, n:], attr[b, :, :, :, n:] = 0, 0
+        attention[b, :, :, n:], attention[b, :, :, :, n:] = 0, 0
+        attention[b, :, :, :n, :n] /= attention[b, :, :, :n, :n].sum(-1, keepdim=True)
+    probs = torch.softmax(torch.randn(n_examples, 3, generator=g), -1)
+    target = torch.zeros(n_examples, dtype=torch.long)
+    return Attribution(attr, attention, probs, target, probs[:, 0],
+                       torch.rand(n_examples, layers, generator=g))
+
+
+def dense_edges(row, layer):
+    return {(i, j): s for ell, i, j, s in zip(row["edge_layer"], row["edge_i"], row["edge_j"],
+                                             row["edge_score"], strict=True) if ell == layer}
+
+
+def test_row_keeps_maxima_top_pairs_and_every_edge_above_the_floor():
+    result = random_result()
+    row = example_row(result, 1, CFG)  # the padded example: 4 real tokens of 6
+    n = 4
+    attr = result.attr[1, :, :, :n, :n]
+    assert row["n_tokens"] == n
+    assert row["attr_max"] == pytest.approx(attr.flatten(2).max(-1).values.flatten().tolist())
+    assert row["attr_sum"] == pytest.approx(attr.sum(dim=(1, 2, 3)).tolist(), rel=1e-5)
+    top = attr[1, 2].flatten().topk(3)
+    assert row["top_score"][(1 * 3 + 2) * 3 : (1 * 3 + 3) * 3] == pytest.approx(top.values.tolist())
+    for layer in range(2):
+        a = attr[layer].sum(0)
+        stored = dense_edges(row, layer)
+        floor = row["edge_floor"][layer]
+        reference = min(row["layer_max"][layer], row["layer_max_no_cls"][layer])
+        assert floor == pytest.approx(0.1 * reference)
+        for i in range(n):
+            for j in range(n):
+                if i != j and a[i, j] > floor:  # complete above the floor ...
+                    assert stored[(i, j)] == pytest.approx(float(a[i, j]))
+        assert all(i != j for i, j in stored)  # ... and never a self-edge
+        scores = [s for (_, s) in sorted(stored.items(), key=lambda kv: -kv[1])]
+        assert list(dense_edges(row, layer).values()) == scores  # strongest first
+        assert row["row_sum"][layer * n : (layer + 1) * n] == pytest.approx(
+            (a.sum(1) - a.diagonal()).tolist(), rel=1e-5, abs=1e-6)
+
+
+def test_edge_cap_moves_the_floor_up():
+    result = random_result(n_examples=1, real=(6,))
+    row = example_row(result, 0, {**CFG, "edge_min_fraction": 1e-6, "max_edges_per_layer": 5})
+    for layer in range(2):
+        stored = dense_edges(row, layer)
+        assert len(stored) == 5
+        assert row["edge_floor"][layer] == pytest.approx(min(stored.values()))
+
+
+def test_row_without_any_positive_attribution_still_keeps_its_strongest_edge():
+    result = random_result(n_examples=1, real=(6,))
+    result.attr[:] = -result.attr.abs() - 0.1
+    row = example_row(result, 0, CFG)
+    assert [layer for layer in row["edge_layer"]] == [0, 1]
+    assert all(math.isfinite(f) for f in row["edge_floor"])
+
+
+def test_paper_shape_dump_fits_the_200kb_budget(tmp_path):
+    """12 layers x 12 heads x 128 tokens with random (incompressible) attributions."""
+    result = random_result(n_examples=2, layers=12, heads=12, width=128, real=(128, 128))
+    rows = []
+    for b in range(2):
+        row = example_row(result, b, CFG)
+        row.update(idx=b, label=0, tokens=["w"] * 128, segments=[0] * 128,
+                   planted_i=None, planted_j=None)
+        rows.append(row)
+    path = tmp_path / "part.parquet"
+    write_dump(rows, path, {"n_layers": 12, "n_heads": 12})
+    assert path.stat().st_size / 2 <= 200_000
+    frame, meta = read_dump(path)
+    assert len(frame) == 2 and meta["n_heads"] == 12
+    assert len(frame["attr_max"].iloc[0]) == 144 and frame["attr_full"].isna().all()
+
+
+def test_keep_full_stores_every_matrix():
+    result = random_result(n_examples=1, real=(6,))
+    row = example_row(result, 0, {**CFG, "keep_full": True})
+    assert torch.tensor(row["attr_full"]).view(2, 3, 6, 6).allclose(result.attr[0])
+
+
+def test_interrupted_write_leaves_no_file(tmp_path, monkeypatch):
+    """A job killed half-way through writing leaves neither the file nor a partial twin."""
+
+    def write_half_then_die(table, where, **kwargs):
+        open(where, "wb").write(b"PAR1 half a file")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("attnlab.dumps.pq.write_table", write_half_then_die)
+    row = example_row(random_result(n_examples=1, real=(6,)), 0, CFG)
+    with pytest.raises(KeyboardInterrupt):
+        write_dump([row], tmp_path / "part.parquet", {})
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("n_examples,n_shards", [(10, 3), (2, 4), (0, 2), (7, 1)])
+def test_shards_cover_every_example_once(n_examples, n_shards):
+    covered = [i for shard in range(n_shards) for i in shard_rows(n_examples, shard, n_shards)]
+    assert covered == list(range(n_examples))
