@@ -1,0 +1,46 @@
+"""attnlab: self-attention attribution, end to end (see README.md).
+
+    snakemake --cores all                                  # the default config.yaml
+    snakemake --cores all --configfile config/paper.yaml   # another configuration
+"""
+
+import sys
+from pathlib import Path
+
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+# The library in src/ is importable here even when attnlab is not installed; Snakemake passes
+# this sys.path on to the scripts of the rules, so they import the same source.
+sys.path.insert(0, str(Path(workflow.basedir, "src")))
+
+# A --configfile replaces the embedded default instead of being merged into it (Snakemake's
+# default), so another configuration never inherits the default's tasks.
+if not workflow.overwrite_configfiles:
+
+    configfile: Path(workflow.basedir, "config.yaml")
+
+
+# common.smk validates the config, fills its defaults and defines what the rules share.
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/finetune.smk"
+include: "workflow/rules/attribute.smk"
+include: "workflow/rules/heads.smk"
+
+
+report: "workflow/report/workflow.rst"
+
+
+localrules:
+    all,
+
+
+rule all:
+    input:
+        expand(rules.finetune.output.metrics, name=config["name"], task=TASKS),
+        expand(rules.summarise_attributions.output.summary, name=config["name"], task=TASKS),
+        expand(rules.prune_eval.output.claims, name=config["name"], task=TASKS),
+        expand(rules.pruning_figures.output.per_layer, name=config["name"]),
+        expand(rules.task_correlation.output.claims, name=config["name"]),

@@ -1,0 +1,118 @@
+"""The config schema: the default config is valid, defaults are filled, mistakes are named.
+
+Errors are checked through the real `snakemake -n` command line, which is what a user sees.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from snakemake.utils import validate
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
+
+
+def default_config() -> dict:
+    return yaml.safe_load((ROOT / "config.yaml").read_text())
+
+
+def dry_run(config: dict, tmp_path: Path) -> subprocess.CompletedProcess:
+    configfile = tmp_path / "config.yaml"
+    configfile.write_text(yaml.safe_dump(config))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT / "src")}
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--configfile", str(configfile)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )
+
+
+def test_default_config_validates_and_gets_defaults():
+    config = default_config()
+    validate(config, str(SCHEMA))  # snakemake's own validator, which fills defaults
+    assert config["attribution"]["edge_min_fraction"] == 0.1
+    assert config["attribution"]["max_examples"] is None
+    assert config["model"]["truncate"] is False
+    assert config["tasks"]["syn_rte"]["synthetic"]["trigger_rate"] == 0.15
+    # a task's finetune override gets no defaults: unset keys come from the top level
+    assert "finetune" not in config["tasks"]["syn_rte"]
+
+
+def test_defaults_fill_a_minimal_config():
+    config = {"name": "x", "tasks": {"t": {
+        "source": "synthetic", "synthetic": {"kind": "single2"},
+        "text_fields": ["sentence"], "label_names": ["neg", "pos"],
+    }}}
+    validate(config, str(SCHEMA))
+    assert config["seed"] == 0 and config["device"] == "auto"
+    assert config["model"]["scratch"] == {
+        "layers": 4, "heads": 4, "hidden": 64, "intermediate": 128, "dropout": 0.1
+    }
+    assert config["finetune"]["learning_rate"] == 2e-5
+    assert config["attribution"]["quadrature"] == "riemann_right"
+    assert config["attribution"]["shards"] == 1
+
+
+def _objects(schema: dict, where: str = "config"):
+    """Every object schema in `schema` with the path it describes."""
+    if schema.get("type") == "object":
+        yield where, schema
+    for key, sub in schema.get("properties", {}).items():
+        yield from _objects(sub, f"{where}.{key}")
+    for key, sub in schema.get("$defs", {}).items():
+        yield from _objects(sub, f"$defs.{key}")
+
+
+def test_every_key_is_documented_and_unknown_keys_are_refused():
+    schema = yaml.safe_load(SCHEMA.read_text())
+    for where, obj in _objects(schema):
+        assert obj.get("additionalProperties") is False or where == "config.tasks", where
+        for key, sub in obj.get("properties", {}).items():
+            assert "description" in sub or "$ref" in sub, f"{where}.{key} has no description"
+
+
+def test_default_config_dry_runs(tmp_path):
+    result = dry_run(default_config(), tmp_path)
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize(
+    "section, key, value, expected",
+    [
+        ("attribution", "quadrature", "simpson",
+         "config error at attribution.quadrature: 'simpson' is not one of "
+         "['riemann_right', 'riemann_left', 'gauss_legendre']"),
+        ("attribution", "quadratur", "riemann_left",
+         "config error at attribution: unknown key 'quadratur' (allowed here: batch_size, "
+         "edge_min_fraction, keep_full, max_edges_per_layer, max_examples, quadrature, shards, "
+         "steps, target, top_pairs)"),
+        ("attribution", "edge_min_fraction", 1.5,
+         "config error at attribution.edge_min_fraction: 1.5 is out of range "
+         "(allowed: > 0 and < 1)"),
+        ("finetune", "learning_rate", "2e-5",
+         "config error at finetune.learning_rate: '2e-5' is not of type 'number'"),
+        (None, "device", "gpu",
+         "config error at device: 'gpu' is not one of ['auto', 'cpu', 'cuda']"),
+    ],
+)
+def test_config_error_names_key_and_allowed_values(tmp_path, section, key, value, expected):
+    config = copy.deepcopy(default_config())
+    (config[section] if section else config)[key] = value
+    result = dry_run(config, tmp_path)
+    assert result.returncode != 0
+    assert expected in result.stderr + result.stdout
+
+
+def test_task_source_needs_its_settings(tmp_path):
+    config = default_config()
+    config["tasks"]["syn_sst2"]["source"] = "hub"
+    result = dry_run(config, tmp_path)
+    assert result.returncode != 0
+    expected = "config error at tasks.syn_sst2: 'hub' is a required property"
+    assert expected in result.stdout + result.stderr

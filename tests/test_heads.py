@@ -1,0 +1,188 @@
+"""Head importance: masking is exact, Taylor is the true gradient, the methods compute what they
+say, and the config refuses unknown methods."""
+
+from __future__ import annotations
+
+import copy
+import logging
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from test_config import default_config, dry_run
+from tiny_models import tiny_batch, tiny_classifier
+
+from attnlab import heads, models
+from attnlab.intervention import Intervention
+
+LENGTHS = (9, 6, 8, 7, 9, 5)
+
+
+def _inputs(batch):
+    return {k: v for k, v in batch.items() if k != "labels"}
+
+
+@pytest.mark.parametrize("layer, head", [(0, 0), (1, 2), (2, 3)])
+def test_masking_a_head_equals_zeroing_its_value_projection(layer, head):
+    """A masked head contributes exactly 0 before the output projection, as a head whose value
+    vectors are 0 does. 1e-6: the two runs multiply different (but equivalent) tensors, so the
+    float32 kernels may round in a different order; a leak of the head (weights ~0.1) would move
+    the logits by far more (checked: masking does change them)."""
+    batch = _inputs(tiny_batch("bert", LENGTHS))
+    stock = tiny_classifier("bert")
+    value = stock.bert.encoder.layer[layer].attention.self.value
+    size = value.out_features // stock.config.num_attention_heads
+    with torch.no_grad():
+        value.weight[head * size:(head + 1) * size] = 0
+        value.bias[head * size:(head + 1) * size] = 0
+        expected = stock(**batch).logits
+        ours = models.prepare_model(tiny_classifier("bert"))
+        mask = torch.ones(3, 4)
+        mask[layer, head] = 0
+        masked = models.logits(ours, batch, Intervention(head_mask=mask))
+        assert torch.allclose(masked, expected, rtol=0, atol=1e-6)
+        assert (masked - models.logits(ours, batch)).abs().max() > 1e-4
+
+
+def test_all_ones_mask_is_bit_identical_to_no_mask():
+    """Multiplying by 1.0 is exact in floating point, for shared and per-example masks."""
+    batch = _inputs(tiny_batch("bert", LENGTHS))
+    model = models.prepare_model(tiny_classifier("bert"))
+    with torch.no_grad():
+        plain = models.logits(model, batch)
+        assert torch.equal(models.logits(model, batch, Intervention(head_mask=torch.ones(3, 4))),
+                           plain)
+        per_example = torch.ones(len(LENGTHS), 3, 4)
+        assert torch.equal(models.logits(model, batch, Intervention(head_mask=per_example)),
+                           plain)
+        assert torch.equal(heads.predict(model, tiny_batch("bert", LENGTHS), per_example, 4),
+                           heads.predict(model, tiny_batch("bert", LENGTHS), None, 4))
+
+
+def _loss(model, batch, gates):
+    logits = models.logits(model, batch, Intervention(head_mask=gates))
+    return torch.nn.functional.cross_entropy(logits, batch["labels"], reduction="none")
+
+
+def test_taylor_gradients_match_finite_differences():
+    """∂L(x)/∂ξ_h per example against a central difference in float64 (error ~eps² ≈ 1e-12,
+    far below the 1e-3 relative tolerance). Batches of 4 over 6 examples: the padding and the
+    split into batches must not mix examples."""
+    model = models.prepare_model(tiny_classifier("bert", dtype=torch.float64))
+    batch = tiny_batch("bert", LENGTHS)
+    grads = heads.taylor_gradients(model, batch, batch_size=4)
+    assert grads.shape == (len(LENGTHS), 3, 4)
+    eps = 1e-6
+    with torch.no_grad():
+        for layer, head in [(0, 1), (1, 3), (2, 0)]:
+            up = torch.ones(3, 4, dtype=torch.float64)
+            down = up.clone()
+            up[layer, head] += eps
+            down[layer, head] -= eps
+            numeric = (_loss(model, batch, up) - _loss(model, batch, down)) / (2 * eps)
+            assert torch.allclose(grads[:, layer, head], numeric, rtol=1e-3, atol=1e-9)
+
+
+def test_taylor_importance_is_mean_absolute_gradient_normalised_per_layer():
+    model = models.prepare_model(tiny_classifier("bert", dtype=torch.float64))
+    batch = tiny_batch("bert", LENGTHS)
+    scores = heads.taylor_importance(model, batch, batch_size=4)
+    raw = heads.taylor_gradients(model, batch).abs().mean(dim=0).numpy()
+    np.testing.assert_allclose(np.linalg.norm(scores, axis=1), 1.0, rtol=1e-12)
+    np.testing.assert_allclose(scores * np.linalg.norm(raw, axis=1, keepdims=True), raw,
+                               rtol=1e-10)
+
+
+def test_accuracy_difference_equals_direct_evaluation():
+    """Labels = the unmasked predictions, so acc(all) = 1 and each head's score is the share of
+    predictions its masking flips, computed here in one unbatched forward pass."""
+    model = models.prepare_model(tiny_classifier("bert", init=0.5))
+    batch = tiny_batch("bert", (9, 6, 8, 7, 9, 5, 8, 9, 6, 7, 9, 8))
+    with torch.no_grad():
+        batch["labels"] = models.logits(model, batch).argmax(-1)
+        scores = heads.accuracy_difference_importance(model, batch, batch_size=5)
+        for layer in range(3):
+            for head in range(4):
+                mask = torch.ones(3, 4)
+                mask[layer, head] = 0
+                pred = models.logits(model, batch, Intervention(head_mask=mask)).argmax(-1)
+                direct = 1.0 - float((pred == batch["labels"]).double().mean())
+                assert scores[layer, head] == pytest.approx(direct, abs=1e-12)
+    assert scores.max() > 0  # some head matters, so the comparison is not vacuous
+
+
+def _dump_arrays(n: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return {"attribution": rng.random((n, 3, 4)), "attention": rng.random((n, 3, 4))}
+
+
+def test_importance_table_is_tidy_and_dump_methods_average_the_dump():
+    model = models.prepare_model(tiny_classifier("bert"))
+    batch = tiny_batch("bert", LENGTHS)
+    arrays = _dump_arrays(len(LENGTHS))
+    table = heads.importance_table(model, batch, arrays, list(heads.METHODS), random_seeds=3,
+                                   seed=0, batch_size=4)
+    assert list(table.columns) == ["method", "seed", "layer", "head", "importance"]
+    counts = table.groupby("method").size()
+    assert counts["random"] == 3 * 12 and counts["taylor"] == 12
+    assert table.loc[table["method"] != "random", "seed"].isna().all()
+    attribution = table[table["method"] == "attribution"].sort_values(["layer", "head"])
+    np.testing.assert_allclose(attribution["importance"], arrays["attribution"].mean(0).ravel())
+    # seeded: the same seed gives the same random scores, another seed other ones
+    assert np.array_equal(heads.random_importance(3, 4, 0, 1), heads.random_importance(3, 4, 0, 1))
+    assert not np.array_equal(heads.random_importance(3, 4, 0, 1),
+                              heads.random_importance(3, 4, 0, 2))
+
+
+def test_fewer_held_out_examples_than_requested_uses_all_and_says_so(caplog):
+    with caplog.at_level(logging.WARNING, logger="attnlab"):
+        assert heads.held_out(200, 6) == 6
+    assert "200 held-out examples requested but only 6 attributed; using 6" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="attnlab"):
+        assert heads.held_out(200, 300) == 200
+    assert caplog.text == ""
+
+
+def test_task_correlation_and_cross_task_claims():
+    rng = np.random.default_rng(1)
+    base = rng.random(16)
+    vectors = {"a": base, "b": base + 0.05 * rng.random(16), "c": rng.random(16)}
+    layers, head_index = np.divmod(np.arange(16), 4)
+    importance = pd.concat([pd.DataFrame({"task": t, "method": "attribution", "layer": layers,
+                                          "head": head_index, "importance": v})
+                            for t, v in vectors.items()])
+    correlations = heads.task_correlations(importance)
+    assert list(zip(correlations["task_a"], correlations["task_b"], strict=True)) == [
+        ("a", "b"), ("a", "c"), ("b", "c")]
+    r_ab = correlations["r"].iloc[0]
+    assert r_ab == pytest.approx(np.corrcoef(vectors["a"], vectors["b"])[0, 1])
+    verdicts = [c["verdict"] for c in heads.cross_task_claims(correlations, [["a", "b"]],
+                                                               [["c", "a"]])]
+    assert verdicts == ["holds", "holds", "holds"]
+    # swap the roles: the claims built to hold now fail
+    flipped = [c["verdict"] for c in heads.cross_task_claims(correlations, [["a", "c"]],
+                                                              [["b", "a"]])]
+    assert flipped == ["does not hold"] * 3
+    with pytest.raises(ValueError, match="'a' and 'x'"):
+        heads.cross_task_claims(correlations, [["a", "x"]], [])
+
+
+def test_unknown_importance_method_fails_config_validation(tmp_path):
+    config = copy.deepcopy(default_config())
+    config["heads"]["methods"] = ["attribution", "gradient"]
+    result = dry_run(config, tmp_path)
+    assert result.returncode != 0
+    expected = ("config error at heads.methods.1: 'gradient' is not one of ['attribution', "
+                "'attention', 'taylor', 'accuracy_difference', 'random']")
+    assert expected in result.stdout + result.stderr
+
+
+def test_pair_naming_an_unknown_task_fails_the_dry_run(tmp_path):
+    config = copy.deepcopy(default_config())
+    config["heads"]["similar_pairs"] = [["syn_mnli", "mnli"]]
+    result = dry_run(config, tmp_path)
+    assert result.returncode != 0
+    assert "pair ['syn_mnli', 'mnli'] names a task that is not in tasks" in (
+        result.stdout + result.stderr)

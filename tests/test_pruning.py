@@ -1,0 +1,100 @@
+"""Pruning: the masks remove the right heads, the curves are evaluations with those masks, and
+each claim's verdict follows the curves (and flips when they violate it)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from tiny_models import tiny_batch, tiny_classifier
+
+from attnlab import heads, models, pruning
+from attnlab.intervention import Intervention
+
+
+def test_per_layer_mask_removes_the_k_lowest_or_highest_heads_of_each_layer():
+    scores = torch.tensor([[[0.3, 0.1, 0.4, 0.2], [4.0, 3.0, 2.0, 1.0]]])  # (N=1, L=2, H=4)
+    lowest = pruning.per_layer_mask(scores, 1, "lowest")
+    assert lowest.tolist() == [[[1, 0, 1, 1], [1, 1, 1, 0]]]
+    highest = pruning.per_layer_mask(scores, 2, "highest")
+    assert highest.tolist() == [[[0, 1, 0, 1], [0, 0, 1, 1]]]
+    assert pruning.per_layer_mask(scores, 0, "lowest").all()
+    assert not pruning.per_layer_mask(scores, 4, "highest").any()
+
+
+@pytest.mark.parametrize("percent, masked", [(0, 0), (10, 1), (30, 4), (50, 6), (100, 12)])
+def test_global_mask_removes_the_least_important_share(percent, masked):
+    importance = np.arange(12.0)[::-1].reshape(3, 4)  # head (2, 3) is the least important
+    mask = pruning.global_mask(importance, percent)
+    assert int((mask == 0).sum()) == masked  # round(p/100 · 12), halves up (30 % → 3.6 → 4)
+    removed = np.sort(importance[mask.numpy() == 0])
+    assert np.array_equal(removed, np.arange(masked))
+
+
+def test_curves_are_accuracies_of_the_masked_model():
+    model = models.prepare_model(tiny_classifier("bert", init=0.5))
+    batch = tiny_batch("bert", (9, 6, 8, 7, 9, 5))
+    rng = np.random.default_rng(0)
+    arrays = {"attribution": rng.random((6, 3, 4)), "attention": rng.random((6, 3, 4))}
+    curves = pruning.per_layer_curves(model, batch, arrays, batch_size=4)
+    assert len(curves) == 2 * 2 * 5
+    row = curves[(curves["ranking"] == "attention") & (curves["order"] == "highest")
+                 & (curves["k"] == 2)].iloc[0]
+    mask = pruning.per_layer_mask(torch.from_numpy(arrays["attention"]), 2, "highest")
+    with torch.no_grad():
+        pred = models.logits(model, batch, Intervention(head_mask=mask)).argmax(-1)
+    assert row["accuracy"] == pytest.approx(float((pred == batch["labels"]).double().mean()))
+
+    importance = heads.importance_table(model, batch, arrays, ["attribution", "random"], 2, 0)
+    global_ = pruning.global_curves(model, batch, importance, [0, 50, 100], batch_size=4)
+    assert len(global_) == 3 * 3  # attribution, random seeds 0 and 1
+    full = heads.accuracy(model, batch)
+    assert (global_.loc[global_["percent"] == 0, "accuracy"] == full).all()
+    assert (global_.loc[global_["percent"] == 100, "heads_masked"] == 12).all()
+
+
+def _per_layer(low: list[float], high: list[float], attention_high: list[float]) -> pd.DataFrame:
+    """Per-layer curves for H = 4 (k = 0..4); attention lowest-first mirrors attribution's."""
+    rows = []
+    for (ranking, order), accuracy in {("attribution", "lowest"): low,
+                                       ("attribution", "highest"): high,
+                                       ("attention", "lowest"): low,
+                                       ("attention", "highest"): attention_high}.items():
+        rows += [{"ranking": ranking, "order": order, "k": k, "accuracy": a}
+                 for k, a in enumerate(accuracy)]
+    return pd.DataFrame(rows)
+
+
+def _verdicts(claims: list[dict]) -> list[str]:
+    return [c["verdict"] for c in claims]
+
+
+def test_per_layer_claims_hold_on_paper_like_curves_and_flip_on_violating_ones():
+    paper = _per_layer(low=[0.9, 0.9, 0.88, 0.7, 0.3], high=[0.9, 0.5, 0.4, 0.35, 0.3],
+                       attention_high=[0.9, 0.8, 0.6, 0.5, 0.3])
+    assert _verdicts(pruning.per_layer_claims(paper)) == ["holds"] * 3
+    # low-attribution pruning collapses, high-attribution pruning is harmless, attention worse
+    violated = _per_layer(low=[0.9, 0.6, 0.5, 0.4, 0.3], high=[0.9, 0.9, 0.88, 0.7, 0.3],
+                          attention_high=[0.9, 0.5, 0.4, 0.35, 0.3])
+    assert _verdicts(pruning.per_layer_claims(violated)) == ["does not hold"] * 3
+
+
+def _global(curves: dict[str, list[float]]) -> pd.DataFrame:
+    percents = [0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100]
+    return pd.DataFrame([{"method": m, "seed": None, "percent": p, "accuracy": a}
+                         for m, accuracy in curves.items()
+                         for p, a in zip(percents, accuracy, strict=True)])
+
+
+def test_global_claims_hold_on_paper_like_curves_and_flip_on_violating_ones():
+    good = [0.84, 0.84, 0.83, 0.82, 0.8, 0.78, 0.75, 0.72, 0.68, 0.62, 0.33]
+    bad = [0.84, 0.7, 0.6, 0.5, 0.45, 0.4, 0.38, 0.36, 0.35, 0.34, 0.33]
+    paper = _global({"attribution": good, "taylor": good, "random": bad})
+    assert _verdicts(pruning.global_claims(paper)) == ["holds"] * 3
+    violated = _global({"attribution": bad, "taylor": good, "random": good})
+    assert _verdicts(pruning.global_claims(violated)) == ["does not hold"] * 3
+    # claims about methods that were not run are left out
+    assert [c["claim"] for c in pruning.global_claims(_global({"attribution": good}))] == [
+        "keeping 10% of heads (by attribution) keeps most of the accuracy"]
+    assert pruning.global_claims(_global({"taylor": good})) == []

@@ -1,0 +1,59 @@
+# Each task's dev split is attributed in config attribution.shards independent jobs; the
+# shards form one hive-partitioned Parquet dataset (results/<name>/attributions/).
+rule attribute:
+    input:
+        model=rules.finetune.output.model,
+        dev=rules.prepare_data.output.dev,
+    output:
+        part="results/{name}/attributions/task={task}/shard={shard}/part.parquet",
+        # "_" keeps the summary out of the dataset when pyarrow or pandas read the folder
+        summary="results/{name}/attributions/task={task}/shard={shard}/_summary.json",
+    params:
+        task=task_data,
+        attribution=config["attribution"],
+        # tokenization settings only: the model itself is the input
+        model={key: config["model"][key] for key in ("max_length", "truncate")},
+        device=config["device"],
+        code=code_version("dumps"),
+    log:
+        "results/{name}/logs/attribute/{task}/shard={shard}.log",
+    benchmark:
+        "results/{name}/benchmarks/attribute/{task}/shard={shard}.tsv"
+    threads: 1
+    resources:
+        gpu=GPU,
+        mem_mb=16000,
+        runtime=240,
+    conda:
+        "../../envs/attnlab.yaml"
+    script:
+        "../scripts/attribute.py"
+
+
+# Gathers a task's shards: fails unless every shard is there, then summarises the dump
+# (accuracy, completeness error, size, planted-pair recovery on synthetic tasks).
+rule summarise_attributions:
+    input:
+        parts=lambda wildcards: expand(
+            rules.attribute.output.part, name=wildcards.name, task=wildcards.task, shard=SHARDS
+        ),
+    output:
+        summary=report(
+            "results/{name}/attributions/task={task}/_summary.json",
+            caption="../report/attribution_summary.rst",
+            category="Attribution",
+            labels={"task": "{task}"},
+        ),
+    params:
+        shards=config["attribution"]["shards"],
+        code=code_version("dumps"),
+    log:
+        "results/{name}/logs/summarise_attributions/{task}.log",
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    conda:
+        "../../envs/attnlab.yaml"
+    script:
+        "../scripts/summarise_attributions.py"

@@ -1,0 +1,32 @@
+rule finetune:
+    input:
+        train=rules.prepare_data.output.train,
+        dev=rules.prepare_data.output.dev,
+    output:
+        model=directory("results/{name}/finetune/{task}/model"),
+        metrics=report(
+            "results/{name}/finetune/{task}/metrics.json",
+            caption="../report/finetune.rst",
+            category="Fine-tuning",
+            labels={"task": "{task}"},
+        ),
+    params:
+        task=task_data,
+        model=config["model"],
+        finetune=task_finetune,
+        seed=config["seed"],
+        device=config["device"],
+        code=code_version("training"),
+    log:
+        "results/{name}/logs/finetune/{task}.log",
+    benchmark:
+        "results/{name}/benchmarks/finetune/{task}.tsv"
+    threads: 1
+    resources:
+        gpu=GPU,
+        mem_mb=16000,
+        runtime=720,
+    conda:
+        "../../envs/attnlab.yaml"
+    script:
+        "../scripts/finetune.py"

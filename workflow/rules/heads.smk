@@ -1,0 +1,131 @@
+# Head importance and pruning (Hao et al. 2021 section 4): every head of a task's model is
+# scored by each configured method, pruned per layer and globally, and the paper's claims are
+# judged on the curves; attribution importance is then correlated across tasks.
+
+# A named pair must be two configured tasks: fail in the dry run, not after hours of work.
+for pair in config["heads"]["similar_pairs"] + config["heads"]["dissimilar_pairs"]:
+    if not set(pair) <= set(TASKS):
+        raise WorkflowError(
+            f"config error at heads: pair {pair} names a task that is not in tasks "
+            f"({', '.join(TASKS)})"
+        )
+
+
+rule head_importance:
+    input:
+        parts=rules.summarise_attributions.input.parts,
+        model=rules.finetune.output.model,
+        dev=rules.prepare_data.output.dev,
+    output:
+        importance="results/{name}/heads/{task}/importance.parquet",
+    params:
+        task=task_data,
+        heads={key: config["heads"][key]
+               for key in ("methods", "importance_examples", "random_seeds", "batch_size")},
+        model={key: config["model"][key] for key in ("max_length", "truncate")},
+        target=config["attribution"]["target"],
+        seed=config["seed"],
+        device=config["device"],
+        code=code_version("heads"),
+    log:
+        "results/{name}/logs/head_importance/{task}.log",
+    benchmark:
+        "results/{name}/benchmarks/head_importance/{task}.tsv"
+    threads: 1
+    resources:
+        gpu=GPU,
+        mem_mb=8000,
+        runtime=120,
+    conda:
+        "../../envs/attnlab.yaml"
+    script:
+        "../scripts/head_importance.py"
+
+
+rule prune_eval:
+    input:
+        parts=rules.summarise_attributions.input.parts,
+        model=rules.finetune.output.model,
+        dev=rules.prepare_data.output.dev,
+        importance=rules.head_importance.output.importance,
+    output:
+        per_layer="results/{name}/heads/{task}/per_layer.parquet",
+        global_="results/{name}/heads/{task}/global.parquet",
+        claims="results/{name}/heads/{task}/claims.parquet",
+    params:
+        task=task_data,
+        heads={key: config["heads"][key] for key in ("prune_percents", "batch_size")},
+        model={key: config["model"][key] for key in ("max_length", "truncate")},
+        target=config["attribution"]["target"],
+        device=config["device"],
+        code=code_version("pruning"),
+    log:
+        "results/{name}/logs/prune_eval/{task}.log",
+    benchmark:
+        "results/{name}/benchmarks/prune_eval/{task}.tsv"
+    threads: 1
+    resources:
+        gpu=GPU,
+        mem_mb=8000,
+        runtime=240,
+    conda:
+        "../../envs/attnlab.yaml"
+    script:
+        "../scripts/prune_eval.py"
+
+
+rule pruning_figures:
+    input:
+        per_layer=expand(rules.prune_eval.output.per_layer, name=config["name"], task=TASKS),
+        global_=expand(rules.prune_eval.output.global_, name=config["name"], task=TASKS),
+    output:
+        per_layer=report(
+            "results/{name}/heads/pruning_per_layer.png",
+            caption="../report/pruning_per_layer.rst",
+            category="Head importance",
+        ),
+        global_=report(
+            "results/{name}/heads/pruning_global.png",
+            caption="../report/pruning_global.rst",
+            category="Head importance",
+        ),
+    params:
+        code=code_version("head_figures"),
+    log:
+        "results/{name}/logs/pruning_figures.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    conda:
+        "../../envs/attnlab.yaml"
+    script:
+        "../scripts/pruning_figures.py"
+
+
+rule task_correlation:
+    input:
+        importance=expand(
+            rules.head_importance.output.importance, name=config["name"], task=TASKS
+        ),
+    output:
+        table="results/{name}/heads/task_correlation.parquet",
+        claims="results/{name}/heads/task_correlation_claims.parquet",
+        figure=report(
+            "results/{name}/heads/task_correlation.png",
+            caption="../report/task_correlation.rst",
+            category="Head importance",
+        ),
+    params:
+        pairs={key: config["heads"][key] for key in ("similar_pairs", "dissimilar_pairs")},
+        code=code_version("heads"),
+    log:
+        "results/{name}/logs/task_correlation.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    conda:
+        "../../envs/attnlab.yaml"
+    script:
+        "../scripts/task_correlation.py"

@@ -1,0 +1,23 @@
+"""Snakemake adapter of rule finetune: train one task's classifier and record its metrics."""
+
+import torch
+
+from attnlab.device import pick_device
+from attnlab.outputs import provenance, setup_logging, write_json
+from attnlab.tasks import TaskSpec
+from attnlab.training import finetune
+
+setup_logging(snakemake.log[0])
+torch.set_num_threads(snakemake.threads)
+params = snakemake.params
+metrics = finetune(
+    snakemake.input.train,
+    snakemake.input.dev,
+    TaskSpec.from_config(snakemake.wildcards.task, params.task),
+    params.model,
+    params.finetune,
+    pick_device(params.device),
+    params.seed,
+    snakemake.output.model,
+)
+write_json(snakemake.output.metrics, {**metrics, **provenance(dict(params.items()))})

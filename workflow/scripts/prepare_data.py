@@ -1,0 +1,15 @@
+"""Snakemake adapter of rule prepare_data: one task's train and dev splits."""
+
+from attnlab.outputs import provenance, setup_logging, write_json
+from attnlab.tasks import prepare_task
+
+setup_logging(snakemake.log[0])
+params = snakemake.params
+summary = prepare_task(
+    snakemake.wildcards.task,
+    params.task,
+    params.seed,
+    snakemake.output.train,
+    snakemake.output.dev,
+)
+write_json(snakemake.output.summary, {**summary, **provenance(dict(params.items()))})

@@ -1,0 +1,14 @@
+"""Snakemake adapter of rule task_correlation: attribution head importance across tasks."""
+
+from attnlab.heads import task_correlation
+from attnlab.outputs import provenance, setup_logging
+
+setup_logging(snakemake.log[0])
+params = snakemake.params
+task_correlation(
+    snakemake.input.importance,
+    params.pairs["similar_pairs"],
+    params.pairs["dissimilar_pairs"],
+    dict(snakemake.output.items()),
+    provenance(dict(params.items())),
+)
