@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from attnlab.attribution import Attribution
-from attnlab.dumps import example_row, read_dump, shard_rows, write_dump
+from attnlab.dumps import example_row, read_dump, read_task_dump, shard_rows, write_dump
 
 CFG = {"top_pairs": 3, "keep_full": False, "edge_min_fraction": 0.1, "max_edges_per_layer": 256}
 
@@ -117,3 +117,14 @@ def test_interrupted_write_leaves_no_file(tmp_path, monkeypatch):
 def test_shards_cover_every_example_once(n_examples, n_shards):
     covered = [i for shard in range(n_shards) for i in shard_rows(n_examples, shard, n_shards)]
     assert covered == list(range(n_examples))
+
+
+def test_gathering_fails_when_a_shard_is_missing(tmp_path):
+    row = example_row(random_result(n_examples=1, real=(6,)), 0, CFG)
+    row.update(idx=0, label=0, tokens=["w"] * 6, segments=[0] * 6, planted_i=None, planted_j=None)
+    paths = []
+    for shard in (0, 2):  # shard 1 of 3 never written
+        paths.append(tmp_path / f"{shard}.parquet")
+        write_dump([row], paths[-1], {"shard": shard, "n_shards": 3, "n_layers": 2, "n_heads": 3})
+    with pytest.raises(ValueError, match=r"shards missing: \[1\]"):
+        read_task_dump(paths)

@@ -263,24 +263,31 @@ def read_dump(path: str | os.PathLike) -> tuple[pd.DataFrame, dict[str, Any]]:
 
 
 
+def read_task_dump(paths: list[str | os.PathLike]) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """A task's attribution shards, concatenated in shard order (= dev split order).
+
+    Fails unless the files are every shard of one split into `n_shards` (from their metadata).
+    """
+    frames, meta = {}, {}
+    for path in paths:
+        frame, meta = read_dump(path)
+        frames[meta["shard"]] = frame
+    missing = sorted(set(range(meta.get("n_shards", 0))) - set(frames))
+    if not frames or missing:
+        raise ValueError(f"attribution shards missing: {missing or 'all'} (rerun attribute)")
+    return pd.concat([frames[k] for k in sorted(frames)], ignore_index=True), meta
+
+
 def summarise_task(shard_paths: list[str | os.PathLike], n_shards: int) -> dict[str, Any]:
-    """Gather a task's shards: check that every one is there, then summarise the dump.
+    """Gather a task's shards, check them against the configured shard count, summarise.
 
     Reports accuracy, the completeness error of the attributions, the dump size per example
     and, for synthetic tasks, how often attribution and raw attention find the planted pair.
     """
-    frames, seen = [], set()
-    for path in shard_paths:
-        frame, meta = read_dump(path)
-        if meta.get("n_shards") != n_shards:
-            raise ValueError(f"{path}: written for {meta.get('n_shards')} shards, expected "
-                             f"{n_shards} (rerun attribute)")
-        seen.add(meta["shard"])
-        frames.append(frame)
-    missing = sorted(set(range(n_shards)) - seen)
-    if missing:
-        raise ValueError(f"attribution shards missing: {missing} of {n_shards}")
-    dump = pd.concat(frames, ignore_index=True)
+    dump, meta = read_task_dump(shard_paths)
+    if meta["n_shards"] != n_shards:
+        raise ValueError(f"attribution dumps were written for {meta['n_shards']} shards, the "
+                         f"config asks for {n_shards} (rerun attribute)")
     delta = dump["f_full"].to_numpy()[:, None] - np.stack(dump["f_zero"].to_numpy())
     total = np.stack(dump["attr_sum"].to_numpy())
     error = np.abs(total - delta) / np.maximum(np.abs(delta), 1e-12)
@@ -289,6 +296,6 @@ def summarise_task(shard_paths: list[str | os.PathLike], n_shards: int) -> dict[
         "accuracy": float((dump["pred"] == dump["label"]).mean()),
         "completeness_error": {"median": float(np.median(error)),
                                "p90": float(np.quantile(error, 0.9)), "max": float(error.max())},
-        "bytes_per_example": sum(Path(p).stat().st_size for p in shard_paths) / max(len(dump), 1),
+        "bytes_per_example": sum(Path(p).stat().st_size for p in shard_paths) / len(dump),
         "planted_pair_recovery": planted_pair_recovery(dump),
     }

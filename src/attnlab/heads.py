@@ -29,7 +29,7 @@ import torch
 from transformers import PreTrainedModel
 
 from attnlab import models, tasks
-from attnlab.dumps import read_dump
+from attnlab.dumps import read_task_dump
 from attnlab.head_figures import plot_task_correlation
 from attnlab.intervention import Intervention
 from attnlab.outputs import atomic_path
@@ -49,15 +49,6 @@ def write_table(df: pd.DataFrame, path: str | os.PathLike, meta: dict[str, Any])
     )
     with atomic_path(path) as tmp:
         pq.write_table(table, tmp, compression="zstd")
-
-
-def read_task_dump(paths: list[str | os.PathLike]) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """A task's attribution shards, concatenated in shard order (= dev split order)."""
-    frames, meta = [], {}
-    for path in paths:
-        frame, meta = read_dump(path)
-        frames.append(frame)
-    return pd.concat(frames, ignore_index=True), meta
 
 
 def dump_scores(dump: pd.DataFrame, column: str, n_layers: int, n_heads: int) -> np.ndarray:
