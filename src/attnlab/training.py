@@ -32,6 +32,7 @@ from attnlab.tasks import TaskSpec, encode, load_split
 log = logging.getLogger(__name__)
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+MAX_GRAD_NORM = 1.0  # gradient clipping, as in the transformers Trainer
 
 
 def build_tokenizer(words: list[str]) -> PreTrainedTokenizerBase:
@@ -176,6 +177,7 @@ def finetune(
         for batch in _batches(train, order, batch_size, device):
             loss = model(**batch).loss
             loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad()
