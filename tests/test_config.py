@@ -50,7 +50,7 @@ def test_defaults_fill_a_minimal_config():
         "text_fields": ["sentence"], "label_names": ["neg", "pos"],
     }}}
     validate(config, str(SCHEMA))
-    assert config["seed"] == 0 and config["device"] == "auto"
+    assert config["seed"] == 0 and config["device"] == "auto" and config["precision"] == "fp32"
     assert config["model"]["scratch"] == {
         "layers": 4, "heads": 4, "hidden": 64, "intermediate": 128, "dropout": 0.1
     }
@@ -99,6 +99,8 @@ def test_default_config_dry_runs(tmp_path):
          "config error at finetune.learning_rate: '2e-5' is not of type 'number'"),
         (None, "device", "gpu",
          "config error at device: 'gpu' is not one of ['auto', 'cpu', 'cuda']"),
+        (None, "precision", "fp16",
+         "config error at precision: 'fp16' is not one of ['fp32', 'tf32', 'bf16']"),
     ],
 )
 def test_config_error_names_key_and_allowed_values(tmp_path, section, key, value, expected):

@@ -87,3 +87,14 @@ def test_default_config_learns_the_hardest_task(tmp_path, config_path):
         config["finetune"], CPU, config["seed"], tmp_path / "model",
     )
     assert metrics["dev_accuracy"] >= 0.95
+
+
+def test_bf16_trains_under_autocast_and_keeps_float32_weights(tmp_path, small_task):
+    # CPU autocast runs the same bfloat16 path a GPU takes with precision: bf16
+    spec, train, dev = small_task
+    short = {**SHORT_TRAINING, "epochs": 1}
+    for bf16 in (False, True):
+        finetune(train, dev, spec, TINY_MODEL, short, CPU, 0, tmp_path / f"bf16={bf16}", bf16=bf16)
+    fp32, bf16 = (load_file(tmp_path / f"bf16={b}" / "model.safetensors") for b in (False, True))
+    assert all(weight.dtype == torch.float32 for weight in bf16.values())
+    assert not all(torch.equal(fp32[k], bf16[k]) for k in fp32)  # bfloat16 rounding took effect

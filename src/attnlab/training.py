@@ -130,11 +130,13 @@ def finetune(
     device: torch.device,
     seed: int,
     out_dir: str | os.PathLike,
+    bf16: bool = False,
 ) -> dict[str, Any]:
     """Train a classifier on `train_path`, evaluate on `dev_path`, save model + tokenizer.
 
     `model_cfg` and `train_cfg` are config["model"] and config["finetune"]. The same
-    config and seed give the same numbers on CPU. Returns the run's metrics.
+    config and seed give the same numbers on CPU. With `bf16` the training steps run under
+    bfloat16 autocast (the weights and their updates stay float32). Returns the run's metrics.
     """
     started = time.monotonic()
     train_df, dev_df = load_split(train_path, spec), load_split(dev_path, spec)
@@ -175,7 +177,8 @@ def finetune(
         epoch_loss = 0.0
         order = torch.randperm(n_train, generator=shuffle)
         for batch in _batches(train, order, batch_size, device):
-            loss = model(**batch).loss
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+                loss = model(**batch).loss
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
             optimizer.step()

@@ -14,6 +14,7 @@ rule attribute:
         # tokenization settings only: the model itself is the input
         model={key: config["model"][key] for key in ("max_length", "truncate")},
         device=config["device"],
+        precision=config["precision"],
         code=code_version("dumps"),
     log:
         "results/{name}/logs/attribute/{task}/shard={shard}.log",

@@ -16,6 +16,7 @@ rule finetune:
         finetune=task_finetune,
         seed=config["seed"],
         device=config["device"],
+        precision=config["precision"],
         code=code_version("training"),
     log:
         "results/{name}/logs/finetune/{task}.log",

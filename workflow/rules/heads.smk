@@ -26,6 +26,7 @@ rule head_importance:
         target=config["attribution"]["target"],
         seed=config["seed"],
         device=config["device"],
+        precision=config["precision"],
         code=code_version("heads"),
     log:
         "results/{name}/logs/head_importance/{task}.log",
@@ -58,6 +59,7 @@ rule prune_eval:
         model={key: config["model"][key] for key in ("max_length", "truncate")},
         target=config["attribution"]["target"],
         device=config["device"],
+        precision=config["precision"],
         code=code_version("pruning"),
     log:
         "results/{name}/logs/prune_eval/{task}.log",

@@ -2,7 +2,7 @@
 
 import torch
 
-from attnlab.device import pick_device
+from attnlab.device import pick_device, set_precision
 from attnlab.dumps import attribute_shard
 from attnlab.outputs import provenance, setup_logging, write_json
 from attnlab.tasks import TaskSpec
@@ -10,6 +10,8 @@ from attnlab.tasks import TaskSpec
 setup_logging(snakemake.log[0])
 torch.set_num_threads(snakemake.threads)
 params = snakemake.params
+device = pick_device(params.device)
+set_precision(params.precision, device)
 origin = provenance(dict(params.items()))
 summary = attribute_shard(
     snakemake.input.model,
@@ -19,7 +21,7 @@ summary = attribute_shard(
     params.model,
     int(snakemake.wildcards.shard),
     params.attribution["shards"],
-    pick_device(params.device),
+    device,
     snakemake.output.part,
     origin,
 )

@@ -2,7 +2,7 @@
 
 import torch
 
-from attnlab.device import pick_device
+from attnlab.device import pick_device, set_precision
 from attnlab.outputs import provenance, setup_logging, write_json
 from attnlab.tasks import TaskSpec
 from attnlab.training import finetune
@@ -10,14 +10,17 @@ from attnlab.training import finetune
 setup_logging(snakemake.log[0])
 torch.set_num_threads(snakemake.threads)
 params = snakemake.params
+device = pick_device(params.device)
+precision = set_precision(params.precision, device)
 metrics = finetune(
     snakemake.input.train,
     snakemake.input.dev,
     TaskSpec.from_config(snakemake.wildcards.task, params.task),
     params.model,
     params.finetune,
-    pick_device(params.device),
+    device,
     params.seed,
     snakemake.output.model,
+    bf16=precision.bf16,
 )
 write_json(snakemake.output.metrics, {**metrics, **provenance(dict(params.items()))})

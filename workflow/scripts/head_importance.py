@@ -2,7 +2,7 @@
 
 import torch
 
-from attnlab.device import pick_device
+from attnlab.device import pick_device, set_precision
 from attnlab.heads import head_importance
 from attnlab.outputs import provenance, setup_logging
 from attnlab.tasks import TaskSpec
@@ -10,6 +10,8 @@ from attnlab.tasks import TaskSpec
 setup_logging(snakemake.log[0])
 torch.set_num_threads(snakemake.threads)
 params = snakemake.params
+device = pick_device(params.device)
+set_precision(params.precision, device)
 head_importance(
     snakemake.input.model,
     snakemake.input.dev,
@@ -19,7 +21,7 @@ head_importance(
     params.model,
     params.target,
     params.seed,
-    pick_device(params.device),
+    device,
     snakemake.output.importance,
     provenance(dict(params.items())),
 )

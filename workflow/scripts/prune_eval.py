@@ -2,7 +2,7 @@
 
 import torch
 
-from attnlab.device import pick_device
+from attnlab.device import pick_device, set_precision
 from attnlab.outputs import provenance, setup_logging
 from attnlab.pruning import prune_eval
 from attnlab.tasks import TaskSpec
@@ -10,6 +10,8 @@ from attnlab.tasks import TaskSpec
 setup_logging(snakemake.log[0])
 torch.set_num_threads(snakemake.threads)
 params = snakemake.params
+device = pick_device(params.device)
+set_precision(params.precision, device)
 prune_eval(
     snakemake.input.model,
     snakemake.input.dev,
@@ -19,7 +21,7 @@ prune_eval(
     params.heads,
     params.model,
     params.target,
-    pick_device(params.device),
+    device,
     {"per_layer": snakemake.output.per_layer, "global": snakemake.output.global_,
      "claims": snakemake.output.claims},
     provenance(dict(params.items())),
