@@ -8,7 +8,14 @@ import pytest
 import torch
 
 from attnlab.attribution import Attribution
-from attnlab.dumps import example_row, read_dump, read_task_dump, shard_rows, write_dump
+from attnlab.dumps import (
+    example_row,
+    read_dump,
+    read_task_dump,
+    shard_rows,
+    summarise_task,
+    write_dump,
+)
 
 CFG = {"top_pairs": 3, "keep_full": False, "edge_min_fraction": 0.1, "max_edges_per_layer": 256}
 
@@ -119,12 +126,32 @@ def test_shards_cover_every_example_once(n_examples, n_shards):
     assert covered == list(range(n_examples))
 
 
-def test_gathering_fails_when_a_shard_is_missing(tmp_path):
+def _shard_files(tmp_path, shards: list[tuple[int, int]]) -> list:
+    """One-row dumps written as shard k of n, for each (k, n)."""
     row = example_row(random_result(n_examples=1, real=(6,)), 0, CFG)
     row.update(idx=0, label=0, tokens=["w"] * 6, segments=[0] * 6, planted_i=None, planted_j=None)
     paths = []
-    for shard in (0, 2):  # shard 1 of 3 never written
-        paths.append(tmp_path / f"{shard}.parquet")
-        write_dump([row], paths[-1], {"shard": shard, "n_shards": 3, "n_layers": 2, "n_heads": 3})
+    for shard, n_shards in shards:
+        paths.append(tmp_path / f"{shard}-of-{n_shards}.parquet")
+        write_dump([row], paths[-1],
+                   {"shard": shard, "n_shards": n_shards, "n_layers": 2, "n_heads": 3})
+    return paths
+
+
+def test_gathering_fails_when_a_shard_is_missing(tmp_path):
+    paths = _shard_files(tmp_path, [(0, 3), (2, 3)])  # shard 1 of 3 never written
     with pytest.raises(ValueError, match=r"shards missing: \[1\]"):
         read_task_dump(paths)
+
+
+def test_gathering_fails_on_shards_of_different_splits(tmp_path):
+    paths = _shard_files(tmp_path, [(0, 2), (1, 3), (2, 3)])  # all of 0..2, but from two splits
+    with pytest.raises(ValueError, match=r"from splits into \[2, 3\] shards"):
+        read_task_dump(paths)
+
+
+def test_summary_fails_when_the_config_asks_for_other_shards(tmp_path):
+    paths = _shard_files(tmp_path, [(0, 2), (1, 2)])
+    assert read_task_dump(paths)[0].shape[0] == 2
+    with pytest.raises(ValueError, match="written for 2 shards, the config asks for 3"):
+        summarise_task(paths, 3)

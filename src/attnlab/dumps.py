@@ -268,10 +268,14 @@ def read_task_dump(paths: list[str | os.PathLike]) -> tuple[pd.DataFrame, dict[s
 
     Fails unless the files are every shard of one split into `n_shards` (from their metadata).
     """
-    frames, meta = {}, {}
+    frames, meta, splits = {}, {}, set()
     for path in paths:
         frame, meta = read_dump(path)
         frames[meta["shard"]] = frame
+        splits.add(meta["n_shards"])
+    if len(splits) > 1:
+        raise ValueError(f"attribution shards come from splits into {sorted(splits)} shards "
+                         "(rerun attribute)")
     missing = sorted(set(range(meta.get("n_shards", 0))) - set(frames))
     if not frames or missing:
         raise ValueError(f"attribution shards missing: {missing or 'all'} (rerun attribute)")
