@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -32,6 +33,40 @@ def job_counts(output: str) -> dict[str, int]:
     table = output.split("Job stats:", 1)[1]
     return {rule: int(count) for rule, count in re.findall(r"^(\w+)\s+(\d+)$", table, re.M)
             if rule != "total"}
+
+
+@dataclass
+class Job:
+    """One job as Snakemake prints it when it plans or starts the job."""
+
+    rule: str
+    local: bool  # a localrule: runs in the Snakemake process, never submitted
+    fields: dict[str, str] = field(default_factory=dict)  # jobid, wildcards, log, resources...
+
+    def _pairs(self, key: str) -> dict[str, str]:
+        # "name=tiny, task=pairs"; resource values have no ", " inside but for "mem=16 GB"
+        pairs = (item.partition("=") for item in self.fields.get(key, "").split(", "))
+        return {k: v for k, _, v in pairs if k}
+
+    @property
+    def wildcards(self) -> dict[str, str]:
+        return self._pairs("wildcards")
+
+    @property
+    def resources(self) -> dict[str, str]:
+        return self._pairs("resources")
+
+
+def jobs_of(output: str) -> list[Job]:
+    """Every job block ("rule x:" or "localrule x:" and its indented fields) in the output."""
+    jobs = []
+    for line in output.splitlines():
+        if header := re.fullmatch(r"(local)?rule (\w+):", line):
+            jobs.append(Job(header[2], bool(header[1])))
+        elif jobs and line.startswith("    ") and ": " in line:
+            key, value = line.strip().split(": ", 1)
+            jobs[-1].fields.setdefault(key, value)
+    return jobs
 
 
 def test_dry_run_plans_one_job_per_task_and_shard():

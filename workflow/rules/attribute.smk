@@ -23,8 +23,6 @@ rule attribute:
     threads: 1
     resources:
         gpu=GPU,
-        mem_mb=16000,
-        runtime=240,
     conda:
         "../../envs/attnlab.yaml"
     script:
@@ -51,9 +49,6 @@ rule summarise_attributions:
     log:
         "results/{name}/logs/summarise_attributions/{task}.log",
     threads: 1
-    resources:
-        mem_mb=4000,
-        runtime=30,
     conda:
         "../../envs/attnlab.yaml"
     script:

@@ -63,7 +63,9 @@ validate_config(config, Path(workflow.basedir, "workflow/schemas/config.schema.y
 
 TASKS = list(config["tasks"])
 SHARDS = range(config["attribution"]["shards"])
-# A GPU is requested (e.g. from SLURM) unless the config pins the CPU.
+# Rules that run a model declare `gpu=GPU`: one GPU is requested (from SLURM, or from the
+# local `gpu` limit of profiles/default) unless the config pins the CPU. Memory and run time
+# depend on the scale of the configuration and the machine, so they live in the profiles.
 GPU = 0 if config["device"] == "cpu" else 1
 
 # Outputs are results/{name}/...: only this configuration's name matches, so nothing is ever

@@ -12,9 +12,6 @@ rule prepare_data:
     benchmark:
         "results/{name}/benchmarks/prepare_data/{task}.tsv"
     threads: 1
-    resources:
-        mem_mb=8000,
-        runtime=60,
     conda:
         "../../envs/attnlab.yaml"
     script:

@@ -25,8 +25,6 @@ rule finetune:
     threads: 1
     resources:
         gpu=GPU,
-        mem_mb=16000,
-        runtime=720,
     conda:
         "../../envs/attnlab.yaml"
     script:

@@ -35,8 +35,6 @@ rule head_importance:
     threads: 1
     resources:
         gpu=GPU,
-        mem_mb=8000,
-        runtime=120,
     conda:
         "../../envs/attnlab.yaml"
     script:
@@ -68,8 +66,6 @@ rule prune_eval:
     threads: 1
     resources:
         gpu=GPU,
-        mem_mb=8000,
-        runtime=240,
     conda:
         "../../envs/attnlab.yaml"
     script:
@@ -96,9 +92,6 @@ rule pruning_figures:
     log:
         "results/{name}/logs/pruning_figures.log",
     threads: 1
-    resources:
-        mem_mb=2000,
-        runtime=10,
     conda:
         "../../envs/attnlab.yaml"
     script:
@@ -124,9 +117,6 @@ rule task_correlation:
     log:
         "results/{name}/logs/task_correlation.log",
     threads: 1
-    resources:
-        mem_mb=2000,
-        runtime=10,
     conda:
         "../../envs/attnlab.yaml"
     script:
