@@ -1,4 +1,7 @@
-"""The profiles in profiles/, through the real snakemake command line: what each job asks for."""
+"""The profiles in profiles/, through the real snakemake command line: what each job asks for.
+
+A real SLURM run with profiles/slurm is in tests/cluster/.
+"""
 
 from __future__ import annotations
 
@@ -53,6 +56,7 @@ def test_slurm_profile_sizes_every_job_and_requests_gpus_as_the_rules_declare(lo
     output, slurm = planned("--workflow-profile", "profiles/slurm")
     assert "Using workflow specific profile profiles/slurm" in output
     assert slurm.keys() == local.keys()
+    # that the rules asking for a GPU are those whose jobs use a device is checked on SLURM
     assert {resources.get("gpu") for resources in local.values()} == {"1", None}
     for (rule, wildcards), resources in slurm.items():
         # the profile sizes jobs but never adds or drops a GPU: that is the rule's to declare
