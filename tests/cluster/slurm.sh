@@ -9,7 +9,7 @@
 # SLURM_CONF included. A configuration this script did not write is never touched.
 # The node declares one count-only GPU, so jobs that ask for one are scheduled on a machine
 # that has none (SLURM sets CUDA_VISIBLE_DEVICES=0 in them).
-set -euo pipefail
+set -Eeuo pipefail
 action=${1:?usage: slurm.sh start|stop DIR}
 dir=$(realpath -m "${2:?usage: slurm.sh start|stop DIR}")
 conf=/etc/slurm
@@ -114,7 +114,8 @@ CONF
 }
 
 case $action in
-  start) start || { stop; exit 1; } ;;
+  # a failing start stops what it started (-E: the trap holds inside the function too)
+  start) trap stop ERR; start ;;
   stop) stop ;;
   *) echo "usage: slurm.sh start|stop DIR" >&2; exit 2 ;;
 esac
