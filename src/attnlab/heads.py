@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 import torch
 from transformers import PreTrainedModel
 
-from attnlab import models, tasks
+from attnlab import examples, models, tasks
 from attnlab.dumps import read_task_dump
 from attnlab.head_figures import plot_task_correlation
 from attnlab.intervention import Intervention
@@ -65,7 +65,7 @@ def predict(
     device = next(model.parameters()).device
     out = []
     with torch.no_grad():
-        for rows, batch in tasks.batches(inputs, batch_size, device):
+        for rows, batch in examples.batches(inputs, batch_size, device):
             mask = None
             if head_mask is not None:
                 mask = (head_mask if head_mask.dim() == 2 else head_mask[rows]).to(device)
@@ -101,7 +101,7 @@ def taylor_gradients(
     dtype = next(model.parameters()).dtype
     n_layers, n_heads = head_shape(model)
     out = []
-    for _, batch in tasks.batches(inputs, batch_size, device):
+    for _, batch in examples.batches(inputs, batch_size, device):
         gates = torch.ones(len(batch["labels"]), n_layers, n_heads, dtype=dtype, device=device,
                            requires_grad=True)
         logits = models.logits(model, batch, Intervention(head_mask=gates))

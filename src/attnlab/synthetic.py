@@ -78,12 +78,6 @@ def _fillers(kind: str) -> list[str]:
     return [f"{_kind(kind).prefix}w{i}" for i in range(N_FILLERS)]
 
 
-def filler_words() -> set[str]:
-    """The filler words of every kind: they never decide a label (the synthetic stand-in for
-    punctuation, which carries no content either)."""
-    return {word for kind in SYNTHETIC_KINDS for word in _fillers(kind)}
-
-
 def vocabulary() -> list[str]:
     """Every word any kind can emit, sorted."""
     words = set()
