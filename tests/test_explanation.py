@@ -5,11 +5,13 @@ input fails in one line before any work."""
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pandas as pd
 import pytest
 import torch
+from test_config import default_config, dry_run
 from tiny_models import tiny_batch, tiny_classifier
 
 from attnlab import adversarial_attention as aa
@@ -206,3 +208,12 @@ def test_unsupported_family_fails_in_one_line_before_any_work(analysis, deberta_
         ANALYSES[analysis](deberta_dir, tmp_path / "missing.parquet")
     assert "\n" not in str(error.value) and "deberta-v2" in str(error.value)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_adversarial_layer_beyond_the_scratch_model_fails_the_dry_run(tmp_path):
+    config = copy.deepcopy(default_config())
+    config.setdefault("explanation", {})["adversarial_attention"] = {"layers": [0, 4]}
+    result = dry_run(config, tmp_path)
+    assert result.returncode != 0
+    assert ("config error at explanation.adversarial_attention.layers: layer 4 is out of range; "
+            "the model has 4 layers (0..3)") in result.stdout + result.stderr
