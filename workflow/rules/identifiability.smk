@@ -3,12 +3,6 @@
 # with its tables, the paper's claims judged on them, and a figure.
 
 
-def identifiability_settings(analysis):
-    """An analysis's settings with the stage's batch size (a dict, so a change reruns it)."""
-    return {**config["identifiability"][analysis],
-            "batch_size": config["identifiability"]["batch_size"]}
-
-
 rule effective_attention:
     input:
         model=rules.finetune.output.model,
@@ -25,7 +19,8 @@ rule effective_attention:
         ),
     params:
         task=task_data,
-        settings=identifiability_settings("effective_attention"),
+        settings={**config["identifiability"]["effective_attention"],
+                  "batch_size": config["identifiability"]["batch_size"]},
         model={key: config["model"][key] for key in ("max_length", "truncate")},
         device=config["device"],
         code=code_version("effective_attention"),
@@ -60,7 +55,8 @@ rule token_identifiability:
         ),
     params:
         task=task_data,
-        settings=identifiability_settings("token_identifiability"),
+        settings={**config["identifiability"]["token_identifiability"],
+                  "batch_size": config["identifiability"]["batch_size"]},
         model={key: config["model"][key] for key in ("max_length", "truncate")},
         seed=config["seed"],
         device=config["device"],
