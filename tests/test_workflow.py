@@ -144,8 +144,11 @@ def test_tiny_config_runs_end_to_end(tmp_path):
     # so the effective attention differs from the raw attention on every example
     effective = pd.read_parquet(results / "identifiability/pairs/effective_attention.parquet")
     assert (effective["null_dim"] > 0).all() and (effective["pearson_r"] < 1).all()
+    # examples longer than exact_max_tokens get the probe estimate (default probes: 32)
     mixing = pd.read_parquet(results / "identifiability/pairs/token_mixing.parquet")
     assert mixing["example"].nunique() == 2 and set(mixing["layer"]) == {1, 2}
+    expected = mixing["length"].map(lambda n: "exact" if n <= 14 else "probes=32")
+    assert (mixing["estimator"] == expected).all()
     adversarial = pd.read_parquet(results / "explanation/pairs/adversarial_attention.parquet")
     assert (adversarial["tvd"] <= 0.01).all() and set(adversarial["layer"]) == {1}
     # the shards of all tasks read back as one dataset
