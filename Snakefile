@@ -28,6 +28,8 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/finetune.smk"
 include: "workflow/rules/attribute.smk"
 include: "workflow/rules/heads.smk"
+include: "workflow/rules/identifiability.smk"
+include: "workflow/rules/explanation.smk"
 
 
 report: "workflow/report/workflow.rst"
@@ -44,3 +46,8 @@ rule all:
         expand(rules.prune_eval.output.claims, name=config["name"], task=TASKS),
         expand(rules.pruning_figures.output.per_layer, name=config["name"]),
         expand(rules.task_correlation.output.claims, name=config["name"]),
+        expand(rules.effective_attention.output.claims, name=config["name"], task=TASKS),
+        expand(rules.token_identifiability.output.claims, name=config["name"], task=TASKS),
+        expand(rules.token_mixing.output.claims, name=config["name"], task=TASKS),
+        expand(rules.attention_permutation.output.claims, name=config["name"], task=TASKS),
+        expand(rules.adversarial_attention.output.claims, name=config["name"], task=TASKS),

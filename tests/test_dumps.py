@@ -155,3 +155,19 @@ def test_summary_fails_when_the_config_asks_for_other_shards(tmp_path):
     assert read_task_dump(paths)[0].shape[0] == 2
     with pytest.raises(ValueError, match="written for 2 shards, the config asks for 3"):
         summarise_task(paths, 3)
+
+
+def test_summary_reports_relative_and_absolute_completeness_error(tmp_path):
+    row = example_row(random_result(n_examples=1, real=(6,)), 0, CFG)
+    row.update(idx=0, label=0, tokens=["w"] * 6, segments=[0] * 6, planted_i=None, planted_j=None)
+    # layer 0: attributions miss F(A) - F(0·A) = 0.5 by 0.01; layer 1: F barely moves (1e-4)
+    # and they miss by 1e-3, a small absolute error that is ten times the change
+    row.update(f_full=0.9, f_zero=[0.4, 0.9 - 1e-4], attr_sum=[0.49, 1e-4 + 1e-3])
+    path = tmp_path / "part.parquet"
+    write_dump([row], path, {"shard": 0, "n_shards": 1, "n_layers": 2, "n_heads": 3})
+    summary = summarise_task([path], 1)
+    # stored as float32 (~6e-8 resolution near 0.9): 1e-6 absolute, 1e-2 relative tolerances
+    assert summary["completeness_abs_error"]["max"] == pytest.approx(0.01, abs=1e-6)
+    assert summary["completeness_abs_error"]["median"] == pytest.approx(0.0055, abs=1e-6)
+    assert summary["completeness_error"]["max"] == pytest.approx(10, rel=1e-2)
+    assert summary["completeness_error"]["median"] == pytest.approx((0.02 + 10) / 2, rel=1e-2)

@@ -83,6 +83,11 @@ def test_dry_run_plans_one_job_per_task_and_shard():
         "prune_eval": n_tasks,
         "pruning_figures": 1,
         "task_correlation": 1,
+        "effective_attention": n_tasks,
+        "token_identifiability": n_tasks,
+        "token_mixing": n_tasks,
+        "attention_permutation": n_tasks,
+        "adversarial_attention": n_tasks,
         "all": 1,
     }
 
@@ -111,6 +116,11 @@ TINY = {
     "finetune": {"epochs": 1, "batch_size": 16, "learning_rate": 1.0e-3},
     "attribution": {"quadrature": "gauss_legendre", "steps": 4, "batch_size": 8, "shards": 2,
                     "max_examples": 6, "keep_full": True},
+    "identifiability": {"token_identifiability": {"train_examples": 24, "epochs": 2},
+                        "token_mixing": {"examples": 2, "exact_max_tokens": 14}},
+    "explanation": {"attention_permutation": {"permutations": 2},
+                    "adversarial_keys": {"train_examples": 24, "epochs": 1},
+                    "adversarial_attention": {"examples": 4, "layers": [1], "steps": 5}},
 }
 
 
@@ -144,6 +154,38 @@ def test_tiny_config_runs_end_to_end(tmp_path):
     for path in ("pruning_per_layer.png", "pruning_global.png", "task_correlation.png",
                  "task_correlation.parquet", "task_correlation_claims.parquet"):
         assert (results / "heads" / path).is_file(), path
+    for path in ("identifiability/{t}/effective_attention.parquet",
+                 "identifiability/{t}/attention_to_tokens.parquet",
+                 "identifiability/{t}/effective_attention_claims.parquet",
+                 "identifiability/{t}/effective_attention.png",
+                 "identifiability/{t}/token_identifiability.parquet",
+                 "identifiability/{t}/token_identifiability_claims.parquet",
+                 "identifiability/{t}/token_identifiability.png",
+                 "identifiability/{t}/token_mixing.parquet",
+                 "identifiability/{t}/token_mixing_offsets.parquet",
+                 "identifiability/{t}/token_mixing_claims.parquet",
+                 "identifiability/{t}/token_mixing.png",
+                 "explanation/{t}/attention_permutation.parquet",
+                 "explanation/{t}/attention_permutation_claims.parquet",
+                 "explanation/{t}/attention_permutation.png",
+                 "explanation/{t}/adversarial_keys.parquet",
+                 "explanation/{t}/adversarial_attention.parquet",
+                 "explanation/{t}/adversarial_claims.parquet",
+                 "explanation/{t}/adversarial.png",
+                 "benchmarks/token_mixing/{t}.tsv", "logs/adversarial_attention/{t}.log"):
+        for task in TINY["tasks"]:
+            assert (results / path.format(t=task)).is_file(), path.format(t=task)
+    # the tiny model's d_v (16 / 2 heads = 8) is below every synthetic sequence length (>= 10),
+    # so the effective attention differs from the raw attention on every example
+    effective = pd.read_parquet(results / "identifiability/pairs/effective_attention.parquet")
+    assert (effective["null_dim"] > 0).all() and (effective["pearson_r"] < 1).all()
+    # examples longer than exact_max_tokens get the probe estimate (default probes: 32)
+    mixing = pd.read_parquet(results / "identifiability/pairs/token_mixing.parquet")
+    assert mixing["example"].nunique() == 2 and set(mixing["layer"]) == {1, 2}
+    expected = mixing["length"].map(lambda n: "exact" if n <= 14 else "probes=32")
+    assert (mixing["estimator"] == expected).all()
+    adversarial = pd.read_parquet(results / "explanation/pairs/adversarial_attention.parquet")
+    assert (adversarial["tvd"] <= 0.01).all() and set(adversarial["layer"]) == {1}
     # the shards of all tasks read back as one dataset
     attributions = pd.read_parquet(results / "attributions")
     assert set(attributions["task"].astype(str)) == set(TINY["tasks"])
