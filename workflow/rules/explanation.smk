@@ -34,6 +34,7 @@ rule attention_permutation:
         model={key: config["model"][key] for key in ("max_length", "truncate")},
         seed=config["seed"],
         device=config["device"],
+        precision=config["precision"],
         code=code_version("attention_permutation"),
     log:
         "results/{name}/logs/attention_permutation/{task}.log",
@@ -70,6 +71,7 @@ rule adversarial_attention:
         model={key: config["model"][key] for key in ("max_length", "truncate")},
         seed=config["seed"],
         device=config["device"],
+        precision=config["precision"],
         code=code_version("adversarial_attention"),
     log:
         "results/{name}/logs/adversarial_attention/{task}.log",

@@ -23,6 +23,7 @@ rule effective_attention:
                   "batch_size": config["identifiability"]["batch_size"]},
         model={key: config["model"][key] for key in ("max_length", "truncate")},
         device=config["device"],
+        precision=config["precision"],
         code=code_version("effective_attention"),
     log:
         "results/{name}/logs/effective_attention/{task}.log",
@@ -58,6 +59,7 @@ rule token_identifiability:
         model={key: config["model"][key] for key in ("max_length", "truncate")},
         seed=config["seed"],
         device=config["device"],
+        precision=config["precision"],
         code=code_version("token_identifiability"),
     log:
         "results/{name}/logs/token_identifiability/{task}.log",
@@ -92,6 +94,7 @@ rule token_mixing:
         model={key: config["model"][key] for key in ("max_length", "truncate")},
         seed=config["seed"],
         device=config["device"],
+        precision=config["precision"],
         code=code_version("token_mixing"),
     log:
         "results/{name}/logs/token_mixing/{task}.log",

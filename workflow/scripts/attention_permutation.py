@@ -3,13 +3,15 @@
 import torch
 
 from attnlab.attention_permutation import analyse_task
-from attnlab.device import pick_device
+from attnlab.device import pick_device, set_precision
 from attnlab.outputs import provenance, setup_logging
 from attnlab.tasks import TaskSpec
 
 setup_logging(snakemake.log[0])
 torch.set_num_threads(snakemake.threads)
 params = snakemake.params
+device = pick_device(params.device)
+set_precision(params.precision, device)
 analyse_task(
     snakemake.input.model,
     snakemake.input.dev,
@@ -17,7 +19,7 @@ analyse_task(
     params.settings,
     params.model,
     params.seed,
-    pick_device(params.device),
+    device,
     dict(snakemake.output.items()),
     provenance(dict(params.items())),
 )

@@ -2,7 +2,7 @@
 
 import torch
 
-from attnlab.device import pick_device
+from attnlab.device import pick_device, set_precision
 from attnlab.effective_attention import analyse_task
 from attnlab.outputs import provenance, setup_logging
 from attnlab.tasks import TaskSpec
@@ -10,13 +10,15 @@ from attnlab.tasks import TaskSpec
 setup_logging(snakemake.log[0])
 torch.set_num_threads(snakemake.threads)
 params = snakemake.params
+device = pick_device(params.device)
+set_precision(params.precision, device)
 analyse_task(
     snakemake.input.model,
     snakemake.input.dev,
     TaskSpec.from_config(snakemake.wildcards.task, params.task),
     params.settings,
     params.model,
-    pick_device(params.device),
+    device,
     dict(snakemake.output.items()),
     provenance(dict(params.items())),
 )
