@@ -12,18 +12,25 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from test_hub import glue_like, write_hub_folder
+from transformers import BertConfig, BertForSequenceClassification
+
+from attnlab.training import build_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def snakemake(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+def snakemake(
+    *args: str, timeout: int = 300, check: bool = True, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     # HF_HUB_OFFLINE: a test must never wait on the network; PYTHONPATH: the library in src/
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT / "src")}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT / "src"), **(env or {})}
     result = subprocess.run(
         [sys.executable, "-m", "snakemake", *args],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
     )
-    assert result.returncode == 0, result.stdout + result.stderr
+    if check:
+        assert result.returncode == 0, result.stdout + result.stderr
     return result
 
 
@@ -116,3 +123,78 @@ def test_tiny_config_runs_end_to_end(tmp_path):
     # a second run finds everything up to date
     rerun = snakemake("-n", *args).stdout
     assert "Nothing to be done" in rerun, rerun[-3000:]
+
+
+RTE_TASK = {
+    "source": "hub",
+    "hub": {"path": "nyu-mll/glue", "name": "rte"},
+    "text_fields": ["sentence1", "sentence2"],
+    "label_names": ["entailment", "not_entailment"],
+}
+
+
+def write_config(work: Path, config: dict) -> Path:
+    work.mkdir(parents=True, exist_ok=True)
+    path = work / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.mark.slow
+def test_without_network_each_fetch_fails_in_one_line_and_writes_nothing(tmp_path):
+    config = {"name": "offline", "tasks": {"rte": RTE_TASK},
+              "model": {"source": "pretrained", "pretrained": "bert-base-cased"}}
+    configfile = write_config(tmp_path, config)
+    result = snakemake("--cores", "1", "--keep-going", "--configfile", str(configfile),
+                       "--directory", str(tmp_path), check=False)
+    assert result.returncode != 0
+    lines = (result.stdout + result.stderr).splitlines()
+    for what, way_out in [
+        ("dataset nyu-mll/glue (rte), split train",
+         "copy that split as Parquet to resources/datasets/nyu-mll/glue/rte/train.parquet"),
+        ("dataset nyu-mll/glue (rte), split validation", "give the task a `local` source"),
+        ("model bert-base-cased", "set model.pretrained to that directory"),
+    ]:
+        assert any(f"could not fetch {what}" in line and way_out in line for line in lines), what
+    resources = tmp_path / "resources"
+    assert not [p for p in resources.rglob("*") if p.is_file() and "logs" not in p.parts]
+
+
+def save_tiny_bert(path: Path, words: list[str]) -> None:
+    """A tiny BERT checkpoint and its tokenizer, written as save_pretrained does for any model."""
+    tokenizer = build_tokenizer(words)
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1,
+                        num_attention_heads=2, intermediate_size=32, max_position_embeddings=64)
+    BertForSequenceClassification(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+
+
+@pytest.mark.slow
+def test_hub_data_and_a_local_checkpoint_reach_finetuning_offline(tmp_path):
+    # A folder laid out like the hub's nyu-mll/glue stands in for the hub (datasets reads both
+    # alike); the model is a local directory written by save_pretrained.
+    train, dev = glue_like(16), glue_like(6, offset=50)
+    write_hub_folder(tmp_path / "glue_copy", {"train": train, "validation": dev})
+    words = sorted({w.strip(".").lower() for text in pd.concat([train, dev])[
+        ["sentence1", "sentence2"]].to_numpy().ravel() for w in text.split()})
+    save_tiny_bert(tmp_path / "tiny_bert", words)
+    config = {"name": "local", "device": "cpu",
+              "tasks": {"rte": {**RTE_TASK, "hub": {"path": "glue_copy", "name": "rte"}}},
+              "model": {"source": "pretrained", "pretrained": "tiny_bert", "max_length": 64},
+              "finetune": {"epochs": 1, "batch_size": 8}}
+    configfile = write_config(tmp_path, config)
+    metrics = "results/local/finetune/rte/metrics.json"
+    snakemake("--cores", "1", "--configfile", str(configfile), "--directory", str(tmp_path),
+              metrics, env={"HF_DATASETS_CACHE": str(tmp_path / "cache")}, timeout=900)
+
+    fetched = tmp_path / "resources" / "datasets" / "glue_copy" / "rte"
+    pd.testing.assert_frame_equal(pd.read_parquet(fetched / "validation.parquet"), dev)
+    summary = json.loads((tmp_path / "results/local/data/rte/summary.json").read_text())
+    assert summary["train"]["rows"] == 16 and summary["dev"]["rows"] == 6
+    result = json.loads((tmp_path / metrics).read_text())
+    assert result["n_train"] == 16 and result["n_dev"] == 6
+    assert result["params"]["model"]["pretrained"] == "tiny_bert"
+    # the download is not redone: every rule after it reads the local files
+    assert "Nothing to be done" in snakemake(
+        "-n", "--cores", "1", "--configfile", str(configfile), "--directory", str(tmp_path),
+        metrics).stdout

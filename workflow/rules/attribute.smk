@@ -9,7 +9,7 @@ rule attribute:
         # "_" keeps the summary out of the dataset when pyarrow or pandas read the folder
         summary="results/{name}/attributions/task={task}/shard={shard}/_summary.json",
     params:
-        task=task_data,
+        task=task_spec,
         attribution=config["attribution"],
         # tokenization settings only: the model itself is the input
         model={key: config["model"][key] for key in ("max_length", "truncate")},

@@ -19,7 +19,7 @@ rule head_importance:
     output:
         importance="results/{name}/heads/{task}/importance.parquet",
     params:
-        task=task_data,
+        task=task_spec,
         heads={key: config["heads"][key]
                for key in ("methods", "importance_examples", "random_seeds", "batch_size")},
         model={key: config["model"][key] for key in ("max_length", "truncate")},
@@ -53,7 +53,7 @@ rule prune_eval:
         global_="results/{name}/heads/{task}/global.parquet",
         claims="results/{name}/heads/{task}/claims.parquet",
     params:
-        task=task_data,
+        task=task_spec,
         heads={key: config["heads"][key] for key in ("prune_percents", "batch_size")},
         model={key: config["model"][key] for key in ("max_length", "truncate")},
         target=config["attribution"]["target"],
