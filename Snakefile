@@ -28,6 +28,8 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/finetune.smk"
 include: "workflow/rules/attribute.smk"
 include: "workflow/rules/heads.smk"
+# the report's own pages, gathering what every stage wrote
+include: "workflow/rules/report.smk"
 
 
 report: "workflow/report/workflow.rst"
@@ -44,3 +46,5 @@ rule all:
         expand(rules.prune_eval.output.claims, name=config["name"], task=TASKS),
         expand(rules.pruning_figures.output.per_layer, name=config["name"]),
         expand(rules.task_correlation.output.claims, name=config["name"]),
+        expand(rules.run_summary.output.page, name=config["name"]),
+        expand(rules.claims.output.page, name=config["name"]),

@@ -130,9 +130,11 @@ def test_task_source_needs_its_settings(tmp_path):
         ({"tasks": {"t": {"source": "hub", "hub": {"path": "/abs/glue"},
                           "text_fields": ["sentence"], "label_names": ["a", "b"]}}},
          "config error at tasks.t.hub.path: '/abs/glue' is not a hub dataset id"),
+        ({"report": {"papers": ["nosuch"]}},
+         "config error at report.papers: no findings file for 'nosuch' (known: hao2021)"),
     ],
 )
-def test_where_data_and_model_come_from_is_checked_in_the_dry_run(tmp_path, change, expected):
+def test_what_a_config_refers_to_is_checked_in_the_dry_run(tmp_path, change, expected):
     config = {**default_config(), **change}
     result = dry_run(config, tmp_path)
     assert result.returncode != 0

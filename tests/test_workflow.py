@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -41,6 +42,10 @@ def job_counts(output: str) -> dict[str, int]:
             if rule != "total"}
 
 
+# The jobs every configuration has once: the report's pages and the target rule.
+PER_CONFIG = {"run_summary": 1, "claims": 1, "all": 1}
+
+
 def test_dry_run_plans_one_job_per_task_and_shard():
     config = yaml.safe_load((ROOT / "config.yaml").read_text())
     n_tasks, n_shards = len(config["tasks"]), config["attribution"]["shards"]
@@ -55,7 +60,7 @@ def test_dry_run_plans_one_job_per_task_and_shard():
         "prune_eval": n_tasks,
         "pruning_figures": 1,
         "task_correlation": 1,
-        "all": 1,
+        **PER_CONFIG,
     }
 
 
@@ -83,18 +88,46 @@ TINY = {
     "finetune": {"epochs": 1, "batch_size": 16, "learning_rate": 1.0e-3},
     "attribution": {"quadrature": "gauss_legendre", "steps": 4, "batch_size": 8, "shards": 2,
                     "max_examples": 6, "keep_full": True},
+    "heads": {"dissimilar_pairs": [["pairs", "single"]]},
 }
 
 
-@pytest.mark.slow
-def test_tiny_config_runs_end_to_end(tmp_path):
-    configfile = tmp_path / "config.yaml"
-    configfile.write_text(yaml.safe_dump(TINY))
-    work = tmp_path / "work"  # --directory: the repository's results/ stays untouched
-    args = ("--cores", "2", "--configfile", str(configfile), "--directory", str(work))
-    snakemake(*args, timeout=1800)
+def write_config(work: Path, config: dict, name: str = "config.yaml") -> Path:
+    work.mkdir(parents=True, exist_ok=True)
+    path = work / name
+    path.write_text(yaml.safe_dump(config))
+    return path
 
-    results = work / "results" / "tiny"
+
+@dataclass
+class TinyRun:
+    """The tiny configuration, run to the end in its own working directory."""
+
+    work: Path
+    configfile: Path
+    results: Path
+
+    def args(self, configfile: Path | None = None) -> tuple[str, ...]:
+        # --directory: the repository's results/ stays untouched
+        return ("--cores", "2", "--configfile", str(configfile or self.configfile),
+                "--directory", str(self.work))
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory) -> TinyRun:
+    """One run of the tiny configuration, its report built, which the tests below inspect and
+    dry-run changes against (the workflow runs once per test module, not once per test)."""
+    work = tmp_path_factory.mktemp("tiny")
+    run = TinyRun(work, write_config(work, TINY), work / "results" / "tiny")
+    snakemake(*run.args(), timeout=1800)
+    snakemake("--configfile", str(run.configfile), "--directory", str(work),
+              "--report", str(run.results / "report.html"))
+    return run
+
+
+@pytest.mark.slow
+def test_tiny_config_runs_end_to_end(tiny_run):
+    results = tiny_run.results
     for task in TINY["tasks"]:
         for path in ("data/{t}/train.parquet", "data/{t}/dev.parquet", "data/{t}/summary.json",
                      "finetune/{t}/model/config.json", "finetune/{t}/metrics.json",
@@ -120,9 +153,38 @@ def test_tiny_config_runs_end_to_end(tmp_path):
     attributions = pd.read_parquet(results / "attributions")
     assert set(attributions["task"].astype(str)) == set(TINY["tasks"])
 
-    # a second run finds everything up to date
-    rerun = snakemake("-n", *args).stdout
+
+@pytest.mark.slow
+def test_nothing_changed_plans_nothing(tiny_run):
+    rerun = snakemake("-n", *tiny_run.args()).stdout
     assert "Nothing to be done" in rerun, rerun[-3000:]
+
+
+def report_results(report: Path) -> dict[str, dict]:
+    """The results a Snakemake HTML report embeds, by path (its `results` JSON object)."""
+    page = report.read_text()
+    start = re.search(r"var results = (\{)", page).start(1)
+    return json.JSONDecoder().raw_decode(page[start:])[0]
+
+
+@pytest.mark.slow
+def test_report_holds_every_figure_the_claims_and_the_run_summary(tiny_run):
+    results = report_results(tiny_run.results / "report.html")
+    figures = {Path(path).name for path in results if path.endswith(".png")}
+    assert figures == {"pruning_per_layer.png", "pruning_global.png", "task_correlation.png"}
+    for path, result in results.items():
+        assert result["caption"].strip(), f"{path} has no caption"
+    pages = {Path(path).name: path for path in results if path.endswith(".html")}
+    assert set(pages) == {"claims.html", "run_summary.html"}
+
+    claims = (tiny_run.work / pages["claims.html"]).read_text()
+    for table in ("per_layer", "global", "task_correlation"):  # every stage's claims
+        assert f"<td>{table}</td>" in claims, table
+    summary = (tiny_run.work / pages["run_summary.html"]).read_text()
+    for stage in ("prepare_data", "finetune", "attribute", "summarise_attributions",
+                  "head_importance", "prune_eval", "pruning_figures", "task_correlation"):
+        assert f"<td>{stage}</td>" in summary, stage
+    assert "cpu (1 threads)" in summary and "name: tiny" in summary
 
 
 RTE_TASK = {
@@ -131,13 +193,6 @@ RTE_TASK = {
     "text_fields": ["sentence1", "sentence2"],
     "label_names": ["entailment", "not_entailment"],
 }
-
-
-def write_config(work: Path, config: dict) -> Path:
-    work.mkdir(parents=True, exist_ok=True)
-    path = work / "config.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
 
 
 @pytest.mark.slow

@@ -49,6 +49,8 @@ rule summarise_attributions:
         code=code_version("dumps"),
     log:
         "results/{name}/logs/summarise_attributions/{task}.log",
+    benchmark:
+        "results/{name}/benchmarks/summarise_attributions/{task}.tsv"
     threads: 1
     resources:
         mem_mb=4000,

@@ -6,6 +6,8 @@ import yaml
 from jsonschema import Draft202012Validator
 from snakemake.exceptions import WorkflowError
 
+from snakemake.io import strip_wildcard_constraints
+
 from attnlab.outputs import code_version
 
 # YAML 1.1 (PyYAML, Snakemake) reads 2e-5 as a string; 2.0e-5 is a float.
@@ -138,3 +140,31 @@ PRETRAINED = pretrained_model()
 def task_finetune(wildcards):
     """The finetune settings of a task: the top-level ones with the task's overrides."""
     return {**config["finetune"], **config["tasks"][wildcards.task].get("finetune", {})}
+
+
+# A paper named in report.papers must have its findings file.
+FINDINGS = [Path(workflow.basedir, "workflow/report/findings", f"{paper}.yaml")
+            for paper in config["report"]["papers"]]
+for findings in FINDINGS:
+    if not findings.is_file():
+        known = sorted(p.stem for p in findings.parent.glob("*.yaml"))
+        raise WorkflowError(f"config error at report.papers: no findings file for "
+                            f"{findings.stem!r} (known: {', '.join(known)})")
+
+
+def for_this_run(pattern):
+    """A rule's file pattern for every task and shard of this configuration."""
+    return expand(strip_wildcard_constraints(pattern), name=config["name"], task=TASKS,
+                  shard=SHARDS)
+
+
+# The report's inputs are found by name: every rule's `benchmark:` file and every rule output
+# called `claims` (patterns with the wildcards name, task and shard only). These run when the DAG
+# is built, after every rule file is included.
+def benchmarks_by_rule(wildcards):
+    return {rule.name: for_this_run(rule.benchmark) for rule in workflow.rules if rule.benchmark}
+
+
+def claims_tables(wildcards):
+    return [path for rule in workflow.rules if "claims" in rule.output.keys()
+            for path in for_this_run(rule.output.claims)]

@@ -93,6 +93,8 @@ rule pruning_figures:
         code=code_version("head_figures"),
     log:
         "results/{name}/logs/pruning_figures.log",
+    benchmark:
+        "results/{name}/benchmarks/pruning_figures.tsv"
     threads: 1
     resources:
         mem_mb=2000,
@@ -121,6 +123,8 @@ rule task_correlation:
         code=code_version("heads"),
     log:
         "results/{name}/logs/task_correlation.log",
+    benchmark:
+        "results/{name}/benchmarks/task_correlation.tsv"
     threads: 1
     resources:
         mem_mb=2000,
