@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pandas as pd
+import pytest
 import yaml
 
-from attnlab import heads
-from attnlab.report import claims_table, run_summary, stage_times
+from attnlab import heads, pruning
+from attnlab.report import claims_table, load_findings, run_summary, stage_times
 
+ROOT = Path(__file__).resolve().parents[1]
+FINDINGS = ROOT / "workflow" / "report" / "findings"
 BENCHMARK_HEADER = "\t".join(["s", "h:m:s", "max_rss", "max_vms", "max_uss", "max_pss", "io_in",
                               "io_out", "mean_load", "cpu_time"])
 
@@ -93,3 +97,28 @@ def test_without_papers_the_page_has_no_paper_column(tmp_path):
         {"stage": "global", "statement": "s", "metric": "m", "value": 1.0, "holds": True}])
     claims_table([path], [], tmp_path / "claims.html", {})
     assert "<th>paper</th>" not in (tmp_path / "claims.html").read_text()
+
+
+def library_claims(tasks: list[str], similar: list[list[str]], dissimilar: list[list[str]]):
+    """Every (stage, claim) the library states on a run of `tasks`, from made-up curves."""
+    per_layer = pd.DataFrame(
+        [{"ranking": r, "order": o, "k": k, "accuracy": 0.5}
+         for r, o, k in itertools.product(pruning.RANKINGS, pruning.ORDERS, range(5))])
+    global_ = pd.DataFrame([{"method": m, "seed": 0, "percent": p, "accuracy": 0.5}
+                            for m in heads.METHODS for p in range(0, 101, 10)])
+    pairs = [{"task_a": a, "task_b": b, "r": 0.5} for a, b in itertools.combinations(tasks, 2)]
+    claims = (pruning.per_layer_claims(per_layer) + pruning.global_claims(global_)
+              + heads.cross_task_claims(pd.DataFrame(pairs), similar, dissimilar))
+    return {(c["stage"], c["claim"]) for c in claims}
+
+
+@pytest.mark.parametrize("paper", sorted(p.stem for p in FINDINGS.glob("*.yaml")))
+def test_every_finding_is_about_a_claim_the_library_states(paper):
+    """A finding whose claim text drifts from the library's would never be shown beside it."""
+    paper_config = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
+    stated = library_claims(list(paper_config["tasks"]), paper_config["heads"]["similar_pairs"],
+                            paper_config["heads"]["dissimilar_pairs"])
+    findings = load_findings([FINDINGS / f"{paper}.yaml"])
+    for finding in findings.itertuples():
+        assert (finding.stage, finding.claim) in stated, finding.claim
+        assert pd.isna(finding.task) or finding.task in paper_config["tasks"]

@@ -64,6 +64,27 @@ def test_dry_run_plans_one_job_per_task_and_shard():
     }
 
 
+@pytest.mark.parametrize("configfile, expected", [
+    # 4 GLUE tasks: a train and a dev split each; 8 attribution shards per task
+    ("config/paper.yaml", {
+        "download_data": 8, "download_model": 1, "prepare_data": 4, "finetune": 4,
+        "attribute": 32, "summarise_attributions": 4, "head_importance": 4, "prune_eval": 4,
+        "pruning_figures": 1, "task_correlation": 1, **PER_CONFIG}),
+    ("config/bart-mnli.yaml", {
+        "download_data": 2, "download_model": 1, "prepare_data": 1, "finetune": 1,
+        "attribute": 8, "summarise_attributions": 1, "head_importance": 1, "prune_eval": 1,
+        "pruning_figures": 1, "task_correlation": 1, **PER_CONFIG}),
+    # local files: nothing to download but the model
+    ("config/own-model-and-data.yaml", {
+        "download_model": 1, "prepare_data": 1, "finetune": 1, "attribute": 1,
+        "summarise_attributions": 1, "head_importance": 1, "prune_eval": 1,
+        "pruning_figures": 1, "task_correlation": 1, **PER_CONFIG}),
+])
+def test_each_configuration_plans_its_whole_dag_without_network(configfile, expected):
+    result = snakemake("-n", "--forceall", "--cores", "2", "--configfile", configfile)
+    assert job_counts(result.stdout) == expected
+
+
 TINY = {
     "name": "tiny",
     "seed": 0,
