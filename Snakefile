@@ -30,6 +30,8 @@ include: "workflow/rules/attribute.smk"
 include: "workflow/rules/heads.smk"
 include: "workflow/rules/identifiability.smk"
 include: "workflow/rules/explanation.smk"
+# the report's own pages, gathering what every stage wrote
+include: "workflow/rules/report.smk"
 
 
 report: "workflow/report/workflow.rst"
@@ -51,3 +53,5 @@ rule all:
         expand(rules.token_mixing.output.claims, name=config["name"], task=TASKS),
         expand(rules.attention_permutation.output.claims, name=config["name"], task=TASKS),
         expand(rules.adversarial_attention.output.claims, name=config["name"], task=TASKS),
+        expand(rules.run_summary.output.page, name=config["name"]),
+        expand(rules.claims.output.page, name=config["name"]),

@@ -22,8 +22,12 @@ def pick_device(choice: str = "auto") -> torch.device:
         if choice == "cpu":
             log.info("device: auto -> cpu (no GPU visible)")
     device = torch.device(choice)
-    if device.type == "cuda":
-        log.info("device: cuda (%s)", torch.cuda.get_device_name(device))
-    else:
-        log.info("device: cpu, %d threads", torch.get_num_threads())
+    log.info("device: %s", device_name(device))
     return device
+
+
+def device_name(device: torch.device) -> str:
+    """The device as a run summary shows it, e.g. "cuda (NVIDIA H200)" or "cpu (4 threads)"."""
+    if device.type == "cuda":
+        return f"cuda ({torch.cuda.get_device_name(device)})"
+    return f"cpu ({torch.get_num_threads()} threads)"

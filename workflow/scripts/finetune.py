@@ -10,11 +10,13 @@ from attnlab.training import finetune
 setup_logging(snakemake.log[0])
 torch.set_num_threads(snakemake.threads)
 params = snakemake.params
+# the checkpoint is read from its local copy; params.model keeps the name it was given
+model = {**params.model, "pretrained": snakemake.input.pretrained or None}
 metrics = finetune(
     snakemake.input.train,
     snakemake.input.dev,
     TaskSpec.from_config(snakemake.wildcards.task, params.task),
-    params.model,
+    model,
     params.finetune,
     pick_device(params.device),
     params.seed,
