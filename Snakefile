@@ -28,6 +28,7 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/finetune.smk"
 include: "workflow/rules/attribute.smk"
 include: "workflow/rules/heads.smk"
+include: "workflow/rules/trees.smk"
 
 
 report: "workflow/report/workflow.rst"
@@ -44,3 +45,5 @@ rule all:
         expand(rules.prune_eval.output.claims, name=config["name"], task=TASKS),
         expand(rules.pruning_figures.output.per_layer, name=config["name"]),
         expand(rules.task_correlation.output.claims, name=config["name"]),
+        expand(rules.trees.output.claims, name=config["name"], task=TASKS),
+        expand(rules.example_views.output.views, name=config["name"], task=TASKS),

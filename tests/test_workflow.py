@@ -48,6 +48,8 @@ def test_dry_run_plans_one_job_per_task_and_shard():
         "prune_eval": n_tasks,
         "pruning_figures": 1,
         "task_correlation": 1,
+        "trees": n_tasks,
+        "example_views": n_tasks,
         "all": 1,
     }
 
@@ -76,6 +78,7 @@ TINY = {
     "finetune": {"epochs": 1, "batch_size": 16, "learning_rate": 1.0e-3},
     "attribution": {"quadrature": "gauss_legendre", "steps": 4, "batch_size": 8, "shards": 2,
                     "max_examples": 6, "keep_full": True},
+    "trees": {"examples": 2},
 }
 
 
@@ -109,6 +112,19 @@ def test_tiny_config_runs_end_to_end(tmp_path):
     for path in ("pruning_per_layer.png", "pruning_global.png", "task_correlation.png",
                  "task_correlation.parquet", "task_correlation_claims.parquet"):
         assert (results / "heads" / path).is_file(), path
+    for task in TINY["tasks"]:
+        for path in ("trees/{t}/edges.parquet", "trees/{t}/trees.parquet",
+                     "trees/{t}/claims.parquet", "trees/{t}/summary.json", "trees/{t}/sizes.png",
+                     "views/{t}/index.html", "benchmarks/trees/{t}.tsv",
+                     "benchmarks/example_views/{t}.tsv"):
+            assert (results / path.format(t=task)).is_file(), path.format(t=task)
+        # one tree row per attributed example; the sampled examples rendered
+        trees = pd.read_parquet(results / "trees" / task / "trees.parquet")
+        assert len(trees) == TINY["attribution"]["max_examples"]
+        assert len(list((results / "trees" / task / "figures").glob("tree_*.png"))) == 2
+        assert len(list((results / "views" / task).glob("heatmap_*.png"))) == 2
+        page = (results / "views" / task / "index.html").read_text()
+        assert page.count('src="data:image/png;base64,') == 2 * 2  # heatmap and tree, embedded
     # the shards of all tasks read back as one dataset
     attributions = pd.read_parquet(results / "attributions")
     assert set(attributions["task"].astype(str)) == set(TINY["tasks"])

@@ -16,7 +16,8 @@ import seaborn as sns  # noqa: E402
 from attnlab.outputs import atomic_path  # noqa: E402
 
 
-def _save(figure: plt.Figure, path: str | os.PathLike) -> None:
+def save_png(figure: plt.Figure, path: str | os.PathLike) -> None:
+    """Write a figure as PNG, atomically, and close it."""
     with atomic_path(path) as tmp:
         figure.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
     plt.close(figure)
@@ -28,7 +29,7 @@ def plot_per_layer(curves: pd.DataFrame, path: str | os.PathLike) -> None:
     grid = sns.relplot(data=curves, x="k", y="accuracy", hue="pruned", col="task", kind="line",
                        marker="o", height=3.2, facet_kws={"sharey": False})
     grid.set_axis_labels("heads pruned in every layer (k)", "accuracy")
-    _save(grid.figure, path)
+    save_png(grid.figure, path)
 
 
 def plot_global(curves: pd.DataFrame, path: str | os.PathLike) -> None:
@@ -38,7 +39,7 @@ def plot_global(curves: pd.DataFrame, path: str | os.PathLike) -> None:
                        kind="line", marker="o", errorbar="sd", height=3.2,
                        facet_kws={"sharey": False})
     grid.set_axis_labels("heads pruned, lowest importance first (%)", "accuracy")
-    _save(grid.figure, path)
+    save_png(grid.figure, path)
 
 
 def pruning_figures(
@@ -77,4 +78,4 @@ def plot_task_correlation(
     if len(correlations):
         axes[1].legend(title="layer", fontsize="small")
     figure.tight_layout()
-    _save(figure, path)
+    save_png(figure, path)
