@@ -29,6 +29,7 @@ include: "workflow/rules/finetune.smk"
 include: "workflow/rules/attribute.smk"
 include: "workflow/rules/heads.smk"
 include: "workflow/rules/trees.smk"
+include: "workflow/rules/triggers.smk"
 
 
 report: "workflow/report/workflow.rst"
@@ -47,3 +48,4 @@ rule all:
         expand(rules.task_correlation.output.claims, name=config["name"]),
         expand(rules.trees.output.claims, name=config["name"], task=TASKS),
         expand(rules.example_views.output.views, name=config["name"], task=TASKS),
+        expand(rules.attack_eval.output.claims, name=config["name"], task=TASKS),

@@ -50,6 +50,8 @@ def test_dry_run_plans_one_job_per_task_and_shard():
         "task_correlation": 1,
         "trees": n_tasks,
         "example_views": n_tasks,
+        "mine_triggers": n_tasks,
+        "attack_eval": n_tasks,
         "all": 1,
     }
 
@@ -79,6 +81,7 @@ TINY = {
     "attribution": {"quadrature": "gauss_legendre", "steps": 4, "batch_size": 8, "shards": 2,
                     "max_examples": 6, "keep_full": True},
     "trees": {"examples": 2},
+    "triggers": {"source_examples": 8, "score_threshold": 0.0, "random_draws": 1},
 }
 
 
@@ -115,8 +118,11 @@ def test_tiny_config_runs_end_to_end(tmp_path):
     for task in TINY["tasks"]:
         for path in ("trees/{t}/edges.parquet", "trees/{t}/trees.parquet",
                      "trees/{t}/claims.parquet", "trees/{t}/summary.json", "trees/{t}/sizes.png",
-                     "views/{t}/index.html", "benchmarks/trees/{t}.tsv",
-                     "benchmarks/example_views/{t}.tsv"):
+                     "views/{t}/index.html",
+                     "triggers/{t}/source.parquet", "triggers/{t}/patterns.parquet",
+                     "triggers/{t}/triggers.parquet", "triggers/{t}/attack.parquet",
+                     "triggers/{t}/claims.parquet", "triggers/{t}/attack.png",
+                     "benchmarks/trees/{t}.tsv", "benchmarks/attack_eval/{t}.tsv"):
             assert (results / path.format(t=task)).is_file(), path.format(t=task)
         # one tree row per attributed example; the sampled examples rendered
         trees = pd.read_parquet(results / "trees" / task / "trees.parquet")
@@ -125,6 +131,8 @@ def test_tiny_config_runs_end_to_end(tmp_path):
         assert len(list((results / "views" / task).glob("heatmap_*.png"))) == 2
         page = (results / "views" / task / "index.html").read_text()
         assert page.count('src="data:image/png;base64,') == 2 * 2  # heatmap and tree, embedded
+        patterns = pd.read_parquet(results / "triggers" / task / "patterns.parquet")
+        assert len(patterns) == TINY["triggers"]["source_examples"]
     # the shards of all tasks read back as one dataset
     attributions = pd.read_parquet(results / "attributions")
     assert set(attributions["task"].astype(str)) == set(TINY["tasks"])
