@@ -3,12 +3,13 @@
 Each of a class's top triggers is inserted into every dev example: its tokens go into the same
 segment at the same relative position as in its source example. With r the relative
 position (k/m, see attnlab.triggers) and c the number of tokens inserted into a segment of m'
-tokens, a token goes to index round((m' + c) · r) of the segment, at least one past the token
-inserted before it (the official code's rule; Python's round, half to even). Tokens go into the
-segments' token lists, never into the special tokens around them. The baseline inserts random
-tokens (drawn from the distinct tokens of the source examples) with the same count and
-positions. Accuracy is measured per gold class before and after; the attack is non-targeted:
-it succeeds when accuracy drops on the classes other than the trigger's own.
+tokens, a token goes to index round((m' + c) · r) of the segment (Python's round, half to even),
+at least one past the token inserted before it: the official code's rule, which moves a token
+one on when it lands on the previous one's index. Tokens go into the segments' token lists,
+never into the special tokens around them. The baseline inserts random tokens (drawn from the
+distinct tokens of the source examples) with the same count and positions. Accuracy is
+measured per gold class before and after; the attack is non-targeted: it succeeds when
+accuracy drops on the classes other than the trigger's own.
 """
 
 from __future__ import annotations
@@ -34,8 +35,7 @@ log = logging.getLogger(__name__)
 # more than random tokens at the same positions.
 RANDOM_RATIO = 3.0
 # "The triggers lower accuracy": the mean drop over the evaluated triggers is at least 5
-# points, well above the noise of one model on a few hundred examples (the paper's Table 4
-# drops are tens of points).
+# points, well above the noise of one model on a few hundred examples.
 ATTACK_MIN_DROP = 0.05
 
 
