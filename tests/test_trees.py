@@ -13,7 +13,8 @@ from test_config import default_config, dry_run
 from test_dumps import CFG, random_result
 
 from attnlab import trees
-from attnlab.dumps import example_row
+from attnlab.dumps import example_row, write_dump
+from attnlab.tasks import TaskSpec
 
 TAU = 0.5
 
@@ -138,6 +139,22 @@ def test_tree_table_keeps_a_row_for_an_empty_tree():
     assert set(edges.loc[edges["example"] == 11, "kind"]) == {"root"}  # [CLS] -> top node only
     summary = trees.size_summary(table)
     assert summary["examples"] == 2 and summary["empty_trees"] >= 1
+
+
+def test_unknown_example_to_render_fails_before_anything_is_written(tmp_path):
+    result = random_result(n_examples=1, layers=2, heads=2, width=5, real=(5,))
+    row = {**example_row(result, 0, CFG), "idx": 0, "label": 0, "tokens": ["w"] * 5,
+           "segments": [0] * 5, "planted_i": None, "planted_j": None}
+    write_dump([row], tmp_path / "part.parquet", {"shard": 0, "n_shards": 1, "n_layers": 2,
+                                                  "n_heads": 2})
+    out = {name: tmp_path / "out" / name for name in
+           ("edges", "trees", "claims", "summary", "sizes", "figures")}
+    spec = TaskSpec("t", ("sentence",), ("neg", "pos"))
+    with pytest.raises(ValueError, match=r"trees.example_idx: \[999\] are not attributed dev"):
+        trees.trees_stage([tmp_path / "part.parquet"], spec,
+                          {"tau": 0.4, "normalise": "layer", "examples": 1,
+                           "example_idx": [999]}, 0, out, {})
+    assert not (tmp_path / "out").exists()
 
 
 def test_tree_claim_counts_only_correct_examples_with_ground_truth():

@@ -255,6 +255,8 @@ def trees_stage(
     figures of the sampled examples into the folder out["figures"]. Returns the claims."""
     dump, meta = read_task_dump(dump_paths)
     tau, normalise = trees_cfg["tau"], trees_cfg["normalise"]
+    chosen = sample_examples(dump["idx"].tolist(), trees_cfg["examples"],
+                             trees_cfg["example_idx"], seed)
     log.info("task %s: trees of %d examples, tau %s, normalised by the %s maximum", spec.name,
              len(dump), tau, normalise)
     edges, trees = tree_tables(dump, meta["n_layers"], tau, normalise)
@@ -268,8 +270,6 @@ def trees_stage(
         write_table(table, out[name], provenance)
     write_json(out["summary"], {**summary, **provenance})
     plot_tree_sizes(trees, out["sizes"])
-    chosen = sample_examples(dump["idx"].tolist(), trees_cfg["examples"],
-                             trees_cfg["example_idx"], seed)
     with atomic_path(out["figures"]) as folder:
         folder.mkdir()
         for _, row in dump[dump["idx"].isin(chosen)].iterrows():
