@@ -65,7 +65,7 @@ rule example_views:
     output:
         views=report(
             directory("results/{name}/views/{task}"),
-            patterns=["index.html"],
+            patterns=["{page}.html"],
             caption="../report/example_views.rst",
             category="Information flow",
             labels={"task": "{task}", "output": "attribution flow per token"},
