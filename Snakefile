@@ -30,6 +30,8 @@ include: "workflow/rules/attribute.smk"
 include: "workflow/rules/heads.smk"
 include: "workflow/rules/trees.smk"
 include: "workflow/rules/triggers.smk"
+include: "workflow/rules/identifiability.smk"
+include: "workflow/rules/explanation.smk"
 
 
 report: "workflow/report/workflow.rst"
@@ -49,3 +51,8 @@ rule all:
         expand(rules.trees.output.claims, name=config["name"], task=TASKS),
         expand(rules.example_views.output.views, name=config["name"], task=TASKS),
         expand(rules.attack_eval.output.claims, name=config["name"], task=TASKS),
+        expand(rules.effective_attention.output.claims, name=config["name"], task=TASKS),
+        expand(rules.token_identifiability.output.claims, name=config["name"], task=TASKS),
+        expand(rules.token_mixing.output.claims, name=config["name"], task=TASKS),
+        expand(rules.attention_permutation.output.claims, name=config["name"], task=TASKS),
+        expand(rules.adversarial_attention.output.claims, name=config["name"], task=TASKS),

@@ -4,9 +4,11 @@ Side by side in one run, on the same random-init BERT-base-shaped classifier and
   * naive: what the official code does — every layer recomputed from the embeddings, one
     example at a time, its m = 20 right-Riemann copies in one batch;
   * the engine with the paper's Riemann-20 and with Gauss-Legendre at 8 and 6 nodes (cached
-    hidden states below layer l, several examples' copies per forward pass).
-Prints one JSON object; `speedup` is naive seconds / variant seconds (machines here are
-noisy, so compare ratios). Usage: python benchmarks/attribution.py [--tokens 128] ...
+    hidden states below layer l, scaled copies batched).
+Examples are attributed one per round, every variant in a rotated order, so that load from
+other jobs falls on all variants alike. Prints one JSON object; `speedup` is naive seconds /
+variant seconds (machines here are noisy, so compare ratios).
+Usage: python benchmarks/attribution.py [--tokens 128] ...
 """
 
 from __future__ import annotations
@@ -90,24 +92,30 @@ def main() -> None:
         "labels": torch.arange(args.examples) % 3,
     }
     variants = {
-        "naive_riemann_right_20": lambda: naive_attribute(model, inputs, 20),
-        "engine_riemann_right_20": lambda: attribute(model, inputs, "gold", "riemann_right", 20,
-                                                     batch_size=40),
-        "engine_gauss_legendre_8": lambda: attribute(model, inputs, "gold", "gauss_legendre", 8,
-                                                     batch_size=32),
-        "engine_gauss_legendre_6": lambda: attribute(model, inputs, "gold", "gauss_legendre", 6,
-                                                     batch_size=32),
+        "naive_riemann_right_20": lambda one: naive_attribute(model, one, 20),
+        "engine_riemann_right_20": lambda one: attribute(model, one, "gold", "riemann_right", 20),
+        "engine_gauss_legendre_8": lambda one: attribute(model, one, "gold", "gauss_legendre", 8),
+        "engine_gauss_legendre_6": lambda one: attribute(model, one, "gold", "gauss_legendre", 6),
     }
+    # One example per round, every variant on it in a rotated order, so that load from other
+    # jobs on a shared machine falls on every variant alike.
+    seconds = dict.fromkeys(variants, 0.0)
+    errors: dict[str, list[torch.Tensor]] = {name: [] for name in variants}
+    names = list(variants)
+    for b in range(args.examples):
+        one = {k: v[b : b + 1] for k, v in inputs.items()}
+        for name in names[b % len(names):] + names[: b % len(names)]:
+            start = time.perf_counter()
+            result = variants[name](one)
+            seconds[name] += time.perf_counter() - start
+            errors[name].append(result.completeness_error())
     report = {"shape": vars(args), "variants": {}}
-    for name, run in variants.items():
-        start = time.perf_counter()
-        result = run()
-        seconds = (time.perf_counter() - start) / args.examples
-        errors = result.completeness_error()
+    for name in variants:
+        error = torch.cat(errors[name])
         report["variants"][name] = {
-            "seconds_per_example": round(seconds, 3),
-            "completeness_error_median": float(errors.median()),
-            "completeness_error_max": float(errors.max()),
+            "seconds_per_example": round(seconds[name] / args.examples, 3),
+            "completeness_error_median": float(error.median()),
+            "completeness_error_max": float(error.max()),
         }
     naive = report["variants"]["naive_riemann_right_20"]["seconds_per_example"]
     for entry in report["variants"].values():

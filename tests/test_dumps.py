@@ -8,7 +8,14 @@ import pytest
 import torch
 
 from attnlab.attribution import Attribution
-from attnlab.dumps import example_row, read_dump, read_task_dump, shard_rows, write_dump
+from attnlab.dumps import (
+    example_row,
+    read_dump,
+    read_task_dump,
+    shard_rows,
+    summarise_task,
+    write_dump,
+)
 
 CFG = {"top_pairs": 3, "keep_full": False, "edge_min_fraction": 0.1, "max_edges_per_layer": 256}
 
@@ -128,3 +135,19 @@ def test_gathering_fails_when_a_shard_is_missing(tmp_path):
         write_dump([row], paths[-1], {"shard": shard, "n_shards": 3, "n_layers": 2, "n_heads": 3})
     with pytest.raises(ValueError, match=r"shards missing: \[1\]"):
         read_task_dump(paths)
+
+
+def test_summary_reports_relative_and_absolute_completeness_error(tmp_path):
+    row = example_row(random_result(n_examples=1, real=(6,)), 0, CFG)
+    row.update(idx=0, label=0, tokens=["w"] * 6, segments=[0] * 6, planted_i=None, planted_j=None)
+    # layer 0: attributions miss F(A) - F(0·A) = 0.5 by 0.01; layer 1: F barely moves (1e-4)
+    # and they miss by 1e-3, a small absolute error that is ten times the change
+    row.update(f_full=0.9, f_zero=[0.4, 0.9 - 1e-4], attr_sum=[0.49, 1e-4 + 1e-3])
+    path = tmp_path / "part.parquet"
+    write_dump([row], path, {"shard": 0, "n_shards": 1, "n_layers": 2, "n_heads": 3})
+    summary = summarise_task([path], 1)
+    # stored as float32 (~6e-8 resolution near 0.9): 1e-6 absolute, 1e-2 relative tolerances
+    assert summary["completeness_abs_error"]["max"] == pytest.approx(0.01, abs=1e-6)
+    assert summary["completeness_abs_error"]["median"] == pytest.approx(0.0055, abs=1e-6)
+    assert summary["completeness_error"]["max"] == pytest.approx(10, rel=1e-2)
+    assert summary["completeness_error"]["median"] == pytest.approx((0.02 + 10) / 2, rel=1e-2)

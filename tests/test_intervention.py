@@ -63,3 +63,59 @@ def test_unsupported_family_is_refused_in_one_line(tmp_path):
     model.save_pretrained(tmp_path)
     with pytest.raises(models.UnsupportedModelError):
         models.load_classifier(tmp_path)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_hidden_states_equal_the_models_own(family):
+    """Embeddings and the layer stack run one layer at a time give the model's own hidden
+    states (BART: its encoder's), so analyses of e^l see what the classifier sees."""
+    model = models.prepare_model(tiny_classifier(family))
+    batch = _inputs(tiny_batch(family))
+    with torch.no_grad():
+        out = model(**batch, output_hidden_states=True)
+        expected = out.encoder_hidden_states if family == "bart" else out.hidden_states
+        ours = models.hidden_states(model, batch)
+    assert len(ours) == len(expected) == models.num_layers(model) + 1
+    for mine, theirs in zip(ours, expected, strict=True):
+        assert torch.equal(mine, theirs)
+
+
+def test_layer_out_of_range_is_refused_in_one_line():
+    model = models.prepare_model(tiny_classifier("bert"))
+    models.check_layer(model, 2, "explanation.adversarial_attention.layers")
+    with pytest.raises(ValueError) as error:
+        models.check_layer(model, 3, "explanation.adversarial_attention.layers")
+    assert str(error.value) == ("explanation.adversarial_attention.layers: layer 3 is out of "
+                                "range; the model has 3 layers (0..2)")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_identity_replacement_permutation_and_key_map_change_nothing(family):
+    """Replacing each layer's probabilities by themselves, permuting keys by the identity and
+    mapping keys to themselves run the same operations on the same numbers: bit-identical."""
+    model = models.prepare_model(tiny_classifier(family))
+    batch = _inputs(tiny_batch(family))
+    with torch.no_grad():
+        capture = Intervention(capture=True)
+        expected = models.logits(model, batch, capture)
+        width = batch["input_ids"].shape[1]
+        identity = {layer: torch.arange(width).expand(probs.shape)
+                    for layer, probs in capture.probs.items()}
+        same = Intervention(replace=dict(capture.probs), permute=identity,
+                            key_map=lambda layer, key: key)
+        assert torch.equal(models.logits(model, batch, same), expected)
+        assert sorted(same.keys) == sorted(capture.probs)
+
+
+def test_captured_values_are_the_value_projection_of_the_layer_input():
+    model = models.prepare_model(tiny_classifier("bert"))
+    batch = _inputs(tiny_batch("bert"))
+    with torch.no_grad():
+        capture = Intervention(capture_values=True)
+        models.logits(model, batch, capture)
+        hidden = models.hidden_states(model, batch)
+        for layer in range(models.num_layers(model)):
+            value = model.bert.encoder.layer[layer].attention.self.value(hidden[layer])
+            expected = value.view(*value.shape[:2], 4, -1).transpose(1, 2)  # (B, H, S, d_v)
+            assert torch.allclose(capture.values[layer], expected, rtol=0, atol=1e-6)
+    assert capture.probs == {}  # values only: nothing else recorded

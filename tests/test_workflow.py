@@ -52,6 +52,11 @@ def test_dry_run_plans_one_job_per_task_and_shard():
         "example_views": n_tasks,
         "mine_triggers": n_tasks,
         "attack_eval": n_tasks,
+        "effective_attention": n_tasks,
+        "token_identifiability": n_tasks,
+        "token_mixing": n_tasks,
+        "attention_permutation": n_tasks,
+        "adversarial_attention": n_tasks,
         "all": 1,
     }
 
@@ -82,6 +87,11 @@ TINY = {
                     "max_examples": 6, "keep_full": True},
     "trees": {"examples": 2},
     "triggers": {"source_examples": 8, "score_threshold": 0.0, "random_draws": 1},
+    "identifiability": {"token_identifiability": {"train_examples": 24, "epochs": 2},
+                        "token_mixing": {"examples": 2, "exact_max_tokens": 14}},
+    "explanation": {"attention_permutation": {"permutations": 2},
+                    "adversarial_keys": {"train_examples": 24, "epochs": 1},
+                    "adversarial_attention": {"examples": 4, "layers": [1], "steps": 5}},
 }
 
 
@@ -133,6 +143,38 @@ def test_tiny_config_runs_end_to_end(tmp_path):
         assert page.count('src="data:image/png;base64,') == 2 * 2  # heatmap and tree, embedded
         patterns = pd.read_parquet(results / "triggers" / task / "patterns.parquet")
         assert len(patterns) == TINY["triggers"]["source_examples"]
+    for path in ("identifiability/{t}/effective_attention.parquet",
+                 "identifiability/{t}/attention_to_tokens.parquet",
+                 "identifiability/{t}/effective_attention_claims.parquet",
+                 "identifiability/{t}/effective_attention.png",
+                 "identifiability/{t}/token_identifiability.parquet",
+                 "identifiability/{t}/token_identifiability_claims.parquet",
+                 "identifiability/{t}/token_identifiability.png",
+                 "identifiability/{t}/token_mixing.parquet",
+                 "identifiability/{t}/token_mixing_offsets.parquet",
+                 "identifiability/{t}/token_mixing_claims.parquet",
+                 "identifiability/{t}/token_mixing.png",
+                 "explanation/{t}/attention_permutation.parquet",
+                 "explanation/{t}/attention_permutation_claims.parquet",
+                 "explanation/{t}/attention_permutation.png",
+                 "explanation/{t}/adversarial_keys.parquet",
+                 "explanation/{t}/adversarial_attention.parquet",
+                 "explanation/{t}/adversarial_claims.parquet",
+                 "explanation/{t}/adversarial.png",
+                 "benchmarks/token_mixing/{t}.tsv", "logs/adversarial_attention/{t}.log"):
+        for task in TINY["tasks"]:
+            assert (results / path.format(t=task)).is_file(), path.format(t=task)
+    # the tiny model's d_v (16 / 2 heads = 8) is below every synthetic sequence length (>= 10),
+    # so the effective attention differs from the raw attention on every example
+    effective = pd.read_parquet(results / "identifiability/pairs/effective_attention.parquet")
+    assert (effective["null_dim"] > 0).all() and (effective["pearson_r"] < 1).all()
+    # examples longer than exact_max_tokens get the probe estimate (default probes: 32)
+    mixing = pd.read_parquet(results / "identifiability/pairs/token_mixing.parquet")
+    assert mixing["example"].nunique() == 2 and set(mixing["layer"]) == {1, 2}
+    expected = mixing["length"].map(lambda n: "exact" if n <= 14 else "probes=32")
+    assert (mixing["estimator"] == expected).all()
+    adversarial = pd.read_parquet(results / "explanation/pairs/adversarial_attention.parquet")
+    assert (adversarial["tvd"] <= 0.01).all() and set(adversarial["layer"]) == {1}
     # the shards of all tasks read back as one dataset
     attributions = pd.read_parquet(results / "attributions")
     assert set(attributions["task"].astype(str)) == set(TINY["tasks"])

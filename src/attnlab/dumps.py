@@ -278,6 +278,11 @@ def read_task_dump(paths: list[str | os.PathLike]) -> tuple[pd.DataFrame, dict[s
     return pd.concat([frames[k] for k in sorted(frames)], ignore_index=True), meta
 
 
+def _quantiles(values: np.ndarray) -> dict[str, float]:
+    return {"median": float(np.median(values)), "p90": float(np.quantile(values, 0.9)),
+            "max": float(values.max())}
+
+
 def summarise_task(shard_paths: list[str | os.PathLike], n_shards: int) -> dict[str, Any]:
     """Gather a task's shards, check them against the configured shard count, summarise.
 
@@ -290,12 +295,15 @@ def summarise_task(shard_paths: list[str | os.PathLike], n_shards: int) -> dict[
                          f"config asks for {n_shards} (rerun attribute)")
     delta = dump["f_full"].to_numpy()[:, None] - np.stack(dump["f_zero"].to_numpy())
     total = np.stack(dump["attr_sum"].to_numpy())
-    error = np.abs(total - delta) / np.maximum(np.abs(delta), 1e-12)
+    absolute = np.abs(total - delta)
+    # The relative error explodes on layers whose removal barely moves F (saturated models),
+    # so the absolute error is reported beside it.
+    relative = absolute / np.maximum(np.abs(delta), 1e-12)
     return {
         "examples": len(dump),
         "accuracy": float((dump["pred"] == dump["label"]).mean()),
-        "completeness_error": {"median": float(np.median(error)),
-                               "p90": float(np.quantile(error, 0.9)), "max": float(error.max())},
+        "completeness_error": _quantiles(relative),
+        "completeness_abs_error": _quantiles(absolute),
         "bytes_per_example": sum(Path(p).stat().st_size for p in shard_paths) / len(dump),
         "planted_pair_recovery": planted_pair_recovery(dump),
     }

@@ -15,7 +15,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from attnlab.head_figures import save_png  # noqa: E402
+from attnlab.head_figures import save_figure  # noqa: E402
 
 if TYPE_CHECKING:
     from attnlab.trees import Tree
@@ -76,7 +76,7 @@ def plot_tree(row: pd.Series, tree: Tree, n_layers: int, label_names: list[str],
                  f"tau = {tau}", fontsize=9)
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
-    save_png(figure, path)
+    save_figure(figure, path)
 
 
 def plot_tree_sizes(trees: pd.DataFrame, path: str | os.PathLike) -> None:
@@ -95,7 +95,7 @@ def plot_tree_sizes(trees: pd.DataFrame, path: str | os.PathLike) -> None:
                     f"{np.median(edges):g} edges, {int((edges == 0).sum())} without any",
                     fontsize=10)
     figure.tight_layout()
-    save_png(figure, path)
+    save_figure(figure, path)
 
 
 def plot_heatmaps(row: pd.Series, attention: np.ndarray, attribution: np.ndarray, layer: int,
@@ -131,7 +131,7 @@ def plot_heatmaps(row: pd.Series, attention: np.ndarray, attribution: np.ndarray
                     f"{_class_name(label_names, int(row['label']))}, predicted "
                     f"{_class_name(label_names, int(row['pred']))}", fontsize=10)
     figure.tight_layout()
-    save_png(figure, path)
+    save_figure(figure, path)
 
 
 def plot_attack(summary: pd.DataFrame, path: str | os.PathLike) -> None:
@@ -144,7 +144,7 @@ def plot_attack(summary: pd.DataFrame, path: str | os.PathLike) -> None:
         figure, ax = plt.subplots(figsize=(5.0, 2.0))
         ax.text(0.5, 0.5, "no triggers were mined", ha="center", va="center")
         ax.set_axis_off()
-        save_png(figure, path)
+        save_figure(figure, path)
         return
     long = summary.melt(id_vars="trigger", value_vars=["before", "trigger_after", "random_after"],
                         var_name="input", value_name="accuracy")
@@ -161,4 +161,4 @@ def plot_attack(summary: pd.DataFrame, path: str | os.PathLike) -> None:
         label.set_horizontalalignment("right")
     ax.legend(fontsize=8, loc="lower right")
     figure.tight_layout()
-    save_png(figure, path)
+    save_figure(figure, path)

@@ -16,8 +16,8 @@ import seaborn as sns  # noqa: E402
 from attnlab.outputs import atomic_path  # noqa: E402
 
 
-def save_png(figure: plt.Figure, path: str | os.PathLike) -> None:
-    """Write a figure as PNG, atomically, and close it."""
+def save_figure(figure: plt.Figure, path: str | os.PathLike) -> None:
+    """Write `figure` as a PNG, atomically, and close it."""
     with atomic_path(path) as tmp:
         figure.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
     plt.close(figure)
@@ -29,7 +29,7 @@ def plot_per_layer(curves: pd.DataFrame, path: str | os.PathLike) -> None:
     grid = sns.relplot(data=curves, x="k", y="accuracy", hue="pruned", col="task", kind="line",
                        marker="o", height=3.2, facet_kws={"sharey": False})
     grid.set_axis_labels("heads pruned in every layer (k)", "accuracy")
-    save_png(grid.figure, path)
+    save_figure(grid.figure, path)
 
 
 def plot_global(curves: pd.DataFrame, path: str | os.PathLike) -> None:
@@ -39,7 +39,7 @@ def plot_global(curves: pd.DataFrame, path: str | os.PathLike) -> None:
                        kind="line", marker="o", errorbar="sd", height=3.2,
                        facet_kws={"sharey": False})
     grid.set_axis_labels("heads pruned, lowest importance first (%)", "accuracy")
-    save_png(grid.figure, path)
+    save_figure(grid.figure, path)
 
 
 def pruning_figures(
@@ -78,4 +78,4 @@ def plot_task_correlation(
     if len(correlations):
         axes[1].legend(title="layer", fontsize="small")
     figure.tight_layout()
-    save_png(figure, path)
+    save_figure(figure, path)

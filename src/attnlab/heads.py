@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -28,7 +27,7 @@ import pyarrow.parquet as pq
 import torch
 from transformers import PreTrainedModel
 
-from attnlab import models, tasks
+from attnlab import examples, models, tasks
 from attnlab.dumps import read_task_dump
 from attnlab.head_figures import plot_task_correlation
 from attnlab.intervention import Intervention
@@ -56,19 +55,6 @@ def dump_scores(dump: pd.DataFrame, column: str, n_layers: int, n_heads: int) ->
     return np.stack(dump[column].to_numpy()).reshape(len(dump), n_layers, n_heads)
 
 
-def _batches(inputs: dict[str, torch.Tensor], batch_size: int) -> Iterator[tuple[slice, dict]]:
-    """Consecutive row blocks of a tokenized split, each trimmed to its own longest example."""
-    n = len(inputs["input_ids"])
-    for start in range(0, n, batch_size):
-        rows = slice(start, min(start + batch_size, n))
-        width = int(inputs["attention_mask"][rows].sum(dim=1).max())
-        yield rows, {k: v[rows, :width] if v.dim() == 2 else v[rows] for k, v in inputs.items()}
-
-
-def _on(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
-    return {k: v.to(device) for k, v in batch.items()}
-
-
 def predict(
     model: PreTrainedModel,
     inputs: dict[str, torch.Tensor],
@@ -79,11 +65,11 @@ def predict(
     device = next(model.parameters()).device
     out = []
     with torch.no_grad():
-        for rows, batch in _batches(inputs, batch_size):
+        for rows, batch in examples.batches(inputs, batch_size, device):
             mask = None
             if head_mask is not None:
                 mask = (head_mask if head_mask.dim() == 2 else head_mask[rows]).to(device)
-            out.append(models.logits(model, _on(batch, device), Intervention(head_mask=mask)))
+            out.append(models.logits(model, batch, Intervention(head_mask=mask)))
     return torch.cat(out).cpu()
 
 
@@ -115,8 +101,7 @@ def taylor_gradients(
     dtype = next(model.parameters()).dtype
     n_layers, n_heads = head_shape(model)
     out = []
-    for _, batch in _batches(inputs, batch_size):
-        batch = _on(batch, device)
+    for _, batch in examples.batches(inputs, batch_size, device):
         gates = torch.ones(len(batch["labels"]), n_layers, n_heads, dtype=dtype, device=device,
                            requires_grad=True)
         logits = models.logits(model, batch, Intervention(head_mask=gates))
@@ -271,10 +256,14 @@ def head_importance(
 STRONG_R = 0.5
 
 
-def claim(stage: str, statement: str, metric: str, value: float, holds: bool) -> dict[str, Any]:
-    """One row of a claims table; the verdict follows from `holds`, computed by the caller."""
+def claim(
+    stage: str, statement: str, metric: str, value: float, holds: bool | None
+) -> dict[str, Any]:
+    """One row of a claims table; the verdict follows from `holds`, computed by the caller
+    (None: the data cannot test the claim, e.g. no sequence is long enough)."""
+    verdict = "not testable" if holds is None else "holds" if holds else "does not hold"
     return {"stage": stage, "claim": statement, "metric": metric, "value": float(value),
-            "verdict": "holds" if holds else "does not hold"}
+            "verdict": verdict}
 
 
 def task_correlations(importance: pd.DataFrame, method: str = "attribution") -> pd.DataFrame:

@@ -1,14 +1,16 @@
 """The one intervention point: an attention function registered with transformers.
 
-Every analysis that needs to see or change attention (capture the probabilities, scale one
-layer's probabilities by per-row factors for attribution, mask heads) passes an
-`Intervention` to the model call as the keyword argument `attnlab=`. transformers hands
-extra keyword arguments down to the attention function, so no module is patched and no
-global state is kept: a call without `attnlab=` is the stock eager computation.
+Every analysis that needs to see or change attention (capture the probabilities or the value
+vectors, scale one layer's probabilities by per-row factors for attribution, mask heads,
+permute or replace a layer's probabilities, map the keys) passes an `Intervention` to the
+model call as the keyword argument `attnlab=`. transformers hands extra keyword arguments down
+to the attention function, so no module is patched and no global state is kept: a call without
+`attnlab=` is the stock eager computation.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -26,22 +28,54 @@ LAYER_ATTRIBUTE = "attnlab_layer"
 class Intervention:
     """What one forward pass should do to attention, and what it recorded.
 
-    capture:     record the (post-mask, post-scale) probabilities of every analysed layer.
-    scale_layer: the layer whose probabilities are multiplied by `scale` (one factor per
-                 batch row); the scaled tensor becomes a leaf that requires grad, stored in
-                 `scaled`, so ∂F/∂(αA) can be taken with `torch.autograd.grad`.
-    head_mask:   (L, H) or (B, L, H) multipliers of each head's probabilities (0 = masked).
+    Tensors of shape (B, H, Q, K) are per batch row, head, query and key position.
+
+    capture:        record the probabilities of every analysed layer as used (after every
+                    change below), in `probs`.
+    capture_values: record the value vectors (B, H, K, d_v) of every analysed layer in `values`.
+    scale_layer:    the layer whose probabilities are multiplied by `scale` (one factor per
+                    batch row); the scaled tensor becomes a leaf that requires grad, stored in
+                    `scaled`, so ∂F/∂(αA) can be taken with `torch.autograd.grad`.
+    head_mask:      (L, H) or (B, L, H) multipliers of each head's probabilities (0 = masked).
+    replace:        {layer: (B, H, Q, K) probabilities} used instead of the layer's own.
+    permute:        {layer: (B, H, Q, K) key indices}: row q of head h takes its weight for key k
+                    from key permute[..., q, k] (a permutation of the keys of every row).
+    key_map:        f(layer, keys) -> keys, applied to every analysed layer's keys (B, H, K, d)
+                    before the scores are computed; each (original, mapped) pair is recorded in
+                    `keys` (with their graph, for a loss on the distance).
     """
 
     capture: bool = False
+    capture_values: bool = False
     scale_layer: int | None = None
     scale: torch.Tensor | None = None
     head_mask: torch.Tensor | None = None
+    replace: dict[int, torch.Tensor] = field(default_factory=dict)
+    permute: dict[int, torch.Tensor] = field(default_factory=dict)
+    key_map: Callable[[int, torch.Tensor], torch.Tensor] | None = None
     probs: dict[int, torch.Tensor] = field(default_factory=dict)
+    values: dict[int, torch.Tensor] = field(default_factory=dict)
+    keys: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
     scaled: torch.Tensor | None = None
+
+    def map_keys(self, layer: int, key: torch.Tensor) -> torch.Tensor:
+        """The keys layer `layer` computes its scores with."""
+        if self.key_map is None:
+            return key
+        mapped = self.key_map(layer, key)
+        self.keys[layer] = (key, mapped)
+        return mapped
+
+    def see_values(self, layer: int, value: torch.Tensor) -> None:
+        if self.capture_values:
+            self.values[layer] = value.detach()
 
     def apply(self, layer: int, probs: torch.Tensor) -> torch.Tensor:
         """Transform layer `layer`'s probabilities (B, H, Q, K) as asked; record what was asked."""
+        if layer in self.replace:
+            probs = self.replace[layer].to(probs)
+        if layer in self.permute:
+            probs = probs.gather(-1, self.permute[layer].to(probs.device))
         if self.head_mask is not None:
             mask = self.head_mask[..., layer, :].to(probs)
             probs = probs * (mask[:, :, None, None] if mask.dim() == 2 else mask[:, None, None])
@@ -66,6 +100,11 @@ def attention_forward(
     **kwargs,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Eager attention, op for op as transformers' own, with the intervention applied."""
+    layer = getattr(module, LAYER_ATTRIBUTE, None)
+    active = attnlab is not None and layer is not None
+    if active:
+        key = attnlab.map_keys(layer, key)
+        attnlab.see_values(layer, value)
     if scaling is None:
         scaling = query.size(-1) ** -0.5
     weights = torch.matmul(query, key.transpose(2, 3)) * scaling
@@ -73,8 +112,7 @@ def attention_forward(
         weights = weights + attention_mask
     weights = nn.functional.softmax(weights, dim=-1)
     weights = nn.functional.dropout(weights, p=dropout, training=module.training)
-    layer = getattr(module, LAYER_ATTRIBUTE, None)
-    if attnlab is not None and layer is not None:
+    if active:
         weights = attnlab.apply(layer, weights)
     output = torch.matmul(weights, value)
     return output.transpose(1, 2).contiguous(), weights

@@ -1,10 +1,12 @@
 """Model families the intervention point supports, and the pieces the engines need of them.
 
-A family says where its analysed attention modules are and, for encoder-only stacks, how to
-run the model in three parts (embeddings, the layer stack, the classification head) so
+A family says where its analysed attention modules are, how to compute the hidden states
+entering the first of them (the input embeddings x = e^0), and, for encoder-only stacks, how
+to run the model in three parts (embeddings, the layer stack, the classification head) so
 that the attribution engine can start from a cached hidden state at layer l instead of
-recomputing every layer below it. BART has no such split (its classifier reads the
-decoder): it is always run whole.
+recomputing every layer below it. BART's encoder runs from its embeddings like the others
+(for analyses of hidden states), but its classifier reads the decoder: as a classifier it is
+always run whole.
 """
 
 from __future__ import annotations
@@ -33,8 +35,27 @@ class Family:
     base: str  # attribute of the classifier holding the base model
     layers: str  # dotted path, inside the base model, of the layer list
     attention: str  # dotted path, inside one layer, of its self-attention module
+    embed: Callable[[PreTrainedModel, dict[str, torch.Tensor]], torch.Tensor]  # inputs -> e^0
     head: Callable[[PreTrainedModel, torch.Tensor], torch.Tensor] | None  # hidden -> logits
     split: bool = True  # can the model be run from a cached hidden state at layer l?
+
+
+def _embeddings(model: PreTrainedModel, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+    base = getattr(model, family_of(model).base)
+    kwargs = {"input_ids": inputs["input_ids"]}
+    if "token_type_ids" in inputs and model.config.model_type != "distilbert":
+        kwargs["token_type_ids"] = inputs["token_type_ids"]
+    hidden = base.embeddings(**kwargs)
+    if hasattr(base, "embeddings_project"):  # ELECTRA with embedding_size != hidden_size
+        hidden = base.embeddings_project(hidden)
+    return hidden
+
+
+def _bart_embeddings(model: PreTrainedModel, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+    # as BartEncoder.forward computes them (its dropout is off in eval mode)
+    encoder = model.model.encoder
+    tokens = encoder.embed_tokens(inputs["input_ids"])
+    return encoder.layernorm_embedding(tokens + encoder.embed_positions(tokens[:, :, -1]))
 
 
 def _bert_head(model: PreTrainedModel, hidden: torch.Tensor) -> torch.Tensor:
@@ -52,11 +73,12 @@ def _distilbert_head(model: PreTrainedModel, hidden: torch.Tensor) -> torch.Tens
 
 
 FAMILIES: dict[str, Family] = {
-    "bert": Family("bert", "encoder.layer", "attention.self", _bert_head),
-    "roberta": Family("roberta", "encoder.layer", "attention.self", _sequence_head),
-    "electra": Family("electra", "encoder.layer", "attention.self", _sequence_head),
-    "distilbert": Family("distilbert", "transformer.layer", "attention", _distilbert_head),
-    "bart": Family("model", "encoder.layers", "self_attn", None, split=False),
+    "bert": Family("bert", "encoder.layer", "attention.self", _embeddings, _bert_head),
+    "roberta": Family("roberta", "encoder.layer", "attention.self", _embeddings, _sequence_head),
+    "electra": Family("electra", "encoder.layer", "attention.self", _embeddings, _sequence_head),
+    "distilbert": Family("distilbert", "transformer.layer", "attention", _embeddings,
+                         _distilbert_head),
+    "bart": Family("model", "encoder.layers", "self_attn", _bart_embeddings, None, split=False),
 }
 
 
@@ -109,15 +131,8 @@ def num_layers(model: PreTrainedModel) -> int:
 
 
 def embed(model: PreTrainedModel, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Hidden states entering layer 0 (encoder-only families)."""
-    base = getattr(model, family_of(model).base)
-    kwargs = {"input_ids": inputs["input_ids"]}
-    if "token_type_ids" in inputs and model.config.model_type != "distilbert":
-        kwargs["token_type_ids"] = inputs["token_type_ids"]
-    hidden = base.embeddings(**kwargs)
-    if hasattr(base, "embeddings_project"):  # ELECTRA with embedding_size != hidden_size
-        hidden = base.embeddings_project(hidden)
-    return hidden
+    """Hidden states entering layer 0, the input embeddings x = e^0 (every family)."""
+    return family_of(model).embed(model, inputs)
 
 
 def layer_mask(model: PreTrainedModel, hidden: torch.Tensor, attention_mask: torch.Tensor):
@@ -135,10 +150,31 @@ def run_layers(
     stop: int | None = None,
     intervention: Intervention | None = None,
 ) -> torch.Tensor:
-    """Apply layers start..stop-1 to `hidden` (encoder-only families)."""
+    """Apply layers start..stop-1 to `hidden` (every family; BART: its encoder layers)."""
     for layer in list(layer_stack(model))[start:stop]:
         hidden = layer(hidden, mask, attnlab=intervention)
     return hidden
+
+
+def hidden_states(
+    model: PreTrainedModel,
+    inputs: dict[str, torch.Tensor],
+    intervention: Intervention | None = None,
+) -> list[torch.Tensor]:
+    """[e^0, e^1, ..., e^L]: the input embeddings and the output of every analysed layer."""
+    states = [embed(model, inputs)]
+    mask = layer_mask(model, states[0], inputs["attention_mask"])
+    for layer in range(num_layers(model)):
+        states.append(run_layers(model, states[-1], mask, layer, layer + 1, intervention))
+    return states
+
+
+def check_layer(model: PreTrainedModel, layer: int, key: str) -> None:
+    """Fail in one line, naming the config key, when `layer` is not a layer of the model."""
+    n_layers = num_layers(model)
+    if not 0 <= layer < n_layers:
+        raise ValueError(f"{key}: layer {layer} is out of range; the model has {n_layers} "
+                         f"layers (0..{n_layers - 1})")
 
 
 def classify(model: PreTrainedModel, hidden: torch.Tensor) -> torch.Tensor:

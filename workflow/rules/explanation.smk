@@ -1,0 +1,88 @@
+# Is attention explanation? (Jain & Wallace 2019, poster 003, methods.md section 6): attention
+# permutation, adversarial keys and adversarial attention on each task's fine-tuned model, each
+# with its tables, the claims judged on them, and a figure.
+
+# A layer the scratch model does not have is an error in the dry run, not after training; for a
+# pretrained model the rule checks the layers against the loaded model before any work.
+if config["model"]["source"] == "scratch":
+    for layer in config["explanation"]["adversarial_attention"]["layers"] or []:
+        n_layers = config["model"]["scratch"]["layers"]
+        if layer >= n_layers:
+            raise WorkflowError(
+                f"config error at explanation.adversarial_attention.layers: layer {layer} is "
+                f"out of range; the model has {n_layers} layers (0..{n_layers - 1})"
+            )
+
+
+rule attention_permutation:
+    input:
+        model=rules.finetune.output.model,
+        dev=rules.prepare_data.output.dev,
+    output:
+        table="results/{name}/explanation/{task}/attention_permutation.parquet",
+        claims="results/{name}/explanation/{task}/attention_permutation_claims.parquet",
+        figure=report(
+            "results/{name}/explanation/{task}/attention_permutation.png",
+            caption="../report/attention_permutation.rst",
+            category="Attention as explanation",
+            labels={"task": "{task}", "analysis": "attention permutation"},
+        ),
+    params:
+        task=task_data,
+        settings={**config["explanation"]["attention_permutation"],
+                  "batch_size": config["explanation"]["batch_size"]},
+        model={key: config["model"][key] for key in ("max_length", "truncate")},
+        seed=config["seed"],
+        device=config["device"],
+        code=code_version("attention_permutation"),
+    log:
+        "results/{name}/logs/attention_permutation/{task}.log",
+    benchmark:
+        "results/{name}/benchmarks/attention_permutation/{task}.tsv"
+    threads: 1
+    resources:
+        gpu=GPU,
+        mem_mb=4000,
+        runtime=60,
+    conda:
+        "../../envs/attnlab.yaml"
+    script:
+        "../scripts/attention_permutation.py"
+
+
+rule adversarial_attention:
+    input:
+        model=rules.finetune.output.model,
+        train=rules.prepare_data.output.train,
+        dev=rules.prepare_data.output.dev,
+    output:
+        key_table="results/{name}/explanation/{task}/adversarial_keys.parquet",
+        attention_table="results/{name}/explanation/{task}/adversarial_attention.parquet",
+        claims="results/{name}/explanation/{task}/adversarial_claims.parquet",
+        figure=report(
+            "results/{name}/explanation/{task}/adversarial.png",
+            caption="../report/adversarial.rst",
+            category="Attention as explanation",
+            labels={"task": "{task}", "analysis": "adversarial keys and attention"},
+        ),
+    params:
+        task=task_data,
+        settings={key: config["explanation"][key]
+                  for key in ("batch_size", "adversarial_keys", "adversarial_attention")},
+        model={key: config["model"][key] for key in ("max_length", "truncate")},
+        seed=config["seed"],
+        device=config["device"],
+        code=code_version("adversarial_attention"),
+    log:
+        "results/{name}/logs/adversarial_attention/{task}.log",
+    benchmark:
+        "results/{name}/benchmarks/adversarial_attention/{task}.tsv"
+    threads: 1
+    resources:
+        gpu=GPU,
+        mem_mb=8000,
+        runtime=120,
+    conda:
+        "../../envs/attnlab.yaml"
+    script:
+        "../scripts/adversarial_attention.py"

@@ -1,0 +1,112 @@
+# On Identifiability in Transformers (Brunner et al. 2020, methods.md section 5): effective
+# attention, token identifiability and token mixing of each task's fine-tuned model, each
+# with its tables, the paper's claims judged on them, and a figure.
+
+
+rule effective_attention:
+    input:
+        model=rules.finetune.output.model,
+        dev=rules.prepare_data.output.dev,
+    output:
+        heads="results/{name}/identifiability/{task}/effective_attention.parquet",
+        tokens="results/{name}/identifiability/{task}/attention_to_tokens.parquet",
+        claims="results/{name}/identifiability/{task}/effective_attention_claims.parquet",
+        figure=report(
+            "results/{name}/identifiability/{task}/effective_attention.png",
+            caption="../report/effective_attention.rst",
+            category="Identifiability",
+            labels={"task": "{task}", "analysis": "effective attention"},
+        ),
+    params:
+        task=task_data,
+        settings={**config["identifiability"]["effective_attention"],
+                  "batch_size": config["identifiability"]["batch_size"]},
+        model={key: config["model"][key] for key in ("max_length", "truncate")},
+        device=config["device"],
+        code=code_version("effective_attention"),
+    log:
+        "results/{name}/logs/effective_attention/{task}.log",
+    benchmark:
+        "results/{name}/benchmarks/effective_attention/{task}.tsv"
+    threads: 1
+    resources:
+        gpu=GPU,
+        mem_mb=4000,
+        runtime=30,
+    conda:
+        "../../envs/attnlab.yaml"
+    script:
+        "../scripts/effective_attention.py"
+
+
+rule token_identifiability:
+    input:
+        model=rules.finetune.output.model,
+        train=rules.prepare_data.output.train,
+        dev=rules.prepare_data.output.dev,
+    output:
+        rates="results/{name}/identifiability/{task}/token_identifiability.parquet",
+        claims="results/{name}/identifiability/{task}/token_identifiability_claims.parquet",
+        figure=report(
+            "results/{name}/identifiability/{task}/token_identifiability.png",
+            caption="../report/token_identifiability.rst",
+            category="Identifiability",
+            labels={"task": "{task}", "analysis": "token identifiability"},
+        ),
+    params:
+        task=task_data,
+        settings={**config["identifiability"]["token_identifiability"],
+                  "batch_size": config["identifiability"]["batch_size"]},
+        model={key: config["model"][key] for key in ("max_length", "truncate")},
+        seed=config["seed"],
+        device=config["device"],
+        code=code_version("token_identifiability"),
+    log:
+        "results/{name}/logs/token_identifiability/{task}.log",
+    benchmark:
+        "results/{name}/benchmarks/token_identifiability/{task}.tsv"
+    threads: 1
+    resources:
+        gpu=GPU,
+        mem_mb=8000,
+        runtime=60,
+    conda:
+        "../../envs/attnlab.yaml"
+    script:
+        "../scripts/token_identifiability.py"
+
+
+rule token_mixing:
+    input:
+        model=rules.finetune.output.model,
+        dev=rules.prepare_data.output.dev,
+    output:
+        tokens="results/{name}/identifiability/{task}/token_mixing.parquet",
+        offsets="results/{name}/identifiability/{task}/token_mixing_offsets.parquet",
+        claims="results/{name}/identifiability/{task}/token_mixing_claims.parquet",
+        figure=report(
+            "results/{name}/identifiability/{task}/token_mixing.png",
+            caption="../report/token_mixing.rst",
+            category="Identifiability",
+            labels={"task": "{task}", "analysis": "token mixing"},
+        ),
+    params:
+        task=task_data,
+        settings=config["identifiability"]["token_mixing"],  # one example at a time
+        model={key: config["model"][key] for key in ("max_length", "truncate")},
+        seed=config["seed"],
+        device=config["device"],
+        code=code_version("token_mixing"),
+    log:
+        "results/{name}/logs/token_mixing/{task}.log",
+    benchmark:
+        "results/{name}/benchmarks/token_mixing/{task}.tsv"
+    threads: 1
+    resources:
+        gpu=GPU,
+        mem_mb=8000,
+        runtime=120,
+    conda:
+        "../../envs/attnlab.yaml"
+    script:
+        "../scripts/token_mixing.py"

@@ -1,0 +1,22 @@
+"""Snakemake adapter of rule effective_attention: effective attention of one task's model."""
+
+import torch
+
+from attnlab.device import pick_device
+from attnlab.effective_attention import analyse_task
+from attnlab.outputs import provenance, setup_logging
+from attnlab.tasks import TaskSpec
+
+setup_logging(snakemake.log[0])
+torch.set_num_threads(snakemake.threads)
+params = snakemake.params
+analyse_task(
+    snakemake.input.model,
+    snakemake.input.dev,
+    TaskSpec.from_config(snakemake.wildcards.task, params.task),
+    params.settings,
+    params.model,
+    pick_device(params.device),
+    dict(snakemake.output.items()),
+    provenance(dict(params.items())),
+)
