@@ -115,13 +115,19 @@ def test_tree_from_the_dump_equals_tree_from_the_full_matrix(tau, normalise):
     assert max(sizes) >= 2  # the comparison covers real trees, not only empty ones
 
 
-def test_a_dump_cut_by_the_edge_cap_is_refused_for_a_tau_it_cannot_serve():
+def test_layers_cut_by_the_edge_cap_are_named():
+    """Edges kept down to the cap only: layers 0 and 1 (the ones the tree scans) lack edges
+    above tau = 0.1, which the trees table flags; a tau above the cut needs nothing more."""
     cfg = {**CFG, "max_edges_per_layer": 2}
     result = random_result(n_examples=1, layers=3, heads=2, width=8, real=(8,), seed=1)
     result.attr = result.attr.abs()
     row = {**example_row(result, 0, cfg), "idx": 7}
-    with pytest.raises(ValueError, match="idx=7 layer 0: .*above trees.tau = 0.1"):
-        trees.tree_from_dump(row, 3, 0.1, "layer")
+    assert trees.incomplete_layers(row, 3, 0.1, "layer") == [0, 1]
+    assert trees.incomplete_layers(row, 3, 0.99, "layer") == []
+    row.update(label=0, pred=0, tokens=["w"] * 8, planted_i=None, planted_j=None)
+    _, table = trees.tree_tables(pd.DataFrame([row]), 3, 0.1, "layer")
+    assert table["incomplete_layers"].tolist() == [2]
+    assert trees.size_summary(table)["incomplete_trees"] == 1
 
 
 def test_tree_table_keeps_a_row_for_an_empty_tree():

@@ -91,32 +91,30 @@ def kept_edges_from_matrix(layers: np.ndarray, tau: float, normalise: str) -> li
 
 def kept_edges_from_dump(row: pd.Series | dict, n_layers: int, tau: float,
                          normalise: str) -> list[list[Edge]]:
-    """E^l of every layer from a dump row's stored edges.
-
-    The dump stores every edge above edge_floor[l]; an edge list is complete for τ only when
-    τ · max ≥ edge_floor[l] (else attribution.max_edges_per_layer cut edges the tree needs).
-    """
+    """E^l of every layer from a dump row's stored edges (complete unless
+    `incomplete_layers` names the layer)."""
     _check(tau, normalise)
     reference = np.asarray(row[NORMALISATIONS[normalise]], dtype=np.float64)
-    floor = np.asarray(row["edge_floor"], dtype=np.float64)
     kept: list[list[Edge]] = [[] for _ in range(n_layers)]
     for layer, i, j, score in zip(row["edge_layer"], row["edge_i"], row["edge_j"],
                                   row["edge_score"], strict=True):
         if reference[layer] > 0 and score / reference[layer] > tau:
             kept[layer].append((int(i), int(j), float(score / reference[layer])))
-    # the last layer's edges are not scanned (it feeds the root), so only the others must be
-    # complete
-    for layer in range(n_layers - 1):
-        if reference[layer] > 0 and tau * reference[layer] < floor[layer]:
-            raise ValueError(
-                f"example idx={row['idx']} layer {layer}: the dump keeps edges only down to "
-                f"{floor[layer] / reference[layer]:.3f} of the layer maximum, above trees.tau "
-                f"= {tau} (attribution.edge_min_fraction, or attribution.max_edges_per_layer "
-                "where it cut them): attribute again with a lower fraction or a higher cap, or "
-                "raise trees.tau")
     for edges in kept:
         edges.sort()  # row-major, as the matrix is scanned
     return kept
+
+
+def incomplete_layers(row: pd.Series | dict, n_layers: int, tau: float,
+                      normalise: str) -> list[int]:
+    """The layers the tree scans (all but the last, which feeds the root) whose stored edges
+    may miss some above tau: the dump keeps every edge above edge_floor[l], which is above
+    tau x max only where attribution.max_edges_per_layer cut the edges (or where
+    attribution.edge_min_fraction exceeds tau)."""
+    reference = np.asarray(row[NORMALISATIONS[normalise]], dtype=np.float64)
+    floor = np.asarray(row["edge_floor"], dtype=np.float64)
+    return [layer for layer in range(n_layers - 1)
+            if reference[layer] > 0 and tau * reference[layer] < floor[layer]]
 
 
 def top_node(totals: np.ndarray) -> int | None:
@@ -173,7 +171,9 @@ def tree_tables(dump: pd.DataFrame, n_layers: int, tau: float,
     root edges, which stand for the last layer, L−1), from_token, to_token.
     trees: one row per example, also when its tree has no flow edge: example, label, pred,
     correct, n_tokens, top_node, top_token, nodes (without the root), edges (flow edges),
-    layers (distinct layers with a flow edge), joins_planted (null without ground truth).
+    layers (distinct layers with a flow edge), joins_planted (null without ground truth),
+    incomplete_layers (layers whose stored edges may miss some above tau: the tree may lack
+    edges there).
     """
     edge_rows, tree_rows = [], []
     for _, row in dump.iterrows():
@@ -186,6 +186,7 @@ def tree_tables(dump: pd.DataFrame, n_layers: int, tau: float,
                        "score": score, "from_token": tokens[i], "to_token": tokens[j]}
                       for layer, i, j, score, kind in flow + root]
         planted = planted_pair(row)
+        incomplete = incomplete_layers(row, n_layers, tau, normalise)
         tree_rows.append({
             "example": example, "label": int(row["label"]), "pred": int(row["pred"]),
             "correct": bool(row["label"] == row["pred"]), "n_tokens": int(row["n_tokens"]),
@@ -193,6 +194,7 @@ def tree_tables(dump: pd.DataFrame, n_layers: int, tau: float,
             "nodes": len(tree.nodes), "edges": len(tree.edges),
             "layers": len({layer for layer, *_ in tree.edges}),
             "joins_planted": None if planted is None else tree.joins(*planted),
+            "incomplete_layers": len(incomplete),
         })
     edges = pd.DataFrame(edge_rows, columns=["example", "kind", "layer", "from", "to", "score",
                                              "from_token", "to_token"])
@@ -203,7 +205,8 @@ def tree_tables(dump: pd.DataFrame, n_layers: int, tau: float,
 def size_summary(trees: pd.DataFrame) -> dict[str, Any]:
     """Tree-size statistics across the examples."""
     summary: dict[str, Any] = {"examples": len(trees),
-                               "empty_trees": int((trees["edges"] == 0).sum())}
+                               "empty_trees": int((trees["edges"] == 0).sum()),
+                               "incomplete_trees": int((trees["incomplete_layers"] > 0).sum())}
     for column in ("nodes", "edges", "layers"):
         values = trees[column].to_numpy()
         summary[column] = {"mean": float(values.mean()), "median": float(np.median(values)),
@@ -263,6 +266,10 @@ def trees_stage(
     claims = pd.DataFrame(tree_claims(trees), columns=["stage", "claim", "metric", "value",
                                                         "verdict"])
     summary = size_summary(trees)
+    if summary["incomplete_trees"]:
+        log.warning("%d trees may lack edges: the dumps' attribution.max_edges_per_layer cut edges "
+                    "above tau in some of their layers (trees.parquet: incomplete_layers); "
+                    "attribute with a higher cap for exact trees", summary["incomplete_trees"])
     share, n_planted = planted_share(trees)
     summary["planted_pair"] = {"examples": n_planted, "share": share if n_planted else None}
     for name, table in (("edges", edges), ("trees", trees), ("claims", claims)):
