@@ -77,9 +77,10 @@ def test_small_model_learns_the_task(stages):
 
 @pytest.mark.slow
 @pytest.mark.xfail(strict=True, reason=(
-    "measured 0.205 (of 200 correct dev examples): the tiny models read the keywords from "
-    "[CLS] instead of joining the pair (issue #2's generator; the same on the default tasks: "
-    "syn_mnli 0.06, syn_rte 0.02, syn_sst2 0.20)"))
+    "measured 0.205 (of 200 correct dev examples): the tiny models mostly read the keywords "
+    "from [CLS] or join another deciding a-b pair instead of the planted one (issue #2's "
+    "generator; on the default tasks, 8-head models: syn_mnli 0.10, syn_rte 0.26, "
+    "syn_sst2 0.215)"))
 def test_a_tree_joins_the_planted_pair(stages):
     _, claims = stages
     assert _value(claims, "the attribution tree joins the planted token pair") >= 0.8
