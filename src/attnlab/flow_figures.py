@@ -159,6 +159,6 @@ def plot_attack(summary: pd.DataFrame, path: str | os.PathLike) -> None:
     ax.tick_params(axis="x", labelrotation=30, labelsize=8)
     for label in ax.get_xticklabels():
         label.set_horizontalalignment("right")
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # clear of the bars
     figure.tight_layout()
     save_figure(figure, path)
