@@ -28,6 +28,8 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/finetune.smk"
 include: "workflow/rules/attribute.smk"
 include: "workflow/rules/heads.smk"
+include: "workflow/rules/trees.smk"
+include: "workflow/rules/triggers.smk"
 include: "workflow/rules/identifiability.smk"
 include: "workflow/rules/explanation.smk"
 # the report's own pages, gathering what every stage wrote
@@ -48,6 +50,9 @@ rule all:
         expand(rules.prune_eval.output.claims, name=config["name"], task=TASKS),
         expand(rules.pruning_figures.output.per_layer, name=config["name"]),
         expand(rules.task_correlation.output.claims, name=config["name"]),
+        expand(rules.trees.output.claims, name=config["name"], task=TASKS),
+        expand(rules.example_views.output.views, name=config["name"], task=TASKS),
+        expand(rules.attack_eval.output.claims, name=config["name"], task=TASKS),
         expand(rules.effective_attention.output.claims, name=config["name"], task=TASKS),
         expand(rules.token_identifiability.output.claims, name=config["name"], task=TASKS),
         expand(rules.token_mixing.output.claims, name=config["name"], task=TASKS),
