@@ -1,5 +1,6 @@
 # From a fresh checkout, with only Python >= 3.11 and make:
-#   make run    install into .venv (again only after pyproject.toml changes), run the workflow
+#   make run    install into .venv (again only after pyproject.toml changes), run the workflow,
+#               then build results/<name>/report.html
 #   make test   the same install, then the tests
 #   make lint   ruff and snakemake --lint
 # Another configuration or core count: make run CONFIG=config/paper.yaml CORES=8
@@ -11,8 +12,18 @@ BIN := $(VENV)/bin
 
 .PHONY: run test lint
 
+# The configuration's name: its results go to results/<name>/ (read once the venv exists).
+NAME = $(shell $(BIN)/python -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["name"])' $(CONFIG))
+REPORT = results/$(NAME)/report.html
+
+# --rerun-incomplete: after an interruption, the jobs that did not finish run again (their
+# outputs are never taken as complete); finished ones are kept. The report is rebuilt only when
+# some output is newer than it, so a run with nothing to do does nothing.
 run: $(VENV)/installed
-	$(BIN)/snakemake --cores $(CORES) --configfile $(CONFIG)
+	$(BIN)/snakemake --cores $(CORES) --configfile $(CONFIG) --rerun-incomplete
+	@if [ -f $(REPORT) ] && [ -z "$$(find results/$(NAME) -newer $(REPORT) -type f | head -n 1)" ]; \
+	then echo "Report up to date: $(REPORT)"; \
+	else $(BIN)/snakemake --configfile $(CONFIG) --report $(REPORT); fi
 
 test: $(VENV)/installed
 	$(BIN)/pytest

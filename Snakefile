@@ -28,8 +28,12 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/finetune.smk"
 include: "workflow/rules/attribute.smk"
 include: "workflow/rules/heads.smk"
+include: "workflow/rules/trees.smk"
+include: "workflow/rules/triggers.smk"
 include: "workflow/rules/identifiability.smk"
 include: "workflow/rules/explanation.smk"
+# the report's own pages, gathering what every stage wrote
+include: "workflow/rules/report.smk"
 
 
 report: "workflow/report/workflow.rst"
@@ -46,8 +50,13 @@ rule all:
         expand(rules.prune_eval.output.claims, name=config["name"], task=TASKS),
         expand(rules.pruning_figures.output.per_layer, name=config["name"]),
         expand(rules.task_correlation.output.claims, name=config["name"]),
+        expand(rules.trees.output.claims, name=config["name"], task=TASKS),
+        expand(rules.example_views.output.views, name=config["name"], task=TASKS),
+        expand(rules.attack_eval.output.claims, name=config["name"], task=TASKS),
         expand(rules.effective_attention.output.claims, name=config["name"], task=TASKS),
         expand(rules.token_identifiability.output.claims, name=config["name"], task=TASKS),
         expand(rules.token_mixing.output.claims, name=config["name"], task=TASKS),
         expand(rules.attention_permutation.output.claims, name=config["name"], task=TASKS),
         expand(rules.adversarial_attention.output.claims, name=config["name"], task=TASKS),
+        expand(rules.run_summary.output.page, name=config["name"]),
+        expand(rules.claims.output.page, name=config["name"]),

@@ -118,3 +118,26 @@ def test_task_source_needs_its_settings(tmp_path):
     assert result.returncode != 0
     expected = "config error at tasks.syn_sst2: 'hub' is a required property"
     assert expected in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        ({"model": {"source": "pretrained", "pretrained": "../no/such/dir"}},
+         "config error at model.pretrained: '../no/such/dir' is neither a directory nor a hub "
+         "model id"),
+        ({"tasks": {"t": {"source": "local", "local": {"train": "no.csv", "dev": "config.yaml"},
+                          "text_fields": ["sentence"], "label_names": ["a", "b"]}}},
+         "config error at tasks.t.local.train: no file no.csv"),
+        ({"tasks": {"t": {"source": "hub", "hub": {"path": "/abs/glue"},
+                          "text_fields": ["sentence"], "label_names": ["a", "b"]}}},
+         "config error at tasks.t.hub.path: '/abs/glue' is not a hub dataset id"),
+        ({"report": {"papers": ["nosuch"]}},
+         "config error at report.papers: no findings file for 'nosuch' (known: hao2021)"),
+    ],
+)
+def test_what_a_config_refers_to_is_checked_in_the_dry_run(tmp_path, change, expected):
+    config = {**default_config(), **change}
+    result = dry_run(config, tmp_path)
+    assert result.returncode != 0
+    assert expected in result.stdout + result.stderr

@@ -66,6 +66,20 @@ def test_row_keeps_maxima_top_pairs_and_every_edge_above_the_floor():
             (a.sum(1) - a.diagonal()).tolist(), rel=1e-5, abs=1e-6)
 
 
+def test_edges_above_the_layer_maximum_are_kept_when_only_cls_reads_positively():
+    """Layer 0: only [CLS]'s row is positive, so the maximum over the other rows is not; a tree
+    normalised by the whole layer's maximum still needs every edge above a fraction of it."""
+    result = random_result(n_examples=1, real=(6,))
+    layer = result.attr[0, 0]  # (H, S, S)
+    layer.copy_(-layer.abs() - 0.01)
+    layer[:, 0, 1:] = layer[:, 0, 1:].abs()
+    row = example_row(result, 0, CFG)
+    a = layer.sum(0)
+    assert row["layer_max_no_cls"][0] < 0 < row["layer_max"][0]
+    expected = {(0, j) for j in range(1, 6) if a[0, j] >= 0.1 * row["layer_max"][0]}
+    assert len(expected) > 1 and set(dense_edges(row, 0)) == expected
+
+
 def test_edge_cap_moves_the_floor_up():
     result = random_result(n_examples=1, real=(6,))
     row = example_row(result, 0, {**CFG, "edge_min_fraction": 1e-6, "max_edges_per_layer": 5})

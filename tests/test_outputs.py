@@ -22,6 +22,17 @@ def test_atomic_path_publishes_only_on_success(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
 
 
+def test_atomic_path_removes_what_a_killed_writer_left(tmp_path):
+    target = tmp_path / "part.parquet"
+    (tmp_path / ".part.parquet.partial-99999").write_text("half")  # a killed process's
+    (tmp_path / ".part.parquet.partial-99998").mkdir()
+    (tmp_path / ".other.parquet.partial-99999").write_text("another file's")
+    with outputs.atomic_path(target) as tmp:
+        tmp.write_text("whole")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".other.parquet.partial-99999", "part.parquet"]
+
+
 @pytest.fixture
 def package_copy(tmp_path, monkeypatch):
     copy = tmp_path / "attnlab"

@@ -144,20 +144,6 @@ def test_unreadable_local_file_is_one_line_error(tmp_path, name, content, proble
     assert not out.exists()
 
 
-def test_hub_offline_is_one_line_error(tmp_path):
-    task = {
-        "source": "hub",
-        "hub": {"path": "nyu-mll/glue", "name": "rte", "train_split": "train",
-                "dev_split": "validation"},
-        "text_fields": ["sentence1", "sentence2"],
-        "label_names": ["entailment", "not_entailment"],
-    }
-    message = _error_of(lambda: prepare_task(
-        "rte", task, 0, tmp_path / "train.parquet", tmp_path / "dev.parquet"))
-    assert "nyu-mll/glue" in message and "`local` source" in message
-    assert not list(tmp_path.iterdir())
-
-
 def test_encode_pairs_and_single_sentences(tokenizer, pair_task, single_task):
     for task in (pair_task, single_task):
         spec = TaskSpec.from_config("t", task)

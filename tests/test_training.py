@@ -2,8 +2,15 @@ import pytest
 import torch
 import yaml
 from safetensors.torch import load_file
-from transformers import AutoModelForSequenceClassification, AutoTokenizer
+from tiny_models import FAMILIES, tiny_batch, tiny_classifier
+from transformers import (
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    BertConfig,
+    BertForSequenceClassification,
+)
 
+from attnlab.models import align_labels
 from attnlab.tasks import TaskSpec, encode, load_split, prepare_task
 from attnlab.training import accuracy, build_tokenizer, finetune, training_words
 
@@ -98,3 +105,49 @@ def test_bf16_trains_under_autocast_and_keeps_float32_weights(tmp_path, small_ta
     fp32, bf16 = (load_file(tmp_path / f"bf16={b}" / "model.safetensors") for b in (False, True))
     assert all(weight.dtype == torch.float32 for weight in bf16.values())
     assert not all(torch.equal(fp32[k], bf16[k]) for k in fp32)  # bfloat16 rounding took effect
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_published_classifier_takes_the_task_order_of_classes(family):
+    model = tiny_classifier(family)
+    model.config.id2label = {0: "contradiction", 1: "neutral", 2: "entailment"}
+    batch = tiny_batch(family)
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    with torch.no_grad():
+        before = model(**inputs).logits
+        align_labels(model, ["Entailment", "neutral", "contradiction"])
+        after = model(**inputs).logits
+    torch.testing.assert_close(after, before[:, [2, 1, 0]], rtol=0, atol=0)
+    assert model.config.id2label == {0: "Entailment", 1: "neutral", 2: "contradiction"}
+    assert model.config.label2id["contradiction"] == 2
+
+
+def test_classes_that_do_not_match_by_name_are_one_line_error():
+    model = tiny_classifier("bert")  # classes LABEL_0, LABEL_1, LABEL_2
+    with pytest.raises(ValueError) as info:
+        align_labels(model, ["entailment", "neutral", "contradiction"])
+    assert "\n" not in str(info.value)
+    assert "['LABEL_0', 'LABEL_1', 'LABEL_2'] are not the task's label_names" in str(info.value)
+
+
+def test_a_finetuned_checkpoint_is_evaluated_as_published(tmp_path, small_task, tokenizer):
+    spec, train, dev = small_task
+    published = tmp_path / "published"
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1,
+                        num_attention_heads=2, intermediate_size=32,
+                        id2label={0: "contradiction", 1: "neutral", 2: "entailment"})
+    BertForSequenceClassification(config).save_pretrained(published)
+    tokenizer.save_pretrained(published)
+    model_cfg = {**TINY_MODEL, "source": "finetuned", "pretrained": str(published)}
+    metrics = finetune(train, dev, spec, model_cfg, SHORT_TRAINING, CPU, 0, tmp_path / "out")
+    assert (metrics["epochs"], metrics["steps"], metrics["n_train"]) == (0, 0, 0)
+
+    before, after = (load_file(p / "model.safetensors") for p in (published, tmp_path / "out"))
+    # not trained: every weight as published, the classes' rows in the task's order
+    for key in before:
+        expected = before[key][[2, 1, 0]] if key.startswith("classifier.") else before[key]
+        assert torch.equal(after[key], expected), key
+    saved = AutoModelForSequenceClassification.from_pretrained(tmp_path / "out")
+    assert saved.config.id2label == dict(enumerate(spec.label_names))
+    data = encode(load_split(dev, spec), spec, tokenizer, TINY_MODEL["max_length"])
+    assert accuracy(saved, data, 16, CPU) == metrics["dev_accuracy"]

@@ -2,29 +2,42 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 import yaml
+from test_hub import glue_like, write_hub_folder
+from transformers import BertConfig, BertForSequenceClassification
+
+from attnlab.training import build_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def snakemake(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    # HF_HUB_OFFLINE: a test must never wait on the network; PYTHONPATH: the library in src/
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT / "src")}
+# HF_HUB_OFFLINE: a test must never wait on the network; PYTHONPATH: the library in src/
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT / "src")}
+
+
+def snakemake(
+    *args: str, timeout: int = 300, check: bool = True, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     result = subprocess.run(
         [sys.executable, "-m", "snakemake", *args],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
+        cwd=ROOT, env={**ENV, **(env or {})}, capture_output=True, text=True, timeout=timeout,
     )
-    assert result.returncode == 0, result.stdout + result.stderr
+    if check:
+        assert result.returncode == 0, result.stdout + result.stderr
     return result
 
 
@@ -69,6 +82,19 @@ def jobs_of(output: str) -> list[Job]:
     return jobs
 
 
+def jobs(output: str) -> list[tuple[str, str, dict[str, str]]]:
+    """The (rule, job id, wildcards) of every job Snakemake printed, planned or started."""
+    return [(job.rule, job.fields.get("jobid", ""), job.wildcards) for job in jobs_of(output)]
+
+# The jobs every configuration has once: the report's pages and the target rule.
+PER_CONFIG = {"run_summary": 1, "claims": 1, "all": 1}
+# The per-task stages after attribution: trees, views and triggers (from the dumps and the
+# model), identifiability and explanation (from the fine-tuned model).
+FROM_MODEL = ("trees", "example_views", "mine_triggers", "attack_eval",
+              "effective_attention", "token_identifiability", "token_mixing",
+              "attention_permutation", "adversarial_attention")
+
+
 def test_dry_run_plans_one_job_per_task_and_shard():
     config = yaml.safe_load((ROOT / "config.yaml").read_text())
     n_tasks, n_shards = len(config["tasks"]), config["attribution"]["shards"]
@@ -83,13 +109,33 @@ def test_dry_run_plans_one_job_per_task_and_shard():
         "prune_eval": n_tasks,
         "pruning_figures": 1,
         "task_correlation": 1,
-        "effective_attention": n_tasks,
-        "token_identifiability": n_tasks,
-        "token_mixing": n_tasks,
-        "attention_permutation": n_tasks,
-        "adversarial_attention": n_tasks,
-        "all": 1,
+        **dict.fromkeys(FROM_MODEL, n_tasks),
+        **PER_CONFIG,
     }
+
+
+@pytest.mark.parametrize("configfile, expected", [
+    # 4 GLUE tasks: a train and a dev split each; 8 attribution shards per task
+    ("config/paper.yaml", {
+        "download_data": 8, "download_model": 1, "prepare_data": 4, "finetune": 4,
+        "attribute": 32, "summarise_attributions": 4, "head_importance": 4, "prune_eval": 4,
+        "pruning_figures": 1, "task_correlation": 1, **dict.fromkeys(FROM_MODEL, 4),
+        **PER_CONFIG}),
+    ("config/bart-mnli.yaml", {
+        "download_data": 2, "download_model": 1, "prepare_data": 1, "finetune": 1,
+        "attribute": 8, "summarise_attributions": 1, "head_importance": 1, "prune_eval": 1,
+        "pruning_figures": 1, "task_correlation": 1, **dict.fromkeys(FROM_MODEL, 1),
+        **PER_CONFIG}),
+    # local files: nothing to download but the model
+    ("config/own-model-and-data.yaml", {
+        "download_model": 1, "prepare_data": 1, "finetune": 1, "attribute": 1,
+        "summarise_attributions": 1, "head_importance": 1, "prune_eval": 1,
+        "pruning_figures": 1, "task_correlation": 1, **dict.fromkeys(FROM_MODEL, 1),
+        **PER_CONFIG}),
+])
+def test_each_configuration_plans_its_whole_dag_without_network(configfile, expected):
+    result = snakemake("-n", "--forceall", "--cores", "2", "--configfile", configfile)
+    assert job_counts(result.stdout) == expected
 
 
 TINY = {
@@ -116,6 +162,9 @@ TINY = {
     "finetune": {"epochs": 1, "batch_size": 16, "learning_rate": 1.0e-3},
     "attribution": {"quadrature": "gauss_legendre", "steps": 4, "batch_size": 8, "shards": 2,
                     "max_examples": 6, "keep_full": True},
+    "heads": {"dissimilar_pairs": [["pairs", "single"]]},
+    "trees": {"examples": 2},
+    "triggers": {"source_examples": 8, "score_threshold": 0.0, "random_draws": 1},
     "identifiability": {"token_identifiability": {"train_examples": 24, "epochs": 2},
                         "token_mixing": {"examples": 2, "exact_max_tokens": 14}},
     "explanation": {"attention_permutation": {"permutations": 2},
@@ -124,15 +173,102 @@ TINY = {
 }
 
 
-@pytest.mark.slow
-def test_tiny_config_runs_end_to_end(tmp_path):
-    configfile = tmp_path / "config.yaml"
-    configfile.write_text(yaml.safe_dump(TINY))
-    work = tmp_path / "work"  # --directory: the repository's results/ stays untouched
-    args = ("--cores", "2", "--configfile", str(configfile), "--directory", str(work))
-    snakemake(*args, timeout=1800)
+def write_config(work: Path, config: dict, name: str = "config.yaml") -> Path:
+    work.mkdir(parents=True, exist_ok=True)
+    path = work / name
+    path.write_text(yaml.safe_dump(config))
+    return path
 
-    results = work / "results" / "tiny"
+
+@dataclass
+class TinyRun:
+    """The tiny configuration, run to the end in its own working directory."""
+
+    work: Path
+    configfile: Path
+    results: Path
+    interruption: dict = field(default_factory=dict)
+
+    def args(self, configfile: Path | None = None) -> tuple[str, ...]:
+        # --directory: the repository's results/ stays untouched
+        return ("--cores", "2", "--configfile", str(configfile or self.configfile),
+                "--directory", str(self.work))
+
+
+def whole(path: Path) -> bool:
+    """Whether a dump or summary file reads back completely."""
+    try:
+        pq.read_table(path) if path.suffix == ".parquet" else json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def kill_during_attribute(run: TinyRun, timeout: float = 1800) -> dict:
+    """Start the tiny run and kill it, Snakemake and its jobs at once (SIGKILL to the process
+    group, as a crash or power loss would), while an attribute job runs and Snakemake has seen
+    another finish. Returns the shards (task, shard) that were running and those finished, the
+    files of the finished ones with their mtimes, and what the killed jobs had left."""
+    output = run.work / "interrupted.log"
+    with open(output, "w") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "snakemake", *run.args()], cwd=ROOT, env=ENV, stdout=log,
+            stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + timeout
+    while process.poll() is None and time.monotonic() < deadline:
+        printed = output.read_text()
+        # (a block still being printed may lack its wildcards)
+        shards = {jobid: (w["task"], w["shard"])
+                  for rule, jobid, w in jobs(printed) if rule == "attribute" and "shard" in w}
+        finished = {shards[jobid] for jobid in re.findall(r"^Finished jobid: (\d+)", printed,
+                                                          re.M) if jobid in shards}
+        # a job's log file appears when its script starts (after its imports)
+        running = {(task, shard) for task, shard in set(shards.values()) - finished if (
+            run.results / "logs" / "attribute" / task / f"shard={shard}.log").exists()}
+        if finished and running:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            shard_files = {shard: [run.results / "attributions" / f"task={shard[0]}" /
+                                   f"shard={shard[1]}" / name
+                                   for name in ("part.parquet", "_summary.json")]
+                           for shard in finished | running}
+            return {"running": running, "finished": finished,
+                    "finished_files": {path: path.stat().st_mtime_ns for shard in finished
+                                       for path in shard_files[shard]},
+                    # what the killed jobs left under a final name, and whether it reads whole
+                    "left_by_killed": {path: whole(path) for shard in running
+                                       for path in shard_files[shard] if path.exists()}}
+        time.sleep(0.05)
+    process.kill()
+    process.wait()
+    return {}
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory) -> TinyRun:
+    """One run of the tiny configuration, its report built, which the tests below inspect and
+    dry-run changes against (the workflow runs once per test module, not once per test).
+
+    The run is killed once during attribution and resumed as `make run` resumes it; what was on
+    disk at each step is kept in `run.interruption` for the test of that.
+    """
+    work = tmp_path_factory.mktemp("tiny")
+    run = TinyRun(work, write_config(work, TINY), work / "results" / "tiny")
+    run.interruption = kill_during_attribute(run)
+    if run.interruption:
+        # a killed Snakemake leaves its lock behind; a person would unlock once, then rerun
+        snakemake("--unlock", *run.args())
+        run.interruption["plan"] = jobs(
+            snakemake("-n", "--rerun-incomplete", *run.args()).stdout)
+    snakemake(*run.args(), "--rerun-incomplete", timeout=1800)
+    snakemake("--configfile", str(run.configfile), "--directory", str(work),
+              "--report", str(run.results / "report.html"))
+    return run
+
+
+@pytest.mark.slow
+def test_tiny_config_runs_end_to_end(tiny_run):
+    results = tiny_run.results
     for task in TINY["tasks"]:
         for path in ("data/{t}/train.parquet", "data/{t}/dev.parquet", "data/{t}/summary.json",
                      "finetune/{t}/model/config.json", "finetune/{t}/metrics.json",
@@ -154,6 +290,24 @@ def test_tiny_config_runs_end_to_end(tmp_path):
     for path in ("pruning_per_layer.png", "pruning_global.png", "task_correlation.png",
                  "task_correlation.parquet", "task_correlation_claims.parquet"):
         assert (results / "heads" / path).is_file(), path
+    for task in TINY["tasks"]:
+        for path in ("trees/{t}/edges.parquet", "trees/{t}/trees.parquet",
+                     "trees/{t}/claims.parquet", "trees/{t}/summary.json", "trees/{t}/sizes.png",
+                     "views/{t}/index.html",
+                     "triggers/{t}/source.parquet", "triggers/{t}/patterns.parquet",
+                     "triggers/{t}/triggers.parquet", "triggers/{t}/attack.parquet",
+                     "triggers/{t}/claims.parquet", "triggers/{t}/attack.png",
+                     "benchmarks/trees/{t}.tsv", "benchmarks/attack_eval/{t}.tsv"):
+            assert (results / path.format(t=task)).is_file(), path.format(t=task)
+        # one tree row per attributed example; the sampled examples rendered
+        trees = pd.read_parquet(results / "trees" / task / "trees.parquet")
+        assert len(trees) == TINY["attribution"]["max_examples"]
+        assert len(list((results / "trees" / task / "figures").glob("tree_*.png"))) == 2
+        assert len(list((results / "views" / task).glob("heatmap_*.png"))) == 2
+        page = (results / "views" / task / "index.html").read_text()
+        assert page.count('src="data:image/png;base64,') == 2 * 2  # heatmap and tree, embedded
+        patterns = pd.read_parquet(results / "triggers" / task / "patterns.parquet")
+        assert len(patterns) == TINY["triggers"]["source_examples"]
     for path in ("identifiability/{t}/effective_attention.parquet",
                  "identifiability/{t}/attention_to_tokens.parquet",
                  "identifiability/{t}/effective_attention_claims.parquet",
@@ -190,6 +344,167 @@ def test_tiny_config_runs_end_to_end(tmp_path):
     attributions = pd.read_parquet(results / "attributions")
     assert set(attributions["task"].astype(str)) == set(TINY["tasks"])
 
-    # a second run finds everything up to date
-    rerun = snakemake("-n", *args).stdout
+
+@pytest.mark.slow
+def test_nothing_changed_plans_nothing(tiny_run):
+    rerun = snakemake("-n", *tiny_run.args()).stdout
     assert "Nothing to be done" in rerun, rerun[-3000:]
+
+
+def report_results(report: Path) -> dict[str, dict]:
+    """The results a Snakemake HTML report embeds, by path (its `results` JSON object)."""
+    page = report.read_text()
+    start = re.search(r"var results = (\{)", page).start(1)
+    return json.JSONDecoder().raw_decode(page[start:])[0]
+
+
+@pytest.mark.slow
+def test_report_holds_every_figure_the_claims_and_the_run_summary(tiny_run):
+    results = report_results(tiny_run.results / "report.html")
+    # every figure the run drew, whichever stage drew it, with a caption
+    figures = {path for path in results if path.endswith(".png")}
+    assert figures == {str(p.relative_to(tiny_run.work)) for p in tiny_run.results.rglob("*.png")}
+    for path, result in results.items():
+        assert result["caption"].strip(), f"{path} has no caption"
+    pages = {Path(path).name: tiny_run.work / path for path in results if path.endswith(".html")}
+    assert set(pages) == {"claims.html", "run_summary.html"}
+
+    claims = pages["claims.html"].read_text()
+    tables = pd.concat([pd.read_parquet(p) for p in tiny_run.results.rglob("*claims.parquet")])
+    assert len(tables)  # the check below is not vacuous
+    for claim in tables.itertuples():
+        assert f"<td>{claim.stage}</td>" in claims and f"<td>{claim.claim}</td>" in claims
+    summary = pages["run_summary.html"].read_text()
+    for stage in (tiny_run.results / "benchmarks").iterdir():
+        assert f"<td>{stage.name.removesuffix('.tsv')}</td>" in summary, stage.name
+    assert "cpu (1 threads)" in summary and "name: tiny" in summary
+
+
+@pytest.mark.slow
+def test_an_interrupted_run_resumes_keeping_finished_shards(tiny_run):
+    interruption = tiny_run.interruption
+    assert interruption, "the run ended before an attribute job could be caught running"
+    planned = {(w["task"], w["shard"]) for rule, _, w in interruption["plan"]
+               if rule == "attribute"}
+    # a killed job may have left files under their final names, but never a half-written one
+    # (at most a hidden temporary); and its shard is attributed again all the same
+    assert all(interruption["left_by_killed"].values()), interruption["left_by_killed"]
+    assert interruption["running"] <= planned
+    # a finished shard is neither planned again nor rewritten
+    assert not interruption["finished"] & planned
+    for path, mtime in interruption["finished_files"].items():
+        assert path.stat().st_mtime_ns == mtime, path
+    assert not [p for p in tiny_run.results.rglob("*") if ".partial-" in p.name]
+
+
+def merged(base: dict, change: dict) -> dict:
+    """`base` with the values of `change` put in, nested dictionaries merged key by key."""
+    out = copy.deepcopy(base)
+    for key, value in change.items():
+        out[key] = merged(out.get(key, {}), value) if isinstance(value, dict) else value
+    return out
+
+
+# The report's pages and the target rule follow every change.
+REPORT = {"run_summary": 1, "claims": 1, "all": 1}
+# Everything of one task from fine-tuning on, and the stages gathering all tasks.
+FROM_FINETUNE = {"finetune": 1, "attribute": TINY["attribution"]["shards"],
+                 "summarise_attributions": 1, "head_importance": 1, "prune_eval": 1,
+                 "pruning_figures": 1, "task_correlation": 1, **dict.fromkeys(FROM_MODEL, 1),
+                 **REPORT}
+# A change to the config -> the jobs it plans by rule, and the one task they are all of (None:
+# any tasks). Each case is one dry run against the completed tiny run.
+CHANGES = [
+    pytest.param({"heads": {"prune_percents": [0, 50, 100]}},
+                 {"prune_eval": len(TINY["tasks"]), "pruning_figures": 1, **REPORT}, None,
+                 id="pruning grid"),
+    pytest.param({"tasks": {"pairs": {"finetune": {"learning_rate": 5.0e-4}}}},
+                 FROM_FINETUNE, "pairs", id="one task's learning rate"),
+    pytest.param({"tasks": {"added": {
+                      "source": "synthetic", "synthetic": {"kind": "pair2", "n_train": 48,
+                                                           "n_dev": 12},
+                      "text_fields": ["sentence1", "sentence2"],
+                      "label_names": ["entailment", "not_entailment"]}}},
+                 {"prepare_data": 1, **FROM_FINETUNE}, "added", id="a new task"),
+    # only the trees use τ; the report gathers their claims
+    pytest.param({"trees": {"tau": 0.3}}, {"trees": len(TINY["tasks"]), **REPORT}, None,
+                 id="tau"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("change, expected, only_task", CHANGES)
+def test_a_config_change_plans_only_what_depends_on_it(tiny_run, change, expected, only_task):
+    configfile = write_config(tiny_run.work, merged(TINY, change), "changed.yaml")
+    planned = jobs(snakemake("-n", *tiny_run.args(configfile)).stdout)
+    assert {rule: sum(r == rule for r, _, _ in planned) for rule, _, _ in planned} == expected
+    if only_task:
+        assert {w["task"] for _, _, w in planned if "task" in w} == {only_task}
+
+
+RTE_TASK = {
+    "source": "hub",
+    "hub": {"path": "nyu-mll/glue", "name": "rte"},
+    "text_fields": ["sentence1", "sentence2"],
+    "label_names": ["entailment", "not_entailment"],
+}
+
+
+@pytest.mark.slow
+def test_without_network_each_fetch_fails_in_one_line_and_writes_nothing(tmp_path):
+    config = {"name": "offline", "tasks": {"rte": RTE_TASK},
+              "model": {"source": "pretrained", "pretrained": "bert-base-cased"}}
+    configfile = write_config(tmp_path, config)
+    result = snakemake("--cores", "1", "--keep-going", "--configfile", str(configfile),
+                       "--directory", str(tmp_path), check=False)
+    assert result.returncode != 0
+    lines = (result.stdout + result.stderr).splitlines()
+    for what, way_out in [
+        ("dataset nyu-mll/glue (rte), split train",
+         "copy that split as Parquet to resources/datasets/nyu-mll/glue/rte/train.parquet"),
+        ("dataset nyu-mll/glue (rte), split validation", "give the task a `local` source"),
+        ("model bert-base-cased", "set model.pretrained to that directory"),
+    ]:
+        assert any(f"could not fetch {what}" in line and way_out in line for line in lines), what
+    resources = tmp_path / "resources"
+    assert not [p for p in resources.rglob("*") if p.is_file() and "logs" not in p.parts]
+
+
+def save_tiny_bert(path: Path, words: list[str]) -> None:
+    """A tiny BERT checkpoint and its tokenizer, written as save_pretrained does for any model."""
+    tokenizer = build_tokenizer(words)
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1,
+                        num_attention_heads=2, intermediate_size=32, max_position_embeddings=64)
+    BertForSequenceClassification(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+
+
+@pytest.mark.slow
+def test_hub_data_and_a_local_checkpoint_reach_finetuning_offline(tmp_path):
+    # A folder laid out like the hub's nyu-mll/glue stands in for the hub (datasets reads both
+    # alike); the model is a local directory written by save_pretrained.
+    train, dev = glue_like(16), glue_like(6, offset=50)
+    write_hub_folder(tmp_path / "glue_copy", {"train": train, "validation": dev})
+    words = sorted({w.strip(".").lower() for text in pd.concat([train, dev])[
+        ["sentence1", "sentence2"]].to_numpy().ravel() for w in text.split()})
+    save_tiny_bert(tmp_path / "tiny_bert", words)
+    config = {"name": "local", "device": "cpu",
+              "tasks": {"rte": {**RTE_TASK, "hub": {"path": "glue_copy", "name": "rte"}}},
+              "model": {"source": "pretrained", "pretrained": "tiny_bert", "max_length": 64},
+              "finetune": {"epochs": 1, "batch_size": 8}}
+    configfile = write_config(tmp_path, config)
+    metrics = "results/local/finetune/rte/metrics.json"
+    snakemake("--cores", "1", "--configfile", str(configfile), "--directory", str(tmp_path),
+              metrics, env={"HF_DATASETS_CACHE": str(tmp_path / "cache")}, timeout=900)
+
+    fetched = tmp_path / "resources" / "datasets" / "glue_copy" / "rte"
+    pd.testing.assert_frame_equal(pd.read_parquet(fetched / "validation.parquet"), dev)
+    summary = json.loads((tmp_path / "results/local/data/rte/summary.json").read_text())
+    assert summary["train"]["rows"] == 16 and summary["dev"]["rows"] == 6
+    result = json.loads((tmp_path / metrics).read_text())
+    assert result["n_train"] == 16 and result["n_dev"] == 6
+    assert result["params"]["model"]["pretrained"] == "tiny_bert"
+    # the download is not redone: every rule after it reads the local files
+    assert "Nothing to be done" in snakemake(
+        "-n", "--cores", "1", "--configfile", str(configfile), "--directory", str(tmp_path),
+        metrics).stdout

@@ -38,11 +38,17 @@ def pick_device(choice: str = "auto") -> torch.device:
                      _visible_devices())
     device = torch.device(choice)
     if device.type == "cuda":
-        log.info("device: cuda (%s; CUDA_VISIBLE_DEVICES=%s)",
-                 torch.cuda.get_device_name(device), _visible_devices())
+        log.info("device: %s; CUDA_VISIBLE_DEVICES=%s", device_name(device), _visible_devices())
     else:
-        log.info("device: cpu, %d threads", torch.get_num_threads())
+        log.info("device: %s", device_name(device))
     return device
+
+
+def device_name(device: torch.device) -> str:
+    """The device as a run summary shows it, e.g. "cuda (NVIDIA H200)" or "cpu (4 threads)"."""
+    if device.type == "cuda":
+        return f"cuda ({torch.cuda.get_device_name(device)})"
+    return f"cpu ({torch.get_num_threads()} threads)"
 
 
 @dataclass(frozen=True)

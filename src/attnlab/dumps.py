@@ -25,9 +25,10 @@ Columns (L layers, H heads, n real tokens, k = top_pairs, E stored edges):
     attr_full                     list<f32> L·H·n·n, only with attribution.keep_full
 
 a^l = Σ_h Attr_h(A^l) restricted to the real tokens. Edges kept per layer: off-diagonal
-entries ≥ edge_min_fraction × min(layer_max, layer_max_no_cls) — enough to rebuild the
-attribution tree for any τ ≥ edge_min_fraction under either normalisation — at most
-max_edges_per_layer of them (strongest first; edge_floor says where a cap cut).
+entries ≥ edge_min_fraction × the smaller positive one of layer_max and layer_max_no_cls —
+enough to rebuild the attribution tree for any τ ≥ edge_min_fraction under either
+normalisation — at most max_edges_per_layer of them (strongest first; edge_floor says where a
+cap cut).
 """
 
 from __future__ import annotations
@@ -95,8 +96,10 @@ def _layer_edges(a: torch.Tensor, fraction: float, cap: int) -> dict[str, Any]:
     n = a.shape[0]
     layer_max = a.max()
     layer_max_no_cls = a[1:].max() if n > 1 else layer_max
-    reference = torch.minimum(layer_max, layer_max_no_cls)
-    floor = fraction * reference.item() if reference > 0 else math.inf
+    # The smaller positive maximum: a tree normalised by a maximum that is not positive has no
+    # edges in this layer, so only the positive ones need their edges above tau kept.
+    positive = [m.item() for m in (layer_max, layer_max_no_cls) if m > 0]
+    floor = fraction * min(positive) if positive else math.inf
     off = a.clone()
     off.fill_diagonal_(-math.inf)
     values, order = off.flatten().sort(descending=True)

@@ -12,7 +12,7 @@ always run whole.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +37,7 @@ class Family:
     attention: str  # dotted path, inside one layer, of its self-attention module
     embed: Callable[[PreTrainedModel, dict[str, torch.Tensor]], torch.Tensor]  # inputs -> e^0
     head: Callable[[PreTrainedModel, torch.Tensor], torch.Tensor] | None  # hidden -> logits
+    output: str  # dotted path, inside the classifier, of its last layer (one row per class)
     split: bool = True  # can the model be run from a cached hidden state at layer l?
 
 
@@ -73,12 +74,16 @@ def _distilbert_head(model: PreTrainedModel, hidden: torch.Tensor) -> torch.Tens
 
 
 FAMILIES: dict[str, Family] = {
-    "bert": Family("bert", "encoder.layer", "attention.self", _embeddings, _bert_head),
-    "roberta": Family("roberta", "encoder.layer", "attention.self", _embeddings, _sequence_head),
-    "electra": Family("electra", "encoder.layer", "attention.self", _embeddings, _sequence_head),
+    "bert": Family("bert", "encoder.layer", "attention.self", _embeddings, _bert_head,
+                   "classifier"),
+    "roberta": Family("roberta", "encoder.layer", "attention.self", _embeddings, _sequence_head,
+                      "classifier.out_proj"),
+    "electra": Family("electra", "encoder.layer", "attention.self", _embeddings, _sequence_head,
+                      "classifier.out_proj"),
     "distilbert": Family("distilbert", "transformer.layer", "attention", _embeddings,
-                         _distilbert_head),
-    "bart": Family("model", "encoder.layers", "self_attn", _bart_embeddings, None, split=False),
+                         _distilbert_head, "classifier"),
+    "bart": Family("model", "encoder.layers", "self_attn", _bart_embeddings, None,
+                   "classification_head.out_proj", split=False),
 }
 
 
@@ -124,6 +129,28 @@ def load_classifier(
     family_of(model)  # refuse before any other work
     tokenizer = AutoTokenizer.from_pretrained(str(name_or_path), local_files_only=local)
     return prepare_model(model).to(device), tokenizer
+
+
+def align_labels(model: PreTrainedModel, label_names: Sequence[str]) -> PreTrainedModel:
+    """Reorder a fine-tuned classifier's classes to `label_names`, matched by name (any case).
+
+    A published checkpoint may order its classes unlike the dataset (facebook/bart-large-mnli:
+    contradiction, neutral, entailment; GLUE MNLI: entailment, neutral, contradiction). The rows
+    of the output layer are permuted, so that class i of the model is label_names[i].
+    """
+    names = [model.config.id2label[i] for i in range(model.config.num_labels)]
+    lower = [name.lower() for name in names]
+    if sorted(lower) != sorted(name.lower() for name in label_names):
+        raise ValueError(f"the model's classes {names} are not the task's label_names "
+                         f"{list(label_names)} (matched by name, ignoring case)")
+    order = [lower.index(name.lower()) for name in label_names]
+    layer = _get(model, family_of(model).output)
+    with torch.no_grad():
+        layer.weight.copy_(layer.weight[order])
+        layer.bias.copy_(layer.bias[order])
+    model.config.id2label = dict(enumerate(label_names))
+    model.config.label2id = {name: i for i, name in enumerate(label_names)}
+    return model
 
 
 def num_layers(model: PreTrainedModel) -> int:

@@ -28,11 +28,17 @@ TRACKED_PACKAGES = (
 
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary sibling of `path`; rename it to `path` only if the block succeeds."""
+    """Yield a temporary sibling of `path`; rename it to `path` only if the block succeeds.
+
+    Temporaries that a killed process left for the same `path` are removed first.
+    """
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.with_name(f".{final.name}.partial-{os.getpid()}")
-    _remove(tmp)
+    prefix = f".{final.name}.partial-"
+    for stale in final.parent.iterdir():
+        if stale.name.startswith(prefix):
+            _remove(stale)
+    tmp = final.with_name(f"{prefix}{os.getpid()}")
     try:
         yield tmp
         _remove(final)

@@ -1,8 +1,9 @@
 """Tasks are data: a task is its text columns, its label names and two Parquet splits.
 
-A task comes from the synthetic generator, from the Hugging Face hub, or from local
-Parquet/CSV/JSON files (the offline way to use real GLUE data). Every split is validated
-before anything is written, and every bad-data error is one readable line (`DataError`).
+A task comes from the synthetic generator, from the Hugging Face hub (downloaded once by
+`attnlab.hub`), or from local Parquet/CSV/JSON files (the offline way to use real GLUE data).
+Every split is validated before anything is written, and every bad-data error is one readable
+line (`DataError`).
 """
 
 from __future__ import annotations
@@ -94,13 +95,16 @@ def validate_split(df: pd.DataFrame, spec: TaskSpec, where: str) -> pd.DataFrame
     return df.astype({spec.label_field: "int64"})
 
 
-def load_split(path: str | os.PathLike, spec: TaskSpec) -> pd.DataFrame:
-    """Read a Parquet split written by `prepare_task` and validate it."""
+def _read_parquet(path: str | os.PathLike) -> pd.DataFrame:
     try:
-        df = pd.read_parquet(path)
+        return pd.read_parquet(path)
     except (OSError, ValueError) as err:
         raise DataError(f"{path}: cannot read as Parquet ({_one_line(err)})") from err
-    return validate_split(df, spec, str(path))
+
+
+def load_split(path: str | os.PathLike, spec: TaskSpec) -> pd.DataFrame:
+    """Read a Parquet split written by `prepare_task` and validate it."""
+    return validate_split(_read_parquet(path), spec, str(path))
 
 
 def _synthetic_splits(spec: TaskSpec, cfg: dict, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -125,23 +129,6 @@ def _synthetic_splits(spec: TaskSpec, cfg: dict, seed: int) -> tuple[pd.DataFram
     return train.rename(columns=names), dev.rename(columns=names)
 
 
-def _hub_splits(cfg: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
-    hub = cfg["hub"]
-    frames = []
-    for key in ("train_split", "dev_split"):
-        what = f"{hub['path']} ({hub.get('name')}, split {hub[key]})"
-        try:
-            frames.append(
-                datasets.load_dataset(hub["path"], hub.get("name"), split=hub[key]).to_pandas()
-            )
-        except Exception as err:  # the hub fails in many ways; all mean "not available here"
-            raise DataError(
-                f"could not fetch {what} from the Hugging Face hub ({_one_line(err)}); "
-                "a `local` source with Parquet/CSV/JSON files works offline"
-            ) from err
-    return frames[0], frames[1]
-
-
 def _read_local(path: str) -> pd.DataFrame:
     suffix = Path(path).suffix.lower()
     if suffix not in LOCAL_FORMATS:
@@ -164,10 +151,12 @@ def prepare_task(
     seed: int,
     train_out: str | os.PathLike,
     dev_out: str | os.PathLike,
+    fetched: tuple[str | os.PathLike, str | os.PathLike] | None = None,
 ) -> dict[str, Any]:
-    """Fetch or generate a task's train and dev splits, validate both, then write them.
+    """Read or generate a task's train and dev splits, validate both, then write them.
 
-    `cfg` is one entry of config["tasks"]. Returns rows and label counts per split.
+    `cfg` is one entry of config["tasks"]; a hub task is read from `fetched`, the (train, dev)
+    Parquet files it was downloaded to (`attnlab.hub`). Returns rows and label counts per split.
     """
     spec = TaskSpec.from_config(name, cfg)
     source = cfg["source"]
@@ -175,8 +164,10 @@ def prepare_task(
         train, dev = _synthetic_splits(spec, cfg, seed)
         origins = (f"synthetic {name} train", f"synthetic {name} dev")
     elif source == "hub":
-        train, dev = _hub_splits(cfg)
-        origins = (f"hub {cfg['hub']['path']} train", f"hub {cfg['hub']['path']} dev")
+        if fetched is None:
+            raise ValueError(f"tasks.{name}: a hub task is read from its downloaded files")
+        origins = (str(fetched[0]), str(fetched[1]))
+        train, dev = _read_parquet(origins[0]), _read_parquet(origins[1])
     elif source == "local":
         origins = (cfg["local"]["train"], cfg["local"]["dev"])
         train, dev = _read_local(origins[0]), _read_local(origins[1])

@@ -2,7 +2,8 @@
 
 The default builds a tiny BERT from scratch whose word-level vocabulary is the words of the
 training split (fully offline, a minute or two on CPU); `model.source: pretrained` fine-tunes
-a hub id or a local checkpoint.
+a pretrained checkpoint, and `model.source: finetuned` takes a checkpoint already fine-tuned
+for the task as published (evaluated, not trained).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from attnlab.device import device_name
+from attnlab.models import align_labels
 from attnlab.outputs import atomic_path
 from attnlab.tasks import TaskSpec, encode, load_split
 
@@ -80,14 +83,20 @@ def _build_model(
             **labels,
         )
         return BertForSequenceClassification(config), tokenizer
+    name = model_cfg["pretrained"]
     if source == "pretrained":
-        name = model_cfg["pretrained"]
-        tokenizer = AutoTokenizer.from_pretrained(name)
         model = AutoModelForSequenceClassification.from_pretrained(
             name, attn_implementation="eager", **labels
         )
-        return model, tokenizer
-    raise ValueError(f"model.source: {source!r} is not scratch or pretrained")
+    elif source == "finetuned":
+        # used as published: its own classifier, with its classes in the task's order
+        model = align_labels(
+            AutoModelForSequenceClassification.from_pretrained(name, attn_implementation="eager"),
+            spec.label_names,
+        )
+    else:
+        raise ValueError(f"model.source: {source!r} is not scratch, pretrained or finetuned")
+    return model, AutoTokenizer.from_pretrained(name)
 
 
 def _batches(data: dict[str, torch.Tensor], order: torch.Tensor, size: int, device: torch.device):
@@ -121,35 +130,20 @@ def _linear_schedule(warmup_steps: int, total_steps: int):
     return factor
 
 
-def finetune(
-    train_path: str | os.PathLike,
-    dev_path: str | os.PathLike,
+def _train(
+    model: PreTrainedModel,
+    train: dict[str, torch.Tensor],
+    dev: dict[str, torch.Tensor],
     spec: TaskSpec,
-    model_cfg: dict[str, Any],
     train_cfg: dict[str, Any],
     device: torch.device,
     seed: int,
-    out_dir: str | os.PathLike,
-    bf16: bool = False,
+    bf16: bool,
 ) -> dict[str, Any]:
-    """Train a classifier on `train_path`, evaluate on `dev_path`, save model + tokenizer.
-
-    `model_cfg` and `train_cfg` are config["model"] and config["finetune"]. The same
-    config and seed give the same numbers on CPU. With `bf16` the training steps run under
-    bfloat16 autocast (the weights and their updates stay float32). Returns the run's metrics.
-    """
-    started = time.monotonic()
-    train_df, dev_df = load_split(train_path, spec), load_split(dev_path, spec)
-    torch.manual_seed(seed)  # model initialisation and dropout
-    model, tokenizer = _build_model(spec, model_cfg, train_df)
-    model.to(device)
-
-    max_length = model_cfg["max_length"]
-    truncate = model_cfg.get("truncate", False)
-    train = encode(train_df, spec, tokenizer, max_length, truncate)
-    dev = encode(dev_df, spec, tokenizer, max_length, truncate)
-    n_train, n_dev = len(train["labels"]), len(dev["labels"])
-
+    """The training loop: AdamW, linear warm-up and decay, gradient clipping; the dev accuracy
+    is logged after every epoch. With `bf16` the steps run under bfloat16 autocast (the
+    weights and their updates stay float32)."""
+    n_train = len(train["labels"])
     epochs, batch_size = train_cfg["epochs"], train_cfg["batch_size"]
     steps_per_epoch = math.ceil(n_train / batch_size)
     total_steps = epochs * steps_per_epoch
@@ -192,16 +186,53 @@ def finetune(
         log.info("%s epoch %d/%d: train loss %.4f, dev accuracy %.4f",
                  spec.name, epoch, epochs, train_loss, dev_accuracy)
     progress.close()
+    return {"dev_accuracy": dev_accuracy, "train_loss": train_loss, "epochs": epochs,
+            "steps": total_steps, "n_train": n_train}
+
+
+def finetune(
+    train_path: str | os.PathLike,
+    dev_path: str | os.PathLike,
+    spec: TaskSpec,
+    model_cfg: dict[str, Any],
+    train_cfg: dict[str, Any],
+    device: torch.device,
+    seed: int,
+    out_dir: str | os.PathLike,
+    bf16: bool = False,
+) -> dict[str, Any]:
+    """Train a classifier on `train_path`, evaluate on `dev_path`, save model + tokenizer.
+
+    `model_cfg` and `train_cfg` are config["model"] and config["finetune"]; a checkpoint of
+    source `finetuned` is not trained, only evaluated (its classes put in the task's order).
+    The same config and seed give the same numbers on CPU. `bf16`: train under bfloat16
+    autocast. Returns the run's metrics.
+    """
+    started = time.monotonic()
+    train_df, dev_df = load_split(train_path, spec), load_split(dev_path, spec)
+    torch.manual_seed(seed)  # model initialisation and dropout
+    model, tokenizer = _build_model(spec, model_cfg, train_df)
+    model.to(device)
+
+    max_length = model_cfg["max_length"]
+    truncate = model_cfg.get("truncate", False)
+    dev = encode(dev_df, spec, tokenizer, max_length, truncate)
+    if model_cfg["source"] == "finetuned":
+        log.info("%s: %s is used as published, not trained", spec.name, model_cfg["pretrained"])
+        result = {
+            "dev_accuracy": accuracy(model, dev, train_cfg["batch_size"], device),
+            "train_loss": None, "epochs": 0, "steps": 0, "n_train": 0,
+        }
+    else:
+        train = encode(train_df, spec, tokenizer, max_length, truncate)
+        result = _train(model, train, dev, spec, train_cfg, device, seed, bf16)
 
     with atomic_path(out_dir) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
     return {
-        "dev_accuracy": dev_accuracy,
-        "train_loss": train_loss,
-        "epochs": epochs,
-        "steps": total_steps,
-        "n_train": n_train,
-        "n_dev": n_dev,
+        **result,
+        "n_dev": len(dev["labels"]),
+        "device": device_name(device),
         "seconds": round(time.monotonic() - started, 1),
     }

@@ -24,10 +24,10 @@ from test_profiles import slurm_size
 from test_workflow import TINY, Job, jobs_of, snakemake
 
 SCRIPT = Path(__file__).with_name("slurm.sh")
-# The tiny config with one task, which keeps every rule and the attribution shards: the GPU
-# jobs take turns on the cluster's one GPU, each with ~7 s of Snakemake start-up. With device
-# auto the rules that run a model ask for a GPU.
-CONFIG = {**TINY, "device": "auto", "tasks": {"pairs": TINY["tasks"]["pairs"]}}
+# The tiny config with one task (and so no task pairs), which keeps every rule and the
+# attribution shards: the GPU jobs take turns on the cluster's one GPU, each with ~7 s of
+# Snakemake start-up. With device auto the rules that run a model ask for a GPU.
+CONFIG = {**TINY, "device": "auto", "tasks": {"pairs": TINY["tasks"]["pairs"]}, "heads": {}}
 # What this cluster needs on top of the profile. It keeps no accounting database, so job
 # states come from squeue (the plugin reads sacct's failure as "still running" and would
 # wait forever); and jobs are checked every 2 s instead of after 40 s and then every 10 s.

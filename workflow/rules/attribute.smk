@@ -9,7 +9,7 @@ rule attribute:
         # "_" keeps the summary out of the dataset when pyarrow or pandas read the folder
         summary="results/{name}/attributions/task={task}/shard={shard}/_summary.json",
     params:
-        task=task_data,
+        task=task_spec,
         attribution=config["attribution"],
         # tokenization settings only: the model itself is the input
         model={key: config["model"][key] for key in ("max_length", "truncate")},
@@ -48,6 +48,8 @@ rule summarise_attributions:
         code=code_version("dumps"),
     log:
         "results/{name}/logs/summarise_attributions/{task}.log",
+    benchmark:
+        "results/{name}/benchmarks/summarise_attributions/{task}.tsv"
     threads: 1
     conda:
         "../../envs/attnlab.yaml"

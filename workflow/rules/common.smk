@@ -6,6 +6,8 @@ import yaml
 from jsonschema import Draft202012Validator
 from snakemake.exceptions import WorkflowError
 
+from snakemake.io import strip_wildcard_constraints
+
 from attnlab.outputs import code_version
 
 # YAML 1.1 (PyYAML, Snakemake) reads 2e-5 as a string; 2.0e-5 is a float.
@@ -81,6 +83,90 @@ def task_data(wildcards):
     return {k: v for k, v in config["tasks"][wildcards.task].items() if k != "finetune"}
 
 
+def task_spec(wildcards):
+    """What the stages after prepare_data use of a task: its columns and class names."""
+    task = config["tasks"][wildcards.task]
+    return {key: task[key] for key in ("text_fields", "label_names", "label_field")}
+
+
+# A hub id: "name" or "owner/name" (also a path under resources/).
+HUB_ID = r"[A-Za-z0-9][\w.-]*(?:/[\w.-]+)?"
+
+
+def hub_file(hub, split):
+    """Where rule download_data puts one split of a hub dataset."""
+    return f"resources/datasets/{hub['path']}/{hub['name'] or 'default'}/{split}.parquet"
+
+
+def task_files(wildcards):
+    """The files a task's data are read from: the downloaded splits of a hub task, the named
+    files of a local one (so that editing them reruns the task), none for a synthetic one."""
+    task = config["tasks"][wildcards.task]
+    if task["source"] == "hub":
+        hub = task["hub"]
+        return {"train": hub_file(hub, hub["train_split"]), "dev": hub_file(hub, hub["dev_split"])}
+    if task["source"] == "local":
+        return dict(task["local"])
+    return {}
+
+
+# Fail in the dry run, in one line, rather than with Snakemake's missing-input report.
+for task_name, task in config["tasks"].items():
+    if task["source"] == "hub" and not re.fullmatch(HUB_ID, task["hub"]["path"]):
+        raise WorkflowError(f"config error at tasks.{task_name}.hub.path: "
+                            f"{task['hub']['path']!r} is not a hub dataset id (like nyu-mll/glue)")
+    if task["source"] == "local":
+        for split, path in task["local"].items():
+            if not Path(path).is_file():
+                raise WorkflowError(f"config error at tasks.{task_name}.local.{split}: "
+                                    f"no file {path}")
+
+
+def pretrained_model():
+    """The local directory of the checkpoint in model.pretrained: the directory itself, or where
+    rule download_model puts a hub model; None for a model built from scratch."""
+    model = config["model"]
+    if model["source"] == "scratch":
+        return None
+    if Path(model["pretrained"]).is_dir():
+        return model["pretrained"]
+    if re.fullmatch(HUB_ID, model["pretrained"]):
+        return f"resources/models/{model['pretrained']}"
+    raise WorkflowError(f"config error at model.pretrained: {model['pretrained']!r} is neither a "
+                        "directory nor a hub model id (like bert-base-cased)")
+
+
+PRETRAINED = pretrained_model()
+
+
 def task_finetune(wildcards):
     """The finetune settings of a task: the top-level ones with the task's overrides."""
     return {**config["finetune"], **config["tasks"][wildcards.task].get("finetune", {})}
+
+
+# A paper named in report.papers must have its findings file.
+FINDINGS = [Path(workflow.basedir, "workflow/report/findings", f"{paper}.yaml")
+            for paper in config["report"]["papers"]]
+for findings in FINDINGS:
+    if not findings.is_file():
+        known = sorted(p.stem for p in findings.parent.glob("*.yaml"))
+        raise WorkflowError(f"config error at report.papers: no findings file for "
+                            f"{findings.stem!r} (known: {', '.join(known)})")
+
+
+def for_this_run(pattern):
+    """A rule's file pattern for every task and shard of this configuration."""
+    return expand(strip_wildcard_constraints(pattern), name=config["name"], task=TASKS,
+                  shard=SHARDS)
+
+
+# The report's inputs are found by name: every rule's `benchmark:` file and every rule output
+# called `claims` (patterns with the wildcards name, task and shard only). These run when the DAG
+# is built, after every rule file is included.
+def benchmarks_by_rule(wildcards):
+    return {rule.name: for_this_run(rule.benchmark) for rule in workflow.rules if rule.benchmark}
+
+
+def claims_tables(wildcards):
+    return [path for rule in workflow.rules if "claims" in rule.output.keys()
+            for path in for_this_run(rule.output.claims)]

@@ -1,4 +1,42 @@
+# Hub datasets and checkpoints are downloaded once, on the machine running Snakemake (local
+# rules), into resources/, which every configuration shares; every other rule reads local files.
+rule download_data:
+    output:
+        "resources/datasets/{dataset}/{subset}/{split}.parquet",
+    params:
+        code=code_version("hub"),
+    log:
+        "resources/logs/download_data/{dataset}/{subset}/{split}.log",
+    wildcard_constraints:
+        dataset=HUB_ID,
+        subset=r"[^/]+",
+        split=r"[^/]+",
+    localrule: True
+    conda:
+        "../../envs/attnlab.yaml"
+    script:
+        "../scripts/download_data.py"
+
+
+rule download_model:
+    output:
+        directory("resources/models/{model}"),
+    params:
+        code=code_version("hub"),
+    log:
+        "resources/logs/download_model/{model}.log",
+    wildcard_constraints:
+        model=HUB_ID,
+    localrule: True
+    conda:
+        "../../envs/attnlab.yaml"
+    script:
+        "../scripts/download_model.py"
+
+
 rule prepare_data:
+    input:
+        unpack(task_files),
     output:
         train="results/{name}/data/{task}/train.parquet",
         dev="results/{name}/data/{task}/dev.parquet",

@@ -2,6 +2,8 @@ rule finetune:
     input:
         train=rules.prepare_data.output.train,
         dev=rules.prepare_data.output.dev,
+        # the local copy of model.pretrained (none for a model built from scratch)
+        pretrained=PRETRAINED or [],
     output:
         model=directory("results/{name}/finetune/{task}/model"),
         metrics=report(
@@ -11,7 +13,7 @@ rule finetune:
             labels={"task": "{task}"},
         ),
     params:
-        task=task_data,
+        task=task_spec,
         model=config["model"],
         finetune=task_finetune,
         seed=config["seed"],

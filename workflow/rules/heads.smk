@@ -19,7 +19,7 @@ rule head_importance:
     output:
         importance="results/{name}/heads/{task}/importance.parquet",
     params:
-        task=task_data,
+        task=task_spec,
         heads={key: config["heads"][key]
                for key in ("methods", "importance_examples", "random_seeds", "batch_size")},
         model={key: config["model"][key] for key in ("max_length", "truncate")},
@@ -52,7 +52,7 @@ rule prune_eval:
         global_="results/{name}/heads/{task}/global.parquet",
         claims="results/{name}/heads/{task}/claims.parquet",
     params:
-        task=task_data,
+        task=task_spec,
         heads={key: config["heads"][key] for key in ("prune_percents", "batch_size")},
         model={key: config["model"][key] for key in ("max_length", "truncate")},
         target=config["attribution"]["target"],
@@ -91,6 +91,8 @@ rule pruning_figures:
         code=code_version("head_figures"),
     log:
         "results/{name}/logs/pruning_figures.log",
+    benchmark:
+        "results/{name}/benchmarks/pruning_figures.tsv"
     threads: 1
     conda:
         "../../envs/attnlab.yaml"
@@ -116,6 +118,8 @@ rule task_correlation:
         code=code_version("heads"),
     log:
         "results/{name}/logs/task_correlation.log",
+    benchmark:
+        "results/{name}/benchmarks/task_correlation.tsv"
     threads: 1
     conda:
         "../../envs/attnlab.yaml"

@@ -12,11 +12,13 @@ torch.set_num_threads(snakemake.threads)
 params = snakemake.params
 device = pick_device(params.device)
 precision = set_precision(params.precision, device)
+# the checkpoint is read from its local copy; params.model keeps the name it was given
+model = {**params.model, "pretrained": snakemake.input.pretrained or None}
 metrics = finetune(
     snakemake.input.train,
     snakemake.input.dev,
     TaskSpec.from_config(snakemake.wildcards.task, params.task),
-    params.model,
+    model,
     params.finetune,
     device,
     params.seed,

@@ -11,5 +11,7 @@ summary = prepare_task(
     params.seed,
     snakemake.output.train,
     snakemake.output.dev,
+    # the downloaded files of a hub task (a local task's files are named in its config)
+    (snakemake.input.train, snakemake.input.dev) if params.task["source"] == "hub" else None,
 )
 write_json(snakemake.output.summary, {**summary, **provenance(dict(params.items()))})

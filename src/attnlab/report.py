@@ -1,0 +1,156 @@
+"""The run's own pages of the `snakemake --report`: a run summary and the table of claims.
+
+* Run summary: wall time and memory per stage (from Snakemake's `benchmark:` files), the device
+  and dev accuracy of every fine-tuned model, the library and package versions, and the
+  configuration with its defaults filled in.
+* Claims: the claims tables of every stage in one table (each a paper's statement judged on
+  this run, see `heads.claim`), with what the paper states beside each claim when the
+  configuration names the paper (`report.papers`, files in workflow/report/findings/).
+
+Both are HTML pages, which the report shows as they are.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from attnlab.outputs import atomic_path, provenance
+
+STYLE = """<style>
+body { font-family: sans-serif; font-size: 14px; margin: 1em; }
+table { border-collapse: collapse; margin-bottom: 1.5em; }
+th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left; vertical-align: top; }
+th { background: #f0f0f0; }
+pre { background: #f7f7f7; padding: 8px; }
+</style>"""
+
+
+def _page(title: str, sections: list[tuple[str, str]]) -> str:
+    body = "".join(f"<h2>{html.escape(head)}</h2>\n{content}\n" for head, content in sections)
+    return (f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}"
+            f"</title>{STYLE}</head>\n<body><h1>{html.escape(title)}</h1>\n{body}</body></html>\n")
+
+
+def _write_page(path: str | os.PathLike, page: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(page)
+
+
+def _provenance(origin: dict[str, Any]) -> str:
+    return f"<pre>{html.escape(json.dumps(origin, indent=2, sort_keys=True, default=str))}</pre>"
+
+
+def _table(frame: pd.DataFrame) -> str:
+    return frame.to_html(index=False, na_rep="—", float_format=lambda x: f"{x:.4g}",
+                         border=0)
+
+
+def stage_times(benchmarks: dict[str, list[str | os.PathLike]]) -> pd.DataFrame:
+    """Per stage (rule): jobs, summed and longest wall time (s), largest peak memory (MB).
+
+    `benchmarks` maps each rule to the `benchmark:` files of its jobs (Snakemake's TSV: `s`
+    is the wall time in seconds, `max_rss` the peak resident memory in MB).
+    """
+    rows = []
+    for rule, paths in benchmarks.items():
+        runs = pd.concat([pd.read_csv(path, sep="\t") for path in paths])
+        rows.append({"stage": rule, "jobs": len(paths), "wall_s_total": runs["s"].sum(),
+                     "wall_s_longest_job": runs["s"].max(),
+                     "peak_memory_mb": pd.to_numeric(runs["max_rss"], errors="coerce").max()})
+    table = pd.DataFrame(rows, columns=["stage", "jobs", "wall_s_total", "wall_s_longest_job",
+                                        "peak_memory_mb"])
+    total = {"stage": "all stages", "jobs": table["jobs"].sum(),
+             "wall_s_total": table["wall_s_total"].sum()}
+    return pd.concat([table, pd.DataFrame([total])], ignore_index=True)
+
+
+def run_summary(
+    config: dict[str, Any],
+    benchmarks: dict[str, list[str | os.PathLike]],
+    finetune_metrics: list[str | os.PathLike],
+    out: str | os.PathLike,
+) -> None:
+    """Write the run summary page at `out`: times per stage, fine-tuned models, versions and
+    the configuration."""
+    models = pd.DataFrame([
+        {"task": Path(path).parent.name, **{key: metrics.get(key) for key in (
+            "device", "dev_accuracy", "epochs", "steps", "n_train", "n_dev", "seconds")}}
+        for path in finetune_metrics for metrics in [json.loads(Path(path).read_text())]
+    ])
+    origin = provenance()
+    versions = pd.DataFrame(
+        [{"component": "attnlab code version", "version": origin["code_version"]},
+         {"component": "python", "version": origin["python"]},
+         *({"component": name, "version": version}
+           for name, version in origin["packages"].items())])
+    times = stage_times(benchmarks)
+    sections = [
+        ("Wall time per stage",
+         "<p>Summed over the stage's jobs, which may have run in parallel; from the "
+         "<code>benchmark:</code> files in <code>benchmarks/</code>.</p>" + _table(times)),
+        ("Fine-tuned models (device, dev accuracy)", _table(models)),
+        ("Versions", _table(versions)),
+        ("Configuration (defaults filled in)",
+         f"<pre>{html.escape(yaml.safe_dump(config, sort_keys=False))}</pre>"),
+    ]
+    _write_page(out, _page(f"Run summary: {config['name']}", sections))
+
+
+def load_findings(paths: list[str | os.PathLike]) -> pd.DataFrame:
+    """The stated findings of the papers in `paths` (YAML: `title`, `findings` with `stage`,
+    `claim`, optional `task`, and `paper`, what the paper states)."""
+    rows = []
+    for path in paths:
+        document = yaml.safe_load(Path(path).read_text())
+        rows += [{"task": None, **finding, "source": document["title"]}
+                 for finding in document["findings"]]
+    return pd.DataFrame(rows, columns=["stage", "claim", "task", "paper", "source"])
+
+
+def claims_table(
+    claims_paths: list[str | os.PathLike],
+    findings_paths: list[str | os.PathLike],
+    out: str | os.PathLike,
+    origin: dict[str, Any],
+) -> pd.DataFrame:
+    """Gather every stage's claims into one HTML table at `out`, each beside what the papers in
+    `findings_paths` state about it (a finding naming a task is about that task's row only), and
+    the findings this run did not test. Returns the table."""
+    claims = pd.concat([pd.read_parquet(path) for path in claims_paths], ignore_index=True)
+    if "task" not in claims:
+        claims["task"] = None
+    claims = claims[["stage", "task", "claim", "metric", "value", "verdict"]]
+    findings = load_findings(findings_paths)
+
+    def about(finding: pd.Series, claim: pd.Series) -> bool:
+        return (finding["stage"], finding["claim"]) == (claim["stage"], claim["claim"]) and (
+            pd.isna(finding["task"]) or finding["task"] == claim["task"])
+
+    stated = [[f for _, f in findings.iterrows() if about(f, c)] for _, c in claims.iterrows()]
+    # a finding about one task is more precise than one about every task
+    stated = [sorted(fs, key=lambda f: pd.isna(f["task"]))[:1] for fs in stated]
+    claims["paper"] = [fs[0]["paper"] if fs else None for fs in stated]
+    claims["source"] = [fs[0]["source"] if fs else None for fs in stated]
+    untested = findings[[not any(about(f, c) for _, c in claims.iterrows())
+                         for _, f in findings.iterrows()]]
+    table = pd.concat([claims, untested.assign(verdict="not tested by this run")],
+                      ignore_index=True)
+    table = table[["stage", "task", "claim", "paper", "metric", "value", "verdict", "source"]]
+
+    counts = ", ".join(f"{n} {verdict}" for verdict, n in table["verdict"].value_counts().items())
+    shown = table if findings_paths else table.drop(columns=["paper", "source"])
+    note = "; <i>paper</i> is what the paper states" if findings_paths else ""
+    _write_page(out, _page("Claims", [
+        ("Every stage's claims, judged on this run",
+         f"<p>{html.escape(counts)}. Each metric names the threshold of its verdict{note}.</p>"
+         + _table(shown)),
+        ("Provenance", _provenance(origin)),
+    ]))
+    return table

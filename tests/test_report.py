@@ -1,0 +1,124 @@
+"""The report's own pages: wall time per stage, and every claim beside the paper's finding."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from attnlab import heads, pruning
+from attnlab.report import claims_table, load_findings, run_summary, stage_times
+
+ROOT = Path(__file__).resolve().parents[1]
+FINDINGS = ROOT / "workflow" / "report" / "findings"
+BENCHMARK_HEADER = "\t".join(["s", "h:m:s", "max_rss", "max_vms", "max_uss", "max_pss", "io_in",
+                              "io_out", "mean_load", "cpu_time"])
+
+
+def write_benchmark(path: Path, seconds: float, rss: str) -> Path:
+    """A benchmark file as Snakemake writes it (rss is "-" where it could not be measured)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"{BENCHMARK_HEADER}\n{seconds}\t0:00:0{int(seconds)}\t{rss}\t1\t1\t1\t0\t0"
+                    f"\t50.0\t{seconds}\n")
+    return path
+
+
+def test_stage_times_sum_and_bound_the_jobs_of_each_stage(tmp_path):
+    times = stage_times({
+        "attribute": [write_benchmark(tmp_path / "a0.tsv", 3.0, "120.5"),
+                      write_benchmark(tmp_path / "a1.tsv", 5.0, "-")],
+        "finetune": [write_benchmark(tmp_path / "f.tsv", 2.0, "300.0")],
+    }).set_index("stage")
+    assert times.loc["attribute", "jobs"] == 2
+    assert times.loc["attribute", "wall_s_total"] == 8.0
+    assert times.loc["attribute", "wall_s_longest_job"] == 5.0
+    assert times.loc["attribute", "peak_memory_mb"] == 120.5
+    assert times.loc["all stages", "wall_s_total"] == 10.0
+
+
+def test_run_summary_page_holds_times_models_versions_and_config(tmp_path):
+    metrics = tmp_path / "finetune" / "mnli" / "metrics.json"
+    metrics.parent.mkdir(parents=True)
+    metrics.write_text('{"device": "cpu (1 threads)", "dev_accuracy": 0.8125, "epochs": 3}')
+    config = {"name": "paper", "finetune": {"learning_rate": 5e-5}}
+    out = tmp_path / "run_summary.html"
+    run_summary(config, {"finetune": [write_benchmark(tmp_path / "f.tsv", 2.0, "300.0")]},
+                [metrics], out)
+    page = out.read_text()
+    for expected in ("Run summary: paper", "finetune", "cpu (1 threads)", "0.8125",
+                     "transformers", "learning_rate: 5.0e-05"):
+        assert expected in page, expected
+
+
+def write_claims(path: Path, rows: list[dict], task: str | None = None) -> Path:
+    frame = pd.DataFrame([heads.claim(**row) for row in rows])
+    if task:
+        frame.insert(0, "task", task)
+    frame.to_parquet(path)
+    return path
+
+
+def test_claims_sit_beside_the_papers_findings(tmp_path):
+    low = {"stage": "per_layer", "statement": "pruning low-attribution heads barely hurts",
+           "metric": "drop (holds if <= 0.05)", "value": 0.01, "holds": True}
+    keep = {"stage": "global", "statement": "keeping 10% keeps most", "metric": "ratio",
+            "value": 0.5, "holds": False}
+    paths = [write_claims(tmp_path / f"{t}.parquet", [low, keep], task=t) for t in ("mnli", "rte")]
+    paths.append(write_claims(tmp_path / "cross.parquet", [
+        {"stage": "task_correlation", "statement": "similar tasks mnli–rte correlate strongly",
+         "metric": "r", "value": 0.7, "holds": True}]))
+    findings = tmp_path / "paper.yaml"
+    findings.write_text(yaml.safe_dump({"title": "A paper", "findings": [
+        {"stage": "per_layer", "claim": low["statement"], "paper": "barely hurts"},
+        {"stage": "global", "claim": keep["statement"], "task": "mnli", "paper": "60% on MNLI"},
+        {"stage": "trees", "claim": "trees are shallow", "paper": "Fig. 6"},
+    ]}))
+    out = tmp_path / "claims.html"
+    table = claims_table(paths, [findings], out, {"code_version": "abc"})
+
+    by_row = table.set_index(["stage", "task", "claim"])["paper"]
+    assert by_row["per_layer", "mnli", low["statement"]] == "barely hurts"
+    assert by_row["per_layer", "rte", low["statement"]] == "barely hurts"
+    assert by_row["global", "mnli", keep["statement"]] == "60% on MNLI"
+    assert pd.isna(by_row["global", "rte", keep["statement"]])
+    assert len(table) == 6
+    untested = table[table["verdict"] == "not tested by this run"]
+    assert list(untested["claim"]) == ["trees are shallow"]
+    page = out.read_text()
+    assert "3 holds, 2 does not hold, 1 not tested by this run" in page
+    assert "60% on MNLI" in page and "abc" in page
+
+
+def test_without_papers_the_page_has_no_paper_column(tmp_path):
+    path = write_claims(tmp_path / "c.parquet", [
+        {"stage": "global", "statement": "s", "metric": "m", "value": 1.0, "holds": True}])
+    claims_table([path], [], tmp_path / "claims.html", {})
+    assert "<th>paper</th>" not in (tmp_path / "claims.html").read_text()
+
+
+def library_claims(tasks: list[str], similar: list[list[str]], dissimilar: list[list[str]]):
+    """Every (stage, claim) the library states on a run of `tasks`, from made-up curves."""
+    per_layer = pd.DataFrame(
+        [{"ranking": r, "order": o, "k": k, "accuracy": 0.5}
+         for r, o, k in itertools.product(pruning.RANKINGS, pruning.ORDERS, range(5))])
+    global_ = pd.DataFrame([{"method": m, "seed": 0, "percent": p, "accuracy": 0.5}
+                            for m in heads.METHODS for p in range(0, 101, 10)])
+    pairs = [{"task_a": a, "task_b": b, "r": 0.5} for a, b in itertools.combinations(tasks, 2)]
+    claims = (pruning.per_layer_claims(per_layer) + pruning.global_claims(global_)
+              + heads.cross_task_claims(pd.DataFrame(pairs), similar, dissimilar))
+    return {(c["stage"], c["claim"]) for c in claims}
+
+
+@pytest.mark.parametrize("paper", sorted(p.stem for p in FINDINGS.glob("*.yaml")))
+def test_every_finding_is_about_a_claim_the_library_states(paper):
+    """A finding whose claim text drifts from the library's would never be shown beside it."""
+    paper_config = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
+    stated = library_claims(list(paper_config["tasks"]), paper_config["heads"]["similar_pairs"],
+                            paper_config["heads"]["dissimilar_pairs"])
+    findings = load_findings([FINDINGS / f"{paper}.yaml"])
+    for finding in findings.itertuples():
+        assert (finding.stage, finding.claim) in stated, finding.claim
+        assert pd.isna(finding.task) or finding.task in paper_config["tasks"]

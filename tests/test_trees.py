@@ -1,0 +1,199 @@
+"""Attribution trees (Algorithm 1): known trees of hand-made matrices, the same tree from a full
+matrix and from a dump row, empty trees, and the settings a run refuses."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from test_config import default_config, dry_run
+from test_dumps import CFG, random_result
+
+from attnlab import trees
+from attnlab.dumps import example_row, write_dump
+from attnlab.tasks import TaskSpec
+
+TAU = 0.5
+
+
+def hand_made() -> np.ndarray:
+    """Three layers over [CLS] a b c d [SEP] (positions 0..5); dyadic values, so every sum and
+    ratio below is exact."""
+    a = np.zeros((3, 6, 6))
+    # layer 2, the last: only the row totals (the top node) use it
+    a[2, 0, 1] = 8.0  # [CLS] has the largest total but is never the top node
+    a[2, 1, 5] = 0.25
+    a[2, 3, 5] = 2.5  # c's total ties a's (2.5): the first position, a, wins
+    a[2, 2, 2] = 100.0  # a self-interaction counts neither in totals nor as an edge
+    # layer 1
+    a[1, 1, 2] = 1.0  # a -> b: a Appears, so it becomes Fixed and b Appears
+    a[1, 1, 3] = 0.5  # exactly tau x max: not above it, so not kept
+    a[1, 2, 4] = 0.75  # b -> d in the same layer, scanned after a -> b: b is Appear by then
+    # layer 0
+    a[0, 0, 3] = 0.875  # [CLS] is not in the tree: ignored
+    a[0, 1, 3] = 0.75  # a is Fixed and c NotAppear: added
+    a[0, 2, 1] = 1.0  # a is in the tree already: a token gets one parent only
+    a[0, 4, 3] = 0.625  # c Appeared one edge earlier in this layer: not added again
+    a[0, 4, 5] = 0.25  # below tau
+    return a
+
+
+def test_hand_made_matrices_give_the_known_tree():
+    tree = trees.tree_from_matrix(hand_made(), TAU, "layer")
+    assert tree.top == 1
+    assert tree.edges == [(1, 1, 2, 1.0), (1, 2, 4, 0.75), (0, 1, 3, 0.75)]
+    assert tree.nodes == [1, 2, 4, 3]
+    assert tree.root_edges() == [(0, 1), (0, 2), (0, 4), (0, 3)]
+    assert tree.joins(3, 1) and not tree.joins(1, 4)
+
+
+def test_top_node_ties_go_to_the_first_position_and_skip_cls():
+    assert trees.top_node(np.array([9.0, 1.0, 3.0, 3.0])) == 2
+    a = hand_made()
+    a[2, 3, 5] = 2.625  # c's total now beats a's: c is the top node and reads nothing
+    tree = trees.tree_from_matrix(a, TAU, "layer")
+    assert tree.top == 3 and tree.edges == [] and tree.nodes == [3]
+
+
+def test_normalisation_by_the_layer_or_the_rows_other_than_cls():
+    """[CLS]'s own row holds layer 0's maximum (4): divided by it the edge b -> a (1.0) is below
+    tau; divided by the maximum over the other rows (the official code) it is the maximum."""
+    a = np.zeros((2, 4, 4))
+    a[1, 2, 3] = 1.0  # b is the top node
+    a[0, 0, 1] = 4.0
+    a[0, 2, 1] = 1.0
+    assert trees.tree_from_matrix(a, TAU, "layer").edges == []
+    assert trees.tree_from_matrix(a, TAU, "no_cls").edges == [(0, 2, 1, 1.0)]
+
+
+def test_a_self_interaction_is_never_an_edge_but_sets_the_layer_maximum():
+    a = np.zeros((2, 4, 4))
+    a[1, 2, 3] = 1.0
+    a[0, 2, 2] = 3.0  # the layer's maximum is on the diagonal
+    a[0, 2, 1] = 2.0  # 2/3 of it: kept
+    a[0, 2, 3] = 1.0  # 1/3 of it: not kept
+    tree = trees.tree_from_matrix(a, TAU, "layer")
+    assert tree.edges == [(0, 2, 1, pytest.approx(2 / 3))]
+
+
+def test_no_edge_above_tau_gives_an_empty_tree_not_an_error():
+    negative = -np.abs(hand_made()) - 0.1  # no positive maximum anywhere
+    tree = trees.tree_from_matrix(negative, TAU, "layer")
+    assert tree.edges == [] and tree.nodes == [tree.top]
+
+
+def _rows(tau_floor: float, seeds=range(6)):
+    cfg = {**CFG, "keep_full": True, "edge_min_fraction": tau_floor}
+    for seed in seeds:
+        result = random_result(n_examples=2, layers=4, heads=3, width=9, real=(9, 7), seed=seed)
+        result.attr = result.attr + 0.8 * result.attr.abs()  # mostly positive, like real ones
+        for b in range(2):
+            row = example_row(result, b, cfg)
+            row["idx"] = 2 * seed + b
+            n = row["n_tokens"]
+            full = torch.tensor(row["attr_full"]).view(4, 3, n, n).sum(dim=1)  # as the dump sums
+            yield row, full.double().numpy()
+
+
+@pytest.mark.parametrize("normalise", ["layer", "no_cls"])
+@pytest.mark.parametrize("tau", [0.1, 0.25, 0.4, 0.7])
+def test_tree_from_the_dump_equals_tree_from_the_full_matrix(tau, normalise):
+    """The dump keeps every edge above 0.1 of min(layer max, max without [CLS]), which covers
+    every tau >= 0.1 under both normalisations; scores agree to float32 rounding."""
+    sizes = []
+    for row, full in _rows(0.1):
+        from_dump = trees.tree_from_dump(row, 4, tau, normalise)
+        from_matrix = trees.tree_from_matrix(full, tau, normalise)
+        assert from_dump.top == from_matrix.top and from_dump.nodes == from_matrix.nodes
+        assert [e[:3] for e in from_dump.edges] == [e[:3] for e in from_matrix.edges]
+        np.testing.assert_allclose([e[3] for e in from_dump.edges],
+                                   [e[3] for e in from_matrix.edges], rtol=1e-6)
+        sizes.append(len(from_dump.edges))
+    assert max(sizes) >= 2  # the comparison covers real trees, not only empty ones
+
+
+def test_layers_cut_by_the_edge_cap_are_named():
+    """Edges kept down to the cap only: layers 0 and 1 (the ones the tree scans) lack edges
+    above tau = 0.1, which the trees table flags; a tau above the cut needs nothing more."""
+    cfg = {**CFG, "max_edges_per_layer": 2}
+    result = random_result(n_examples=1, layers=3, heads=2, width=8, real=(8,), seed=1)
+    result.attr = result.attr.abs()
+    row = {**example_row(result, 0, cfg), "idx": 7}
+    assert trees.incomplete_layers(row, 3, 0.1, "layer") == [0, 1]
+    assert trees.incomplete_layers(row, 3, 0.99, "layer") == []
+    row.update(label=0, pred=0, tokens=["w"] * 8, planted_i=None, planted_j=None)
+    _, table = trees.tree_tables(pd.DataFrame([row]), 3, 0.1, "layer")
+    assert table["incomplete_layers"].tolist() == [2]
+    assert trees.size_summary(table)["incomplete_trees"] == 1
+
+
+def test_tree_table_keeps_a_row_for_an_empty_tree():
+    result = random_result(n_examples=2, layers=3, heads=2, width=6, real=(6, 5), seed=3)
+    result.attr[1] = -result.attr[1].abs() - 0.1  # example 1: no positive attribution at all
+    rows = []
+    for b in range(2):
+        row = example_row(result, b, CFG)
+        row.update(idx=10 + b, label=0, pred=0, tokens=[f"w{k}" for k in range(row["n_tokens"])],
+                   planted_i=1, planted_j=2)
+        rows.append(row)
+    edges, table = trees.tree_tables(pd.DataFrame(rows), 3, 0.4, "layer")
+    empty = table.set_index("example").loc[11]
+    assert empty["edges"] == 0 and empty["nodes"] == 1 and not empty["joins_planted"]
+    assert set(edges.loc[edges["example"] == 11, "kind"]) == {"root"}  # [CLS] -> top node only
+    summary = trees.size_summary(table)
+    assert summary["examples"] == 2 and summary["empty_trees"] >= 1
+
+
+def test_unknown_example_to_render_fails_before_anything_is_written(tmp_path):
+    result = random_result(n_examples=1, layers=2, heads=2, width=5, real=(5,))
+    row = {**example_row(result, 0, CFG), "idx": 0, "label": 0, "tokens": ["w"] * 5,
+           "segments": [0] * 5, "planted_i": None, "planted_j": None}
+    write_dump([row], tmp_path / "part.parquet", {"shard": 0, "n_shards": 1, "n_layers": 2,
+                                                  "n_heads": 2})
+    out = {name: tmp_path / "out" / name for name in
+           ("edges", "trees", "claims", "summary", "sizes", "figures")}
+    spec = TaskSpec("t", ("sentence",), ("neg", "pos"))
+    with pytest.raises(ValueError, match=r"trees.example_idx: \[999\] are not attributed dev"):
+        trees.trees_stage([tmp_path / "part.parquet"], spec,
+                          {"tau": 0.4, "normalise": "layer", "examples": 1,
+                           "example_idx": [999]}, 0, out, {})
+    assert not (tmp_path / "out").exists()
+
+
+def test_tree_claim_counts_only_correct_examples_with_ground_truth():
+    table = pd.DataFrame({
+        "correct": [True, True, True, True, True, False, True],
+        "joins_planted": pd.array([True, True, True, True, False, True, None], dtype="boolean"),
+    })
+    (claim,) = trees.tree_claims(table)
+    assert claim["value"] == pytest.approx(0.8) and claim["verdict"] == "holds"
+    table.loc[0, "joins_planted"] = False
+    assert trees.tree_claims(table)[0]["verdict"] == "does not hold"
+    assert trees.tree_claims(table.assign(joins_planted=pd.NA).astype(
+        {"joins_planted": "boolean"})) == []  # real data: no ground-truth claim
+
+
+def test_sample_is_seeded_and_includes_the_chosen_examples():
+    available = list(range(100, 140))
+    first = trees.sample_examples(available, 3, [137], seed=0)
+    assert first == trees.sample_examples(available, 3, [137], seed=0)
+    assert len(first) == 4 and 137 in first and first == sorted(first)
+    assert first != trees.sample_examples(available, 3, [137], seed=1)
+    with pytest.raises(ValueError, match=r"trees.example_idx: \[5\] are not attributed"):
+        trees.sample_examples(available, 3, [5], seed=0)
+
+
+@pytest.mark.parametrize("tau, expected", [
+    (1.0, "config error at trees.tau: 1.0 is out of range (allowed: > 0 and < 1)"),
+    (0.0, "config error at trees.tau: 0.0 is out of range (allowed: > 0 and < 1)"),
+    (0.05, "config error at trees.tau: 0.05 is below attribution.edge_min_fraction (0.1)"),
+])
+def test_tau_outside_its_range_fails_the_dry_run(tmp_path, tau, expected):
+    config = copy.deepcopy(default_config())
+    config["trees"] = {"tau": tau}
+    result = dry_run(config, tmp_path)
+    assert result.returncode != 0
+    assert expected in result.stdout + result.stderr

@@ -1,0 +1,46 @@
+# The run's own pages of the report: a run summary and the claims of every stage. Their inputs
+# are found by name, not listed (benchmarks_by_rule, claims_tables in common.smk), so a new
+# stage's times and claims reach the report without a change here.
+
+rule run_summary:
+    input:
+        unpack(benchmarks_by_rule),
+        finetune_metrics=expand(rules.finetune.output.metrics, name=config["name"], task=TASKS),
+    output:
+        page=report(
+            "results/{name}/report/run_summary.html",
+            caption="../report/run_summary.rst",
+            category="Run summary",
+        ),
+    params:
+        config=config,
+        code=code_version("report"),
+    log:
+        "results/{name}/logs/run_summary.log",
+    threads: 1
+    conda:
+        "../../envs/attnlab.yaml"
+    script:
+        "../scripts/run_summary.py"
+
+
+rule claims:
+    input:
+        claims=claims_tables,
+        findings=FINDINGS,
+    output:
+        page=report(
+            "results/{name}/report/claims.html",
+            caption="../report/claims.rst",
+            category="Claims",
+        ),
+    params:
+        papers=config["report"]["papers"],
+        code=code_version("report"),
+    log:
+        "results/{name}/logs/claims.log",
+    threads: 1
+    conda:
+        "../../envs/attnlab.yaml"
+    script:
+        "../scripts/claims.py"

@@ -1,0 +1,90 @@
+# Information flow (Hao et al. 2021 section 5): the attribution tree of every attributed dev
+# example, read from the dumps, and per-example views of a few sampled examples.
+
+# The dumps keep edges down to attribution.edge_min_fraction of each layer's maximum only.
+if config["trees"]["tau"] < config["attribution"]["edge_min_fraction"]:
+    raise WorkflowError(
+        f"config error at trees.tau: {config['trees']['tau']} is below "
+        f"attribution.edge_min_fraction ({config['attribution']['edge_min_fraction']}), the "
+        "smallest edge the dumps keep"
+    )
+
+
+rule trees:
+    input:
+        parts=rules.summarise_attributions.input.parts,
+    output:
+        edges="results/{name}/trees/{task}/edges.parquet",
+        trees="results/{name}/trees/{task}/trees.parquet",
+        claims="results/{name}/trees/{task}/claims.parquet",
+        summary=report(
+            "results/{name}/trees/{task}/summary.json",
+            caption="../report/tree_summary.rst",
+            category="Information flow",
+            labels={"task": "{task}", "output": "tree sizes (numbers)"},
+        ),
+        sizes=report(
+            "results/{name}/trees/{task}/sizes.png",
+            caption="../report/tree_sizes.rst",
+            category="Information flow",
+            labels={"task": "{task}", "output": "tree sizes"},
+        ),
+        figures=report(
+            directory("results/{name}/trees/{task}/figures"),
+            patterns=["tree_{idx}.png"],
+            caption="../report/tree_figures.rst",
+            category="Information flow",
+            labels={"task": "{task}", "output": "tree of example {idx}"},
+        ),
+    params:
+        task=task_data,
+        trees={key: config["trees"][key]
+               for key in ("tau", "normalise", "examples", "example_idx")},
+        seed=config["seed"],
+        code=code_version("trees"),
+    log:
+        "results/{name}/logs/trees/{task}.log",
+    benchmark:
+        "results/{name}/benchmarks/trees/{task}.tsv"
+    threads: 1
+    conda:
+        "../../envs/attnlab.yaml"
+    script:
+        "../scripts/trees.py"
+
+
+rule example_views:
+    input:
+        parts=rules.summarise_attributions.input.parts,
+        model=rules.finetune.output.model,
+        dev=rules.prepare_data.output.dev,
+        tree_figures=rules.trees.output.figures,
+    output:
+        views=report(
+            directory("results/{name}/views/{task}"),
+            patterns=["{page}.html"],
+            caption="../report/example_views.rst",
+            category="Information flow",
+            labels={"task": "{task}", "output": "attribution flow per token"},
+        ),
+    params:
+        task=task_data,
+        trees={key: config["trees"][key] for key in ("examples", "example_idx", "heatmap_layer")},
+        attribution={key: config["attribution"][key]
+                     for key in ("quadrature", "steps", "target", "batch_size")},
+        model={key: config["model"][key] for key in ("max_length", "truncate")},
+        seed=config["seed"],
+        device=config["device"],
+        precision=config["precision"],
+        code=code_version("views"),
+    log:
+        "results/{name}/logs/example_views/{task}.log",
+    benchmark:
+        "results/{name}/benchmarks/example_views/{task}.tsv"
+    threads: 1
+    resources:
+        gpu=GPU,
+    conda:
+        "../../envs/attnlab.yaml"
+    script:
+        "../scripts/example_views.py"

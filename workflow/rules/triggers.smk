@@ -1,0 +1,73 @@
+# Adversarial triggers (Hao et al. 2021 section 6): patterns mined from the attributions of
+# source examples, ranked per class, and inserted into every dev example of the task.
+
+
+rule mine_triggers:
+    input:
+        model=rules.finetune.output.model,
+        source=getattr(rules.prepare_data.output, config["triggers"]["source_split"]),
+    output:
+        # the attribution dump of the source examples (schema: src/attnlab/dumps.py)
+        source="results/{name}/triggers/{task}/source.parquet",
+        patterns="results/{name}/triggers/{task}/patterns.parquet",
+        triggers="results/{name}/triggers/{task}/triggers.parquet",
+    params:
+        task=task_data,
+        triggers={key: config["triggers"][key]
+                  for key in ("source_split", "source_examples", "target", "score_threshold",
+                              "second_pair_ratio")},
+        # the engine's settings; target and example count come from triggers
+        attribution={key: config["attribution"][key]
+                     for key in ("quadrature", "steps", "batch_size", "edge_min_fraction",
+                                 "max_edges_per_layer", "top_pairs")},
+        model={key: config["model"][key] for key in ("max_length", "truncate")},
+        device=config["device"],
+        precision=config["precision"],
+        code=code_version("triggers"),
+    log:
+        "results/{name}/logs/mine_triggers/{task}.log",
+    benchmark:
+        "results/{name}/benchmarks/mine_triggers/{task}.tsv"
+    threads: 1
+    resources:
+        gpu=GPU,
+    conda:
+        "../../envs/attnlab.yaml"
+    script:
+        "../scripts/mine_triggers.py"
+
+
+rule attack_eval:
+    input:
+        model=rules.finetune.output.model,
+        dev=rules.prepare_data.output.dev,
+        triggers=rules.mine_triggers.output.triggers,
+        source=rules.mine_triggers.output.source,
+    output:
+        table="results/{name}/triggers/{task}/attack.parquet",
+        claims="results/{name}/triggers/{task}/claims.parquet",
+        figure=report(
+            "results/{name}/triggers/{task}/attack.png",
+            caption="../report/attack.rst",
+            category="Adversarial triggers",
+            labels={"task": "{task}"},
+        ),
+    params:
+        task=task_data,
+        triggers={key: config["triggers"][key] for key in ("top", "random_draws", "batch_size")},
+        model={key: config["model"][key] for key in ("max_length", "truncate")},
+        seed=config["seed"],
+        device=config["device"],
+        precision=config["precision"],
+        code=code_version("attack"),
+    log:
+        "results/{name}/logs/attack_eval/{task}.log",
+    benchmark:
+        "results/{name}/benchmarks/attack_eval/{task}.tsv"
+    threads: 1
+    resources:
+        gpu=GPU,
+    conda:
+        "../../envs/attnlab.yaml"
+    script:
+        "../scripts/attack_eval.py"
