@@ -361,13 +361,17 @@ def report_results(report: Path) -> dict[str, dict]:
 @pytest.mark.slow
 def test_report_holds_every_figure_the_claims_and_the_run_summary(tiny_run):
     results = report_results(tiny_run.results / "report.html")
-    # every figure the run drew, whichever stage drew it, with a caption
+    # every figure the run drew, whichever stage drew it, with a caption; the per-example
+    # views' heatmaps are embedded in their pages, which the report holds instead
+    views = tiny_run.results / "views"
     figures = {path for path in results if path.endswith(".png")}
-    assert figures == {str(p.relative_to(tiny_run.work)) for p in tiny_run.results.rglob("*.png")}
+    assert figures == {str(p.relative_to(tiny_run.work)) for p in tiny_run.results.rglob("*.png")
+                       if views not in p.parents}
     for path, result in results.items():
         assert result["caption"].strip(), f"{path} has no caption"
     pages = {Path(path).name: tiny_run.work / path for path in results if path.endswith(".html")}
-    assert set(pages) == {"claims.html", "run_summary.html"}
+    view_pages = {p.name for p in views.rglob("*.html")}
+    assert view_pages and set(pages) == {"claims.html", "run_summary.html", *view_pages}
 
     claims = pages["claims.html"].read_text()
     tables = pd.concat([pd.read_parquet(p) for p in tiny_run.results.rglob("*claims.parquet")])
@@ -426,9 +430,10 @@ CHANGES = [
                       "text_fields": ["sentence1", "sentence2"],
                       "label_names": ["entailment", "not_entailment"]}}},
                  {"prepare_data": 1, **FROM_FINETUNE}, "added", id="a new task"),
-    # only the trees use τ; the report gathers their claims
-    pytest.param({"trees": {"tau": 0.3}}, {"trees": len(TINY["tasks"]), **REPORT}, None,
-                 id="tau"),
+    # only the trees use τ; the views embed the tree figures; the report gathers the claims
+    pytest.param({"trees": {"tau": 0.3}},
+                 {"trees": len(TINY["tasks"]), "example_views": len(TINY["tasks"]), **REPORT},
+                 None, id="tau"),
 ]
 
 
