@@ -133,7 +133,8 @@ def test_task_source_needs_its_settings(tmp_path):
                           "text_fields": ["sentence"], "label_names": ["a", "b"]}}},
          "config error at tasks.t.hub.path: '/abs/glue' is not a hub dataset id"),
         ({"report": {"papers": ["nosuch"]}},
-         "config error at report.papers: no findings file for 'nosuch' (known: hao2021)"),
+         "config error at report.papers: no findings file for 'nosuch' "
+         "(known: brunner2020, explanation, hao2021)"),
     ],
 )
 def test_what_a_config_refers_to_is_checked_in_the_dry_run(tmp_path, change, expected):

@@ -9,7 +9,16 @@ import pandas as pd
 import pytest
 import yaml
 
-from attnlab import heads, pruning
+from attnlab import (
+    adversarial_attention,
+    attack,
+    attention_permutation,
+    effective_attention,
+    heads,
+    pruning,
+    token_identifiability,
+    token_mixing,
+)
 from attnlab.report import claims_table, load_findings, run_summary, stage_times
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,16 +108,47 @@ def test_without_papers_the_page_has_no_paper_column(tmp_path):
     assert "<th>paper</th>" not in (tmp_path / "claims.html").read_text()
 
 
+# The paper configuration's model, BERT-base: 64 value dimensions per head, 12 layers.
+BERT_BASE_D_V, BERT_BASE_LAYERS = 64, 12
+
+
 def library_claims(tasks: list[str], similar: list[list[str]], dissimilar: list[list[str]]):
-    """Every (stage, claim) the library states on a run of `tasks`, from made-up curves."""
+    """Every (stage, claim) the library states on a run of `tasks` with BERT-base, from made-up
+    tables of every stage that judges claims."""
     per_layer = pd.DataFrame(
         [{"ranking": r, "order": o, "k": k, "accuracy": 0.5}
          for r, o, k in itertools.product(pruning.RANKINGS, pruning.ORDERS, range(5))])
     global_ = pd.DataFrame([{"method": m, "seed": 0, "percent": p, "accuracy": 0.5}
                             for m in heads.METHODS for p in range(0, 101, 10)])
     pairs = [{"task_a": a, "task_b": b, "r": 0.5} for a, b in itertools.combinations(tasks, 2)]
+    layers = range(BERT_BASE_LAYERS + 1)
+    attack_summary = pd.DataFrame([{"before": 0.9, "trigger_after": 0.5, "random_after": 0.8,
+                                    "examples": 100}])
+    no_planted = pd.DataFrame({"planted": [None], "rank": [1], "class": ["entailment"]})
+    per_head = pd.DataFrame([{"example": n, "length": n, "max_change": 0.0,
+                              "pearson_r": 1 - n / 1000, "negative_share": 0.1}
+                             for n in (10, 100, 120)])
+    mass = pd.DataFrame([{"length": 100, "category": "[SEP]", "effective": 0.1, "raw": 0.3}])
+    rates = pd.DataFrame([{"map": m, "loss": loss, "layer": layer, "rate": 0.9}
+                          for m in token_identifiability.MAPS
+                          for loss in token_identifiability.LOSSES for layer in layers])
+    tokens = pd.DataFrame([{"layer": layer, "top_is_self": True, "self_contribution": 0.5}
+                           for layer in layers])
+    offsets = pd.DataFrame([{"layer": BERT_BASE_LAYERS, "offset": offset,
+                             "mean_contribution": 0.1, "pairs": 10} for offset in (-2, 1, 3)])
+    permuted = pd.DataFrame([{"permuted": name, "correct_share": 0.8, "original_correct": 0.9,
+                              "tvd_median": 0.1}
+                             for name in [*map(str, layers), attention_permutation.ALL_LAYERS]])
+    keys = pd.DataFrame([{"example": 0, "same_prediction": True, "key_distance": 1.0,
+                          "jsd": 0.2}])
+    adversarial = pd.DataFrame([{"layer": layer, "jsd": 0.2} for layer in layers])
     claims = (pruning.per_layer_claims(per_layer) + pruning.global_claims(global_)
-              + heads.cross_task_claims(pd.DataFrame(pairs), similar, dissimilar))
+              + heads.cross_task_claims(pd.DataFrame(pairs), similar, dissimilar)
+              + attack.attack_claims(attack_summary, no_planted, top=3)
+              + effective_attention.claims(per_head, mass, BERT_BASE_D_V)
+              + token_identifiability.claims(rates) + token_mixing.claims(tokens, offsets)
+              + attention_permutation.claims(permuted)
+              + adversarial_attention.claims(keys, adversarial, epsilon=0.01))
     return {(c["stage"], c["claim"]) for c in claims}
 
 
@@ -122,3 +162,4 @@ def test_every_finding_is_about_a_claim_the_library_states(paper):
     for finding in findings.itertuples():
         assert (finding.stage, finding.claim) in stated, finding.claim
         assert pd.isna(finding.task) or finding.task in paper_config["tasks"]
+    assert paper in paper_config["report"]["papers"], "the paper configuration shows it"

@@ -267,10 +267,9 @@ def claims(keys: pd.DataFrame, attention: pd.DataFrame, epsilon: float) -> list[
     for layer, group in attention.groupby("layer"):
         jsd = group["jsd"].median()
         out.append(claim(
-            "adversarial_attention",
-            f"layer {layer}: very different attention gives (almost) the same output",
-            f"median JSD of adversarial attention with output TVD <= {epsilon}, nats (holds if "
-            f">= {LARGE_JSD})", jsd, jsd >= LARGE_JSD))
+            "adversarial_attention", "very different attention gives (almost) the same output",
+            f"layer {layer}: median JSD of adversarial attention with output TVD <= {epsilon}, "
+            f"nats (holds if >= {LARGE_JSD})", jsd, jsd >= LARGE_JSD))
     return out
 
 
