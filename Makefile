@@ -20,7 +20,8 @@ REPORT = results/$(NAME)/report.html
 # outputs are never taken as complete); finished ones are kept. The report is rebuilt only when
 # some output is newer than it, so a run with nothing to do does nothing.
 run: $(VENV)/installed
-	$(BIN)/snakemake --cores $(CORES) --configfile $(CONFIG) --rerun-incomplete
+	$(BIN)/snakemake --profile profiles/local --cores $(CORES) --configfile $(CONFIG) \
+		--rerun-incomplete
 	@if [ -f $(REPORT) ] && [ -z "$$(find results/$(NAME) -newer $(REPORT) -type f | head -n 1)" ]; \
 	then echo "Report up to date: $(REPORT)"; \
 	else $(BIN)/snakemake --configfile $(CONFIG) --report $(REPORT); fi

@@ -12,13 +12,15 @@ import yaml
 from test_workflow import jobs_of, snakemake
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT, SLURM = (yaml.safe_load((ROOT / "profiles" / name / "config.yaml").read_text())
-                  for name in ("default", "slurm"))
+LOCAL, SLURM = (yaml.safe_load((ROOT / "profiles" / name / "config.yaml").read_text())
+                for name in ("local", "slurm"))
 
 
-def planned(*args: str) -> tuple[str, dict[tuple, dict[str, str]]]:
-    """A dry run of every job of the default config: its log, and each job's resources."""
-    result = snakemake("-n", "--forceall", "--cores", "2", "--configfile", "config.yaml", *args)
+def planned(profile: str, *args: str) -> tuple[str, dict[tuple, dict[str, str]]]:
+    """A dry run of every job of the default config with a profile of profiles/: its log, and
+    each job's resources."""
+    result = snakemake("-n", "--forceall", "--cores", "2", "--configfile", "config.yaml",
+                       "--profile", f"profiles/{profile}", *args)
     output = result.stdout + result.stderr
     jobs = {(job.rule, job.fields.get("wildcards")): job.resources
             for job in jobs_of(output) if not job.local}
@@ -27,7 +29,7 @@ def planned(*args: str) -> tuple[str, dict[tuple, dict[str, str]]]:
 
 @pytest.fixture(scope="module")
 def local_plan() -> tuple[str, dict[tuple, dict[str, str]]]:
-    return planned()
+    return planned("local")
 
 
 def size(resources: dict) -> dict[str, str]:
@@ -44,17 +46,18 @@ def wrong_size(rule: str) -> str:
             "set-resources for a heavy rule), not from the rule's resources:")
 
 
-def test_local_runs_use_the_default_profile(local_plan):
+def test_local_runs_size_every_job_with_the_local_profile(local_plan):
     output, jobs = local_plan
-    assert "Using workflow specific profile profiles/default" in output
+    assert "Using profile profiles/local for setting default command line arguments" in output
     for (rule, _), resources in jobs.items():
-        assert size(resources) == size(DEFAULT["default-resources"]), wrong_size(rule)
+        assert size(resources) == size(LOCAL["default-resources"]), wrong_size(rule)
 
 
 def test_slurm_profile_sizes_every_job_and_requests_gpus_as_the_rules_declare(local_plan):
     _, local = local_plan
-    output, slurm = planned("--workflow-profile", "profiles/slurm")
-    assert "Using workflow specific profile profiles/slurm" in output
+    output, slurm = planned("slurm")
+    # the only profile: no workflow profile adds the local gpu limit under it
+    assert "Using profile profiles/slurm for setting default command line arguments" in output
     assert slurm.keys() == local.keys()
     # that the rules asking for a GPU are those whose jobs use a device is checked on SLURM
     assert {resources.get("gpu") for resources in local.values()} == {"1", None}
@@ -65,6 +68,6 @@ def test_slurm_profile_sizes_every_job_and_requests_gpus_as_the_rules_declare(lo
 
 
 def test_a_cpu_config_requests_no_gpu_on_slurm():
-    _, jobs = planned("--workflow-profile", "profiles/slurm", "--config", "device=cpu")
+    _, jobs = planned("slurm", "--config", "device=cpu")
     # gpu=0 adds nothing to the sbatch command line
     assert {resources.get("gpu") for resources in jobs.values()} == {"0", None}

@@ -148,7 +148,7 @@ def test_slurm_run_submits_every_job_and_matches_a_local_run(slurm_cluster, tmp_
     configfile = tmp_path / "config.yaml"
     configfile.write_text(yaml.safe_dump(CONFIG))
     on_slurm, local = tmp_path / "slurm", tmp_path / "local"
-    run = snakemake("--workflow-profile", "profiles/slurm", *CI_OVERRIDES,
+    run = snakemake("--profile", "profiles/slurm", *CI_OVERRIDES,
                     "--configfile", str(configfile), "--directory", str(on_slurm), timeout=1800)
     jobs = jobs_of(run.stdout + run.stderr)
 
@@ -177,9 +177,8 @@ def test_slurm_run_submits_every_job_and_matches_a_local_run(slurm_cluster, tmp_
         assert request["MinMemory"] == f"{size['mem_mb']}M", job.rule
         assert minutes(request["TimeLimit"]) == float(size["runtime"]), job.rule
 
-    # the same config run locally: the default profile lets one GPU job run at a time
-    run = snakemake("--cores", "2", "--configfile", str(configfile), "--directory", str(local),
-                    timeout=1800)
-    assert "Using workflow specific profile profiles/default" in run.stderr
+    # the same config run locally: the local profile lets one GPU job run at a time
+    run = snakemake("--profile", "profiles/local", "--cores", "2", "--configfile",
+                    str(configfile), "--directory", str(local), timeout=1800)
     assert gpu_jobs_at_once(run.stdout + run.stderr) == 1
     assert_same_results(local / "results", on_slurm / "results")

@@ -66,7 +66,7 @@ validate_config(config, Path(workflow.basedir, "workflow/schemas/config.schema.y
 TASKS = list(config["tasks"])
 SHARDS = range(config["attribution"]["shards"])
 # Rules that run a model declare `gpu=GPU`: one GPU is requested (from SLURM, or from the
-# local `gpu` limit of profiles/default) unless the config pins the CPU. Memory and run time
+# local `gpu` limit of profiles/local) unless the config pins the CPU. Memory and run time
 # depend on the scale of the configuration and the machine, so they live in the profiles.
 GPU = 0 if config["device"] == "cpu" else 1
 
