@@ -16,12 +16,16 @@ BIN := $(VENV)/bin
 NAME = $(shell $(BIN)/python -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["name"])' $(CONFIG))
 REPORT = results/$(NAME)/report.html
 
+# Model jobs ask for gpu=1 and the local profile lets one run at a time, so they never share a
+# GPU. Where torch sees no GPU they run on the CPU, and may then run side by side.
+GPU_SLOTS = $(shell $(BIN)/python -c 'import torch; print(1 if torch.cuda.is_available() else 1000)')
+
 # --rerun-incomplete: after an interruption, the jobs that did not finish run again (their
 # outputs are never taken as complete); finished ones are kept. The report is rebuilt only when
 # some output is newer than it, so a run with nothing to do does nothing.
 run: $(VENV)/installed
-	$(BIN)/snakemake --profile profiles/local --cores $(CORES) --configfile $(CONFIG) \
-		--rerun-incomplete
+	$(BIN)/snakemake --profile profiles/local --cores $(CORES) --resources gpu=$(GPU_SLOTS) \
+		--configfile $(CONFIG) --rerun-incomplete
 	@if [ -f $(REPORT) ] && [ -z "$$(find results/$(NAME) -newer $(REPORT) -type f | head -n 1)" ]; \
 	then echo "Report up to date: $(REPORT)"; \
 	else $(BIN)/snakemake --configfile $(CONFIG) --report $(REPORT); fi
