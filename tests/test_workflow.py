@@ -280,7 +280,7 @@ def test_tiny_config_runs_end_to_end(tiny_run):
             assert (shard_dir / "part.parquet").is_file()
             assert (shard_dir / "_summary.json").is_file()
             assert (results / "logs" / "attribute" / task / f"shard={shard}.log").is_file()
-        gathered = results / "attributions" / f"task={task}" / "_summary.json"
+        gathered = results / "attribution_summary" / f"{task}.json"
         summary = json.loads(gathered.read_text())
         assert summary["examples"] == TINY["attribution"]["max_examples"]
     for path in ("heads/{t}/importance.parquet", "heads/{t}/per_layer.parquet",

@@ -38,7 +38,7 @@ rule summarise_attributions:
         ),
     output:
         summary=report(
-            "results/{name}/attributions/task={task}/_summary.json",
+            "results/{name}/attribution_summary/{task}.json",
             caption="../report/attribution_summary.rst",
             category="Attribution",
             labels={"task": "{task}"},
