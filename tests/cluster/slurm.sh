@@ -7,8 +7,8 @@
 # The configuration goes where every SLURM command looks by default, /etc/slurm: the srun that
 # runs a Snakemake job inside its allocation is started with every SLURM_* variable removed,
 # SLURM_CONF included. A configuration this script did not write is never touched.
-# The node declares one count-only GPU, so jobs that ask for one are scheduled on a machine
-# that has none (SLURM sets CUDA_VISIBLE_DEVICES=0 in them).
+# The node declares two count-only GPUs, so jobs that ask for one are scheduled on a machine
+# that has none, two at a time (SLURM sets CUDA_VISIBLE_DEVICES=0 or 1 in them).
 set -Eeuo pipefail
 action=${1:?usage: slurm.sh start|stop DIR}
 dir=$(realpath -m "${2:?usage: slurm.sh start|stop DIR}")
@@ -44,9 +44,10 @@ start() {
   mkdir -p "$dir"/{ctld,slurmd,munge,gpu} "$conf"
   host=$(hostname -s)
   cpus=$(slurmd -C | sed -nE 's/.*CPUs=([0-9]+).*/\1/p' | head -1)
-  # Count-only GPU: gres/gpu wants a device file named after its index; /dev/null serves.
+  # Count-only GPUs: gres/gpu wants a device file named after each index; /dev/null serves.
   ln -sfn /dev/null "$dir/gpu/nvidia0"
-  printf '%s\nNodeName=%s Name=gpu File=%s\n' "$mark" "$host" "$dir/gpu/nvidia0" \
+  ln -sfn /dev/null "$dir/gpu/nvidia1"
+  printf '%s\nNodeName=%s Name=gpu File=%s\n' "$mark" "$host" "$dir/gpu/nvidia[0-1]" \
     > "$conf/gres.conf"
   cat > "$conf/slurm.conf" <<CONF
 $mark
@@ -70,7 +71,7 @@ SlurmdPidFile=$dir/slurmd.pid
 SlurmctldLogFile=$dir/slurmctld.log
 SlurmdLogFile=$dir/slurmd.log
 SchedulerType=sched/backfill
-# Jobs queue for the one GPU; backfill starts CPU jobs past them, every second, not every 30 s.
+# Jobs queue for the GPUs; backfill starts CPU jobs past them, every second, not every 30 s.
 SchedulerParameters=bf_interval=1
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
@@ -89,7 +90,7 @@ Waittime=0
 # The node is sized as in the node section below, not as measured: the SLURM profile asks for
 # the paper configuration's memory, which a CI machine does not have (the test's jobs are tiny).
 SlurmdParameters=config_overrides
-NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=65536 Gres=gpu:1 State=UNKNOWN
+NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=65536 Gres=gpu:2 State=UNKNOWN
 PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP
 CONF
   : > "$dir/pids"

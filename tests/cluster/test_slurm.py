@@ -1,9 +1,9 @@
 """The workflow on a real single-node SLURM cluster through profiles/slurm, against a local run.
 
 The cluster (tests/cluster/slurm.sh) is started for this test and stopped after it; it needs
-root, for the Debian packages and the daemons. Its node declares one count-only GPU, so rules
-that ask for a GPU are submitted with a GPU request and scheduled, and their jobs fall back to
-the CPU (no GPU is visible to torch).
+root, for the Debian packages and the daemons. Its node declares two count-only GPUs, so rules
+that ask for a GPU are submitted with a GPU request and scheduled, two at a time, and their jobs
+fall back to the CPU (no GPU is visible to torch).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -25,8 +26,8 @@ from test_workflow import TINY, Job, jobs_of, snakemake
 
 SCRIPT = Path(__file__).with_name("slurm.sh")
 # The tiny config with one task (and so no task pairs), which keeps every rule and the
-# attribution shards: the GPU jobs take turns on the cluster's one GPU, each with ~7 s of
-# Snakemake start-up. With device auto the rules that run a model ask for a GPU.
+# attribution shards: the GPU jobs share the cluster's two GPUs, each with ~7 s of Snakemake
+# start-up. With device auto the rules that run a model ask for a GPU.
 CONFIG = {**TINY, "device": "auto", "tasks": {"pairs": TINY["tasks"]["pairs"]}, "heads": {}}
 # What this cluster needs on top of the profile. It keeps no accounting database, so job
 # states come from squeue (the plugin reads sacct's failure as "still running" and would
@@ -166,7 +167,8 @@ def test_slurm_run_submits_every_job_and_matches_a_local_run(slurm_cluster, tmp_
         log = (on_slurm / job.fields["log"].split(", ")[0]).read_text()
         uses_device[comment(job)] = "device:" in log
         if uses_device[comment(job)]:
-            assert "device: auto -> cpu (no GPU visible, CUDA_VISIBLE_DEVICES=0)" in log
+            assert re.search(r"device: auto -> cpu \(no GPU visible, CUDA_VISIBLE_DEVICES=[01]\)",
+                             log), log
     assert set(uses_device.values()) == {True, False}
     for job in jobs:
         request = submitted[comment(job)]
