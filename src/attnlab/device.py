@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
+from attnlab.outputs import setup_logging
+
 log = logging.getLogger(__name__)
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
 PRECISION_CHOICES = ("fp32", "tf32", "bf16")
@@ -92,3 +94,14 @@ def set_precision(allowed: str, device: torch.device) -> Precision:
     log.info("precision: %s allowed, %s uses %s", allowed, where,
              " and ".join(formats) if formats else "float32")
     return precision
+
+
+def start_model_job(
+    log_path: str | os.PathLike, threads: int, choice: str, allowed_precision: str
+) -> tuple[torch.device, Precision]:
+    """What a workflow job that runs a model does first: log to its log file, compute with its
+    threads, and pick (and log) its device and precision."""
+    setup_logging(log_path)
+    torch.set_num_threads(threads)
+    device = pick_device(choice)
+    return device, set_precision(allowed_precision, device)

@@ -1,17 +1,13 @@
 """Snakemake adapter of rule attention_permutation: attention permutation on one task's model."""
 
-import torch
-
 from attnlab.attention_permutation import analyse_task
-from attnlab.device import pick_device, set_precision
-from attnlab.outputs import provenance, setup_logging
+from attnlab.device import start_model_job
+from attnlab.outputs import provenance
 from attnlab.tasks import TaskSpec
 
-setup_logging(snakemake.log[0])
-torch.set_num_threads(snakemake.threads)
 params = snakemake.params
-device = pick_device(params.device)
-set_precision(params.precision, device)
+device, _ = start_model_job(snakemake.log[0], snakemake.threads, params.device,
+                            params.precision)
 analyse_task(
     snakemake.input.model,
     snakemake.input.dev,

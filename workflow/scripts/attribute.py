@@ -1,17 +1,13 @@
 """Snakemake adapter of rule attribute: attribute one shard of a task's dev split."""
 
-import torch
-
-from attnlab.device import pick_device, set_precision
+from attnlab.device import start_model_job
 from attnlab.dumps import attribute_shard
-from attnlab.outputs import provenance, setup_logging, write_json
+from attnlab.outputs import provenance, write_json
 from attnlab.tasks import TaskSpec
 
-setup_logging(snakemake.log[0])
-torch.set_num_threads(snakemake.threads)
 params = snakemake.params
-device = pick_device(params.device)
-set_precision(params.precision, device)
+device, _ = start_model_job(snakemake.log[0], snakemake.threads, params.device,
+                            params.precision)
 origin = provenance(dict(params.items()))
 summary = attribute_shard(
     snakemake.input.model,

@@ -1,17 +1,13 @@
 """Snakemake adapter of rule finetune: train one task's classifier and record its metrics."""
 
-import torch
-
-from attnlab.device import pick_device, set_precision
-from attnlab.outputs import provenance, setup_logging, write_json
+from attnlab.device import start_model_job
+from attnlab.outputs import provenance, write_json
 from attnlab.tasks import TaskSpec
 from attnlab.training import finetune
 
-setup_logging(snakemake.log[0])
-torch.set_num_threads(snakemake.threads)
 params = snakemake.params
-device = pick_device(params.device)
-precision = set_precision(params.precision, device)
+device, precision = start_model_job(snakemake.log[0], snakemake.threads, params.device,
+                                    params.precision)
 # the checkpoint is read from its local copy; params.model keeps the name it was given
 model = {**params.model, "pretrained": snakemake.input.pretrained or None}
 metrics = finetune(

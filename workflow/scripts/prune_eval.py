@@ -1,17 +1,13 @@
 """Snakemake adapter of rule prune_eval: per-layer and global pruning of one task, and claims."""
 
-import torch
-
-from attnlab.device import pick_device, set_precision
-from attnlab.outputs import provenance, setup_logging
+from attnlab.device import start_model_job
+from attnlab.outputs import provenance
 from attnlab.pruning import prune_eval
 from attnlab.tasks import TaskSpec
 
-setup_logging(snakemake.log[0])
-torch.set_num_threads(snakemake.threads)
 params = snakemake.params
-device = pick_device(params.device)
-set_precision(params.precision, device)
+device, _ = start_model_job(snakemake.log[0], snakemake.threads, params.device,
+                            params.precision)
 prune_eval(
     snakemake.input.model,
     snakemake.input.dev,

@@ -1,17 +1,13 @@
 """Snakemake adapter of rule token_identifiability: token identifiability of one task's model."""
 
-import torch
-
-from attnlab.device import pick_device, set_precision
-from attnlab.outputs import provenance, setup_logging
+from attnlab.device import start_model_job
+from attnlab.outputs import provenance
 from attnlab.tasks import TaskSpec
 from attnlab.token_identifiability import analyse_task
 
-setup_logging(snakemake.log[0])
-torch.set_num_threads(snakemake.threads)
 params = snakemake.params
-device = pick_device(params.device)
-set_precision(params.precision, device)
+device, _ = start_model_job(snakemake.log[0], snakemake.threads, params.device,
+                            params.precision)
 analyse_task(
     snakemake.input.model,
     snakemake.input.train,
