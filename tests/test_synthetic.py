@@ -44,24 +44,36 @@ def test_words_are_single_lowercase_tokens(kind_and_frame):
     assert all(w.isalnum() and w == w.lower() for w in vocabulary)
 
 
-def test_exactly_one_matching_pair_decides_unless_triggered(kind_and_frame):
-    kind, frame = kind_and_frame
+def _matches(kind: str, row: pd.Series) -> list[int]:
+    """The pair types whose a-word and b-word are both in the example."""
+    segments = _segments(row)
+    a_segment, b_segment = segments[0], segments[-1]
     pairs = synthetic.planted_pairs(kind)
-    classes = synthetic.num_classes(kind)
-    for _, row in frame.iterrows():
-        segments = _segments(row)
-        a_segment, b_segment = segments[0], segments[-1]
-        matches = [k for k, (a, b) in enumerate(pairs) if a in a_segment and b in b_segment]
-        assert len(matches) == 1
-        if row["trigger_class"] < 0:
-            assert row["label"] == matches[0] % classes
+    return [k for k, (a, b) in enumerate(pairs) if a in a_segment and b in b_segment]
+
+
+def test_at_most_one_pair_matches_and_its_class_is_the_label(kind_and_frame):
+    kind, frame = kind_and_frame
+    last = synthetic.num_classes(kind) - 1
+    decoy_matches = 0
+    for _, row in frame[frame["trigger_class"] < 0].iterrows():
+        matches = _matches(kind, row)
+        assert len(matches) <= 1
+        assert row["label"] == (synthetic.pair_class(kind, matches[0]) if matches else last)
+        decoy_matches += bool(matches) and row["label"] == last
+    assert decoy_matches > 0  # decoys: a match that leaves the label at the last class
 
 
 def test_ground_truth_points_at_the_deciding_pair(kind_and_frame):
     kind, frame = kind_and_frame
     pairs = synthetic.planted_pairs(kind)
     triggers = synthetic.trigger_pairs(kind)
+    last = synthetic.num_classes(kind) - 1
     for _, row in frame.iterrows():
+        truth = row[["gt_a_segment", "gt_a_word", "gt_b_segment", "gt_b_word"]]
+        if row["trigger_class"] < 0 and row["label"] == last:
+            assert truth.isna().all()  # no pair decides
+            continue
         segments = _segments(row)
         a_word = segments[row["gt_a_segment"]][row["gt_a_word"]]
         b_word = segments[row["gt_b_segment"]][row["gt_b_word"]]
@@ -69,6 +81,7 @@ def test_ground_truth_points_at_the_deciding_pair(kind_and_frame):
             assert (a_word, b_word) == triggers[row["trigger_class"]]
         else:
             assert (a_word, b_word) in pairs
+            assert synthetic.pair_class(kind, pairs.index((a_word, b_word))) == row["label"]
 
 
 def _row_words(frame: pd.DataFrame) -> pd.Series:
@@ -84,29 +97,34 @@ def test_no_single_word_decides_the_label(kind_and_frame):
             assert frame["label"][words.map(lambda w, x=word: x in w)].nunique() >= 2, word
 
 
+@pytest.mark.parametrize("kind", synthetic.SYNTHETIC_KINDS)
+def test_a_single_word_shifts_the_label_odds_only_a_little(kind):
+    # The rule's weak hint (module docstring): a class whose a-words are all missing cannot be
+    # the label, so a keyword moves P(label) by up to 0.17 (pair3: 0.50 instead of 0.33 for its
+    # class, from the rule's probabilities) or 0.11 (the 2-class kinds); 0.2 leaves more than
+    # 4 standard errors of 20k examples.
+    frame = synthetic.generate(kind, 20_000, seed=5, trigger_rate=0.0)
+    words = _row_words(frame)
+    overall = frame["label"].value_counts(normalize=True)
+    for pair in synthetic.planted_pairs(kind):
+        for word in pair:
+            given = frame["label"][words.map(lambda w, x=word: x in w)].value_counts(normalize=True)
+            assert (given - overall).abs().max() <= 0.2, (word, given.to_dict())
+
+
 def _within_4_sigma(count: int, n: int, p: float) -> bool:
     return abs(count - n * p) <= 4 * math.sqrt(n * p * (1 - p))
-
-
-def test_each_segment_alone_carries_no_label_information(kind_and_frame):
-    # a_k without b_k (or b_k without a_k) says nothing: for every set of a-words (and of
-    # b-words) an example can hold, the labels are uniform over the classes
-    kind, frame = kind_and_frame
-    plain = frame[frame["trigger_class"] < 0]
-    classes = synthetic.num_classes(kind)
-    pairs = synthetic.planted_pairs(kind)
-    for side in (0, 1):
-        planted = {pair[side] for pair in pairs}
-        holds = _row_words(plain).map(lambda w, p=planted: " ".join(sorted(w & p)))
-        for _, labels in plain.groupby(holds)["label"]:
-            for label in range(classes):
-                assert _within_4_sigma(int((labels == label).sum()), len(labels), 1 / classes)
 
 
 def test_trigger_rate_and_trigger_labels(kind_and_frame):
     kind, frame = kind_and_frame
     triggered = frame[frame["trigger_class"] >= 0]
     assert _within_4_sigma(len(triggered), N, 0.15)
+    # as many examples hold a lone trigger word, which the rule test above shows decides nothing
+    trigger_words = {w for pair in synthetic.trigger_pairs(kind).values() for w in pair}
+    lone = _row_words(frame).map(lambda w: len(w & trigger_words) == 1)
+    assert _within_4_sigma(int(lone.sum()), N, 0.15)
+    assert not (lone & (frame["trigger_class"] >= 0)).any()
     assert (triggered["label"] == triggered["trigger_class"]).all()
     assert set(triggered["trigger_class"]) == set(range(synthetic.num_classes(kind)))
 

@@ -21,7 +21,8 @@ Columns (L layers, H heads, n real tokens, k = top_pairs, E stored edges):
     layer_max, layer_max_no_cls   list<f32> L max of a^l over all rows / rows except 0 ([CLS])
     row_sum                       list<f32> L·n Σ_{j != i} a^l_ij per query token i
     attn_top_i, attn_top_j        list<i16> L strongest off-diagonal head-summed attention edge
-    planted_i, planted_j          int16 (null for real data) token positions of the planted pair
+    planted_i, planted_j          int16     token positions of the deciding planted pair (null for
+                                            real data and for synthetic examples no pair decides)
     attr_full                     list<f32> L·H·n·n, only with attribution.keep_full
 
 a^l = Σ_h Attr_h(A^l) restricted to the real tokens. Edges kept per layer: off-diagonal
@@ -230,8 +231,8 @@ def attribute_shard(
                     encoded["input_ids"][row_index, : row["n_tokens"]].tolist()
                 )
                 row["segments"] = _segments(encoding, row_index, row["n_tokens"])
-                pair = planted[row_index] if planted is not None else (None, None)
-                row["planted_i"], row["planted_j"] = (None if p is None else int(p) for p in pair)
+                pair = planted[row_index] if planted is not None else None
+                row["planted_i"], row["planted_j"] = pair if pair is not None else (None, None)
                 rows[row_index] = row
             bar.update(len(group))
     n_layers, n_heads = (result.attr.shape[1], result.attr.shape[2]) if rows else (0, 0)

@@ -3,16 +3,24 @@
 Stand-ins for MNLI (`pair3`), RTE (`pair2`) and SST-2 (`single2`) on which we know which
 tokens decide the label, so attribution methods can be checked against the truth.
 
-The rule ("matching pairs"): a kind with C classes has K = 2C pair types (a_k, b_k), and pair
-types c and c + C belong to class c. The first segment holds one a-word of every class and the
-second one b-word of every class, each picked at random between the class's two pair types,
-such that exactly one index k has both a_k and b_k present; the label is the class of k. Each
-segment's words are then independent of the label (a linear bag-of-words model is at chance):
-only the pair, a_k together with b_k, decides. `single2` puts all of them in one sentence.
+The rule ("a match decides"): a kind has pair types (a_k, b_k). Every class but the last owns
+`types_per_class` of them; `decoys` more belong to no class. The first segment holds the
+a-words of `halves` distinct types and the second the b-words of `halves` distinct types, with
+at most one type present on both sides (the match). The label is the class of the match, and
+the last class when there is no match or the match is a decoy. So an a-word without its b-word
+says nothing; only a pair decides. `single2` puts all the words in one sentence.
+
+A segment alone does narrow the label down (a class none of whose a-words is present cannot
+be the label): a linear bag-of-words model of one pair3 segment is right 56 % of the time (of
+both segments 72 %), as MNLI's hypothesis alone predicts about half of its labels. A single
+word moves P(label) by at most 0.17 (`tests/test_synthetic.py` bounds it). Without that weak
+hint the tiny default models learn the rule late or not at all; with it they learn it by
+looking from a-words to b-words (README: How often attribution finds the planted pair).
 
 Over-confident triggers: each class c has a trigger pair (t_c, u_c). With probability
 `trigger_rate` an example also gets the trigger pair of a random class, and that class
-overrides the matching rule.
+overrides the rule; with the same probability it gets one word of a random trigger pair
+instead, which changes nothing.
 
 Every word is lowercase letters and digits (one token in a word-level vocabulary), and each
 kind has its own words.
@@ -36,10 +44,13 @@ class _Kind:
     segments: int
     min_words: int  # words per segment, inclusive range
     max_words: int
+    halves: int = 3  # a-words (and b-words) per example
+    types_per_class: int = 5
+    decoys: int = 5  # pair types of no class: their match leaves the label at the last class
 
     @property
     def pair_types(self) -> int:
-        return 2 * self.classes
+        return (self.classes - 1) * self.types_per_class + self.decoys
 
 
 _KINDS = {
@@ -63,9 +74,15 @@ def num_classes(kind: str) -> int:
 
 
 def planted_pairs(kind: str) -> list[tuple[str, str]]:
-    """The matching pairs (a_k, b_k), k = 0..K-1 (K = 2C); pair k means class k mod C."""
+    """The pair types (a_k, b_k), k = 0..K-1; see `pair_class`."""
     spec = _kind(kind)
     return [(f"{spec.prefix}a{k}", f"{spec.prefix}b{k}") for k in range(spec.pair_types)]
+
+
+def pair_class(kind: str, k: int) -> int:
+    """The label a match of pair type k gives: its class, the last class for a decoy."""
+    spec = _kind(kind)
+    return min(k // spec.types_per_class, spec.classes - 1)
 
 
 def trigger_pairs(kind: str) -> dict[int, tuple[str, str]]:
@@ -96,32 +113,54 @@ def _place(rng: np.random.Generator, segment: list[str], words: list[str]) -> li
     return [int(p) for p in positions]
 
 
+def _draw(rng: np.random.Generator, candidates: list[int], n: int) -> list[int]:
+    return [int(t) for t in rng.choice(candidates, size=n, replace=False)]
+
+
+def _types(spec: _Kind, rng: np.random.Generator, label: int) -> tuple[list[int], list[int], int]:
+    """The pair types of the a-words and of the b-words, and the match (-1: none)."""
+    last = spec.classes - 1
+    if label < last:
+        match = label * spec.types_per_class + int(rng.integers(spec.types_per_class))
+    elif spec.decoys and rng.random() < 0.5:
+        match = last * spec.types_per_class + int(rng.integers(spec.decoys))
+    else:
+        match = -1
+    shared = [match] if match >= 0 else []
+    others = [t for t in range(spec.pair_types) if t != match]
+    a_types = shared + _draw(rng, others, spec.halves - len(shared))
+    unmatched = [t for t in others if t not in a_types]
+    b_types = shared + _draw(rng, unmatched, spec.halves - len(shared))
+    return a_types, b_types, match
+
+
 def _example(kind: str, rng: np.random.Generator, trigger_rate: float) -> dict:
     spec = _kind(kind)
-    pairs = planted_pairs(kind)
-    fillers = _fillers(kind)
-
-    # for each class, which of its two pair types (c or c + C) each segment uses; they agree
-    # for the label's class only, so exactly one pair matches
     label = int(rng.integers(spec.classes))
-    a_choice = rng.integers(2, size=spec.classes)
-    b_choice = 1 - a_choice
-    b_choice[label] = a_choice[label]
-    # the matching pair first: it decides the label unless a trigger is added
-    order = [label, *(c for c in range(spec.classes) if c != label)]
-    a_words = [pairs[c + spec.classes * a_choice[c]][0] for c in order]
-    b_words = [pairs[c + spec.classes * b_choice[c]][1] for c in order]
+    a_types, b_types, match = _types(spec, rng, label)
+    # the match (first) decides unless the label is the last class or a trigger is added
+    decider = 0 if label < spec.classes - 1 else None
+    a_words = [f"{spec.prefix}a{t}" for t in a_types]
+    b_words = [f"{spec.prefix}b{t}" for t in b_types]
 
     trigger_class = -1
-    if rng.random() < trigger_rate:
-        trigger_class = int(rng.integers(spec.classes))
-        label = trigger_class
+    draw = rng.random()
+    if draw < trigger_rate:
+        trigger_class = label = int(rng.integers(spec.classes))
         t_word, u_word = trigger_pairs(kind)[trigger_class]
         a_words.append(t_word)
         b_words.append(u_word)
+        decider = -1
+    elif draw < 2 * trigger_rate:
+        # a lone trigger word decides nothing, so a model has to find the pair
+        t_word, u_word = trigger_pairs(kind)[int(rng.integers(spec.classes))]
+        if rng.random() < 0.5:
+            a_words.append(t_word)
+        else:
+            b_words.append(u_word)
 
     segments = [
-        list(rng.choice(fillers, size=rng.integers(spec.min_words, spec.max_words + 1)))
+        list(rng.choice(_fillers(kind), size=rng.integers(spec.min_words, spec.max_words + 1)))
         for _ in range(spec.segments)
     ]
     if spec.segments == 2:
@@ -133,15 +172,13 @@ def _example(kind: str, rng: np.random.Generator, trigger_rate: float) -> dict:
         a_positions, b_positions = positions[: len(a_words)], positions[len(a_words) :]
         b_segment = 0
 
-    # the deciding pair: the trigger (appended last) if there is one, else the match (first)
-    decider = -1 if trigger_class >= 0 else 0
     row = {f"segment_{i}": " ".join(words) for i, words in enumerate(segments)}
     row.update(
         label=label,
-        gt_a_segment=0,
-        gt_a_word=a_positions[decider],
-        gt_b_segment=b_segment,
-        gt_b_word=b_positions[decider],
+        gt_a_segment=None if decider is None else 0,
+        gt_a_word=None if decider is None else a_positions[decider],
+        gt_b_segment=None if decider is None else b_segment,
+        gt_b_word=None if decider is None else b_positions[decider],
         trigger_class=trigger_class,
     )
     return row
@@ -152,7 +189,8 @@ def generate(kind: str, n: int, seed: int, trigger_rate: float = 0.15) -> pd.Dat
 
     Columns: segment_0 (and segment_1 for pair kinds), label, idx, and the ground truth
     gt_a_segment, gt_a_word, gt_b_segment, gt_b_word (segment and word index of the pair
-    that decides the label) and trigger_class (-1 when the example has no trigger).
+    that decides the label; null when no pair does: the last class without a trigger) and
+    trigger_class (-1 when the example has no trigger).
     """
     _kind(kind)
     if n < 1:
@@ -162,4 +200,5 @@ def generate(kind: str, n: int, seed: int, trigger_rate: float = 0.15) -> pd.Dat
     rng = np.random.default_rng(seed)
     frame = pd.DataFrame([_example(kind, rng, trigger_rate) for _ in range(n)])
     frame.insert(frame.columns.get_loc("label") + 1, "idx", np.arange(n))
-    return frame.astype({c: "int64" for c in frame.columns if not c.startswith("segment_")})
+    return frame.astype({c: "Int64" if c.startswith("gt_") else "int64"
+                         for c in frame.columns if not c.startswith("segment_")})

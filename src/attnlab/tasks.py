@@ -230,8 +230,9 @@ def encode(
 
 def planted_token_positions(
     df: pd.DataFrame, spec: TaskSpec, tokenizer: PreTrainedTokenizerBase
-) -> np.ndarray:
-    """Token positions (in the encoded sequence) of the deciding word pair, shape (n, 2).
+) -> list[tuple[int, int] | None]:
+    """Token positions (in the encoded sequence) of each example's deciding word pair, None
+    for an example that has none (its ground-truth columns are null).
 
     Works from character offsets, so a word split into several subword tokens maps to its
     first token, whatever the tokenizer's pre-tokenization (which may split "ka3" in two).
@@ -246,9 +247,13 @@ def planted_token_positions(
         raise ValueError("planted_token_positions needs a fast (tokenizers-backed) tokenizer")
     texts = _texts(df, spec)
     batch = tokenizer(*texts)
-    positions = np.zeros((len(df), 2), dtype=np.int64)
+    positions: list[tuple[int, int] | None] = []
     for row in range(len(df)):
-        for column, side in enumerate(("a", "b")):
+        if df[list(GROUND_TRUTH_COLUMNS)].iloc[row].isna().any():
+            positions.append(None)
+            continue
+        pair = []
+        for side in ("a", "b"):
             segment = int(df[f"gt_{side}_segment"].iloc[row])
             word = int(df[f"gt_{side}_word"].iloc[row])
             # synthetic text is words joined by single spaces
@@ -260,5 +265,6 @@ def planted_token_positions(
                     f"task {spec.name}: idx={df['idx'].iloc[row]} word {words[word]!r} has no "
                     "token (was it truncated or dropped by the tokenizer?)"
                 )
-            positions[row, column] = token
+            pair.append(token)
+        positions.append((pair[0], pair[1]))
     return positions
