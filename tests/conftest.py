@@ -15,6 +15,8 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 # oversubscribed with more threads run many times slower.
 torch.set_num_threads(1)
 
+ROOT = Path(__file__).resolve().parents[1]
+
 PAIR_TASK = {
     "source": "synthetic",
     "synthetic": {"kind": "pair3", "n_train": 200, "n_dev": 60},
@@ -53,10 +55,9 @@ def single_task() -> dict:
 @pytest.fixture
 def config_path() -> Path:
     """The default config.yaml of the repository."""
-    return Path(__file__).resolve().parents[1] / "config.yaml"
+    return ROOT / "config.yaml"
 
 
-ROOT = Path(__file__).resolve().parents[1]
 # config.yaml as the workflow reads it: with the schema's defaults filled in
 DEFAULT_CONFIG = yaml.safe_load((ROOT / "config.yaml").read_text())
 validate(DEFAULT_CONFIG, str(ROOT / "workflow/schemas/config.schema.yaml"), set_default=True)
@@ -66,6 +67,7 @@ validate(DEFAULT_CONFIG, str(ROOT / "workflow/schemas/config.schema.yaml"), set_
 def default_task_model(tmp_path_factory) -> Callable[[str], tuple[Path, dict]]:
     """Trains a task of config.yaml exactly as `make run` does (same config values and seed),
     once per session: task name -> (folder with train/dev.parquet and model/, metrics)."""
+    # imported here, after HF_HUB_OFFLINE is set above
     from attnlab.tasks import TaskSpec, prepare_task
     from attnlab.training import finetune
 
