@@ -117,8 +117,8 @@ def _draw(rng: np.random.Generator, candidates: list[int], n: int) -> list[int]:
     return [int(t) for t in rng.choice(candidates, size=n, replace=False)]
 
 
-def _types(spec: _Kind, rng: np.random.Generator, label: int) -> tuple[list[int], list[int], int]:
-    """The pair types of the a-words and of the b-words, and the match (-1: none)."""
+def _types(spec: _Kind, rng: np.random.Generator, label: int) -> tuple[list[int], list[int]]:
+    """The pair types of the a-words and of the b-words; a match comes first in both."""
     last = spec.classes - 1
     if label < last:
         match = label * spec.types_per_class + int(rng.integers(spec.types_per_class))
@@ -131,17 +131,18 @@ def _types(spec: _Kind, rng: np.random.Generator, label: int) -> tuple[list[int]
     a_types = shared + _draw(rng, others, spec.halves - len(shared))
     unmatched = [t for t in others if t not in a_types]
     b_types = shared + _draw(rng, unmatched, spec.halves - len(shared))
-    return a_types, b_types, match
+    return a_types, b_types
 
 
 def _example(kind: str, rng: np.random.Generator, trigger_rate: float) -> dict:
     spec = _kind(kind)
     label = int(rng.integers(spec.classes))
-    a_types, b_types, match = _types(spec, rng, label)
+    a_types, b_types = _types(spec, rng, label)
     # the match (first) decides unless the label is the last class or a trigger is added
     decider = 0 if label < spec.classes - 1 else None
-    a_words = [f"{spec.prefix}a{t}" for t in a_types]
-    b_words = [f"{spec.prefix}b{t}" for t in b_types]
+    pairs = planted_pairs(kind)
+    a_words = [pairs[t][0] for t in a_types]
+    b_words = [pairs[t][1] for t in b_types]
 
     trigger_class = -1
     draw = rng.random()

@@ -247,9 +247,10 @@ def planted_token_positions(
         raise ValueError("planted_token_positions needs a fast (tokenizers-backed) tokenizer")
     texts = _texts(df, spec)
     batch = tokenizer(*texts)
+    no_pair = df[list(GROUND_TRUTH_COLUMNS)].isna().any(axis=1).to_numpy()
     positions: list[tuple[int, int] | None] = []
     for row in range(len(df)):
-        if df[list(GROUND_TRUTH_COLUMNS)].iloc[row].isna().any():
+        if no_pair[row]:
             positions.append(None)
             continue
         pair = []
