@@ -16,9 +16,7 @@ from conftest import DEFAULT_CONFIG
 from attnlab.dumps import attribute_shard, summarise_task
 from attnlab.tasks import TaskSpec
 
-ATTRIBUTION = {"quadrature": "gauss_legendre", "steps": 8, "target": "gold", "batch_size": 64,
-               "max_examples": 150, "keep_full": False, "edge_min_fraction": 0.1,
-               "max_edges_per_layer": 256, "top_pairs": 3}
+ATTRIBUTION = {**DEFAULT_CONFIG["attribution"], "max_examples": 150}
 
 
 @pytest.fixture(scope="module", params=list(DEFAULT_CONFIG["tasks"]))

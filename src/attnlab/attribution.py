@@ -117,7 +117,7 @@ def attribute(
     inputs: dict[str, torch.Tensor],
     target: str | torch.Tensor = "gold",
     quadrature_rule: str = "gauss_legendre",
-    steps: int = 8,
+    steps: int = 6,
     batch_size: int = 32,
 ) -> Attribution:
     """Attr_h(A^l) for every layer l and head h of every example in `inputs`.
