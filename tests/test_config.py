@@ -39,7 +39,7 @@ def test_default_config_validates_and_gets_defaults():
     assert config["attribution"]["edge_min_fraction"] == 0.1
     assert config["attribution"]["max_examples"] is None
     assert config["model"]["truncate"] is False
-    assert config["tasks"]["syn_rte"]["synthetic"]["trigger_rate"] == 0.15
+    assert config["tasks"]["syn_rte"]["synthetic"]["trigger_rate"] == 0.25
     # a task's finetune override gets no defaults: unset keys come from the top level
     assert "finetune" not in config["tasks"]["syn_rte"]
 

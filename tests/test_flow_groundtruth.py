@@ -65,12 +65,6 @@ def test_a_tree_joins_the_planted_pair(stages):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=(
-    "issue #4 open: a class's most frequent patterns are its own pair types (each decides in "
-    "about a fifth of the class's source examples, the class's trigger pair in 15 %/classes of "
-    "all), and trigger patterns often keep one word only (the other side of the top pair is "
-    "[CLS] or [SEP]). On the default tasks 1 of the 7 classes has its trigger in its top 3; "
-    "the others rank 5th to 81st or are never mined"))
 def test_b_mined_top3_triggers_include_each_class_planted_pair(stages):
     claims = stages
     assert _value(claims, "the mined top-3 triggers of every class") == 1.0

@@ -67,21 +67,17 @@ def test_at_most_one_pair_matches_and_its_class_is_the_label(kind_and_frame):
 def test_ground_truth_points_at_the_deciding_pair(kind_and_frame):
     kind, frame = kind_and_frame
     pairs = synthetic.planted_pairs(kind)
-    triggers = synthetic.trigger_pairs(kind)
     last = synthetic.num_classes(kind) - 1
     for _, row in frame.iterrows():
         truth = row[["gt_a_segment", "gt_a_word", "gt_b_segment", "gt_b_word"]]
-        if row["trigger_class"] < 0 and row["label"] == last:
-            assert truth.isna().all()  # no pair decides
+        if row["trigger_class"] >= 0 or row["label"] == last:
+            assert truth.isna().all()  # a trigger or no pair decides
             continue
         segments = _segments(row)
         a_word = segments[row["gt_a_segment"]][row["gt_a_word"]]
         b_word = segments[row["gt_b_segment"]][row["gt_b_word"]]
-        if row["trigger_class"] >= 0:
-            assert (a_word, b_word) == triggers[row["trigger_class"]]
-        else:
-            assert (a_word, b_word) in pairs
-            assert synthetic.pair_class(kind, pairs.index((a_word, b_word))) == row["label"]
+        assert (a_word, b_word) in pairs
+        assert synthetic.pair_class(kind, pairs.index((a_word, b_word))) == row["label"]
 
 
 def _row_words(frame: pd.DataFrame) -> pd.Series:
@@ -119,14 +115,19 @@ def _within_4_sigma(count: int, n: int, p: float) -> bool:
 def test_trigger_rate_and_trigger_labels(kind_and_frame):
     kind, frame = kind_and_frame
     triggered = frame[frame["trigger_class"] >= 0]
-    assert _within_4_sigma(len(triggered), N, 0.15)
+    assert _within_4_sigma(len(triggered), N, synthetic.TRIGGER_RATE)
     # as many examples hold a lone trigger word, which the rule test above shows decides nothing
     trigger_words = {w for pair in synthetic.trigger_pairs(kind).values() for w in pair}
     lone = _row_words(frame).map(lambda w: len(w & trigger_words) == 1)
-    assert _within_4_sigma(int(lone.sum()), N, 0.15)
+    assert _within_4_sigma(int(lone.sum()), N, synthetic.TRIGGER_RATE)
     assert not (lone & (frame["trigger_class"] >= 0)).any()
     assert (triggered["label"] == triggered["trigger_class"]).all()
     assert set(triggered["trigger_class"]) == set(range(synthetic.num_classes(kind)))
+    # the trigger's class is never the one the rule gives, so the trigger alone decides
+    last = synthetic.num_classes(kind) - 1
+    for _, row in triggered.iterrows():
+        matches = _matches(kind, row)
+        assert row["trigger_class"] != (synthetic.pair_class(kind, matches[0]) if matches else last)
 
 
 def test_no_triggers_at_rate_zero():

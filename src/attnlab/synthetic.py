@@ -18,9 +18,11 @@ hint the tiny default models learn the rule late or not at all; with it they lea
 looking from a-words to b-words (README: How often attribution finds the planted pair).
 
 Over-confident triggers: each class c has a trigger pair (t_c, u_c). With probability
-`trigger_rate` an example also gets the trigger pair of a random class, and that class
-overrides the rule; with the same probability it gets one word of a random trigger pair
-instead, which changes nothing.
+`trigger_rate` an example also gets the trigger pair of a class other than the one the rule
+gives, and that class overrides the rule; with the same probability it gets one word of a
+random trigger pair instead, which changes nothing. Unlike a planted pair's words, a trigger
+word alone predicts its class (P = 0.83 with two classes, 0.78 with three), as real triggers
+such as "no" or "never" do; trigger examples therefore hold no ground-truth pair.
 
 Every word is lowercase letters and digits (one token in a word-level vocabulary), and each
 kind has its own words.
@@ -35,6 +37,8 @@ import pandas as pd
 
 SYNTHETIC_KINDS = ("pair3", "pair2", "single2")
 N_FILLERS = 40
+# Above 1 / (types_per_class + 1): each class's trigger pair is then its most frequent pair.
+TRIGGER_RATE = 0.25
 
 
 @dataclass(frozen=True)
@@ -138,7 +142,7 @@ def _example(kind: str, rng: np.random.Generator, trigger_rate: float) -> dict:
     spec = _kind(kind)
     label = int(rng.integers(spec.classes))
     a_types, b_types = _types(spec, rng, label)
-    # the match (first) decides unless the label is the last class or a trigger is added
+    # the match (first) decides unless the label is the last class or a trigger overrides it
     decider = 0 if label < spec.classes - 1 else None
     pairs = planted_pairs(kind)
     a_words = [pairs[t][0] for t in a_types]
@@ -147,11 +151,15 @@ def _example(kind: str, rng: np.random.Generator, trigger_rate: float) -> dict:
     trigger_class = -1
     draw = rng.random()
     if draw < trigger_rate:
-        trigger_class = label = int(rng.integers(spec.classes))
+        # always another class than the rule's, so that the trigger alone decides the label
+        others = [c for c in range(spec.classes) if c != label]
+        trigger_class = label = others[int(rng.integers(len(others)))]
         t_word, u_word = trigger_pairs(kind)[trigger_class]
         a_words.append(t_word)
         b_words.append(u_word)
-        decider = -1
+        # not ground truth: a trigger word alone predicts its class (README, How often
+        # attribution finds the planted pair), and `trigger_class` marks these examples
+        decider = None
     elif draw < 2 * trigger_rate:
         # a lone trigger word decides nothing, so a model has to find the pair
         t_word, u_word = trigger_pairs(kind)[int(rng.integers(spec.classes))]
@@ -185,13 +193,13 @@ def _example(kind: str, rng: np.random.Generator, trigger_rate: float) -> dict:
     return row
 
 
-def generate(kind: str, n: int, seed: int, trigger_rate: float = 0.15) -> pd.DataFrame:
+def generate(kind: str, n: int, seed: int, trigger_rate: float = TRIGGER_RATE) -> pd.DataFrame:
     """`n` examples of `kind`, reproducible from `seed`.
 
     Columns: segment_0 (and segment_1 for pair kinds), label, idx, and the ground truth
-    gt_a_segment, gt_a_word, gt_b_segment, gt_b_word (segment and word index of the pair
-    that decides the label; null when no pair does: the last class without a trigger) and
-    trigger_class (-1 when the example has no trigger).
+    gt_a_segment, gt_a_word, gt_b_segment, gt_b_word (segment and word index of the planted
+    pair that decides the label; null when none does: the last class without a match, or a
+    trigger overrides the rule) and trigger_class (-1 when the example has no trigger pair).
     """
     _kind(kind)
     if n < 1:

@@ -115,7 +115,7 @@ def _synthetic_splits(spec: TaskSpec, cfg: dict, seed: int) -> tuple[pd.DataFram
             f"tasks.{spec.name}: synthetic kind {kind!r} has {synthetic.num_classes(kind)} "
             f"classes but label_names has {len(spec.label_names)}"
         )
-    rate = syn.get("trigger_rate", 0.15)
+    rate = syn.get("trigger_rate", synthetic.TRIGGER_RATE)
     # different seeds so dev never repeats the training draws
     train = synthetic.generate(kind, syn["n_train"], seed, rate)
     dev = synthetic.generate(kind, syn["n_dev"], seed + 1, rate)

@@ -122,7 +122,9 @@ def rank_triggers(patterns: pd.DataFrame, label_names: list[str],
 def planted_triggers(task_cfg: dict[str, Any], tokenizer) -> dict[int, set[str]]:
     """The tokens of each class's planted trigger pair: synthetic tasks with a trigger rate
     above 0 only (other tasks have no known triggers)."""
-    if task_cfg["source"] != "synthetic" or task_cfg["synthetic"].get("trigger_rate", 0.15) <= 0:
+    if task_cfg["source"] != "synthetic":
+        return {}
+    if task_cfg["synthetic"].get("trigger_rate", synthetic.TRIGGER_RATE) <= 0:
         return {}
     pairs = synthetic.trigger_pairs(task_cfg["synthetic"]["kind"])
     return {c: {t for word in pair for t in tokenizer.tokenize(word)} for c, pair in pairs.items()}
