@@ -39,6 +39,11 @@ def main() -> None:
     config = yaml.safe_load(Path(args.config).read_text())
     validate(config, str(ROOT / "workflow/schemas/config.schema.yaml"))  # fills the defaults
     results = ROOT / "results" / config["name"]
+    missing = [task for task in config["tasks"]
+               if not (results / "finetune" / task / "model").is_dir()]
+    if missing:
+        raise SystemExit(f"no trained model of {', '.join(missing)} under {results}/finetune: "
+                         f"run `make run CONFIG={args.config}` first")
     report: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for task, task_cfg in config["tasks"].items():
