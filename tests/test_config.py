@@ -95,6 +95,8 @@ def test_default_config_dry_runs(tmp_path):
         ("attribution", "edge_min_fraction", 1.5,
          "config error at attribution.edge_min_fraction: 1.5 is out of range "
          "(allowed: > 0 and < 1)"),
+        ("finetune", "stop_loss", 0,
+         "config error at finetune.stop_loss: 0 is out of range (allowed: > 0)"),
         ("finetune", "learning_rate", "2e-5",
          "config error at finetune.learning_rate: '2e-5' is not of type 'number'"),
         (None, "device", "gpu",

@@ -73,6 +73,16 @@ def test_short_run_is_reproducible_and_reloads(tmp_path, small_task):
     assert accuracy(model, data, 16, CPU) == runs[0]["dev_accuracy"]
 
 
+@pytest.mark.parametrize("stop_loss, epochs", [(None, 2), (1e-9, 2), (100.0, 1)])
+def test_training_stops_after_the_first_epoch_below_stop_loss(tmp_path, small_task, stop_loss,
+                                                              epochs):
+    spec, train, dev = small_task
+    metrics = finetune(train, dev, spec, TINY_MODEL, {**SHORT_TRAINING, "stop_loss": stop_loss},
+                       CPU, 0, tmp_path / "model")
+    # 96 examples in batches of 16: 6 steps per epoch
+    assert (metrics["epochs"], metrics["steps"]) == (epochs, 6 * epochs)
+
+
 def test_another_seed_gives_other_weights(tmp_path, small_task):
     spec, train, dev = small_task
     for seed in (0, 1):

@@ -142,7 +142,9 @@ def _train(
 ) -> dict[str, Any]:
     """The training loop: AdamW, linear warm-up and decay, gradient clipping; the dev accuracy
     is logged after every epoch. With `bf16` the steps run under bfloat16 autocast (the
-    weights and their updates stay float32)."""
+    weights and their updates stay float32). Training stops after the first epoch whose mean
+    training loss is below train_cfg["stop_loss"] (when set); the schedule stays the one of
+    all the epochs."""
     n_train = len(train["labels"])
     epochs, batch_size = train_cfg["epochs"], train_cfg["batch_size"]
     steps_per_epoch = math.ceil(n_train / batch_size)
@@ -163,6 +165,7 @@ def _train(
         optimizer, _linear_schedule(warmup_steps, total_steps)
     )
     shuffle = torch.Generator().manual_seed(seed)
+    stop_loss = train_cfg.get("stop_loss")
 
     log.info("%s: training on %d examples, %d epochs, %d steps, device %s",
              spec.name, n_train, epochs, total_steps, device)
@@ -185,9 +188,13 @@ def _train(
         dev_accuracy = accuracy(model, dev, batch_size, device)
         log.info("%s epoch %d/%d: train loss %.4f, dev accuracy %.4f",
                  spec.name, epoch, epochs, train_loss, dev_accuracy)
+        if stop_loss is not None and train_loss < stop_loss:
+            log.info("%s: train loss below finetune.stop_loss=%g, stopping after epoch %d",
+                     spec.name, stop_loss, epoch)
+            break
     progress.close()
-    return {"dev_accuracy": dev_accuracy, "train_loss": train_loss, "epochs": epochs,
-            "steps": total_steps, "n_train": n_train}
+    return {"dev_accuracy": dev_accuracy, "train_loss": train_loss, "epochs": epoch,
+            "steps": epoch * steps_per_epoch, "n_train": n_train}
 
 
 def finetune(
