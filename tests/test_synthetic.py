@@ -96,9 +96,9 @@ def test_no_single_word_decides_the_label(kind_and_frame):
 @pytest.mark.parametrize("kind", synthetic.SYNTHETIC_KINDS)
 def test_a_single_word_shifts_the_label_odds_only_a_little(kind):
     # The rule's weak hint (module docstring): a class whose a-words are all missing cannot be
-    # the label, so a keyword moves P(label) by up to 0.17 (pair3: 0.50 instead of 0.33 for its
-    # class, from the rule's probabilities) or 0.11 (the 2-class kinds); 0.2 leaves more than
-    # 4 standard errors of 20k examples.
+    # the label, so a keyword moves P(label) by up to 0.18 (pair3: a decoy word, 0.51 instead
+    # of 0.33 for the last class, from the rule's probabilities) or 0.11 (the 2-class kinds);
+    # 0.2 leaves more than 3 standard errors of 20k examples.
     frame = synthetic.generate(kind, 20_000, seed=5, trigger_rate=0.0)
     words = _row_words(frame)
     overall = frame["label"].value_counts(normalize=True)
