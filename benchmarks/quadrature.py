@@ -21,7 +21,7 @@ import torch
 import yaml
 from snakemake.utils import validate
 
-from attnlab.dumps import attribute_shard, read_dump
+from attnlab.dumps import attribute_shard, completeness_errors, read_dump
 from attnlab.groundtruth import planted_pair_recovery
 from attnlab.tasks import TaskSpec
 
@@ -57,8 +57,7 @@ def main() -> None:
                                 results / "data" / task / "dev.parquet", spec, attribution,
                                 config["model"], 0, 1, torch.device("cpu"), dump_path, {})
                 dump, _ = read_dump(dump_path)
-                delta = dump["f_full"].to_numpy()[:, None] - np.stack(dump["f_zero"].to_numpy())
-                error = np.abs(np.stack(dump["attr_sum"].to_numpy()) - delta)
+                delta, error = completeness_errors(dump)
                 moved = np.abs(delta) > args.min_delta
                 relative = error[moved] / np.abs(delta[moved])
                 report[task][f"{rule}_{steps}"] = {

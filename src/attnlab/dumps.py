@@ -286,6 +286,13 @@ def read_task_dump(paths: list[str | os.PathLike]) -> tuple[pd.DataFrame, dict[s
     return pd.concat([frames[k] for k in sorted(frames)], ignore_index=True), meta
 
 
+def completeness_errors(dump: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per example (row) and layer (column) of a dump: the change F(A) − F(0·A^l) and the
+    absolute completeness error |Σ Attr(A^l) − (F(A) − F(0·A^l))|."""
+    delta = dump["f_full"].to_numpy()[:, None] - np.stack(dump["f_zero"].to_numpy())
+    return delta, np.abs(np.stack(dump["attr_sum"].to_numpy()) - delta)
+
+
 def _quantiles(values: np.ndarray) -> dict[str, float]:
     return {"median": float(np.median(values)), "p90": float(np.quantile(values, 0.9)),
             "max": float(values.max())}
@@ -301,9 +308,7 @@ def summarise_task(shard_paths: list[str | os.PathLike], n_shards: int) -> dict[
     if meta["n_shards"] != n_shards:
         raise ValueError(f"attribution dumps were written for {meta['n_shards']} shards, the "
                          f"config asks for {n_shards} (rerun attribute)")
-    delta = dump["f_full"].to_numpy()[:, None] - np.stack(dump["f_zero"].to_numpy())
-    total = np.stack(dump["attr_sum"].to_numpy())
-    absolute = np.abs(total - delta)
+    delta, absolute = completeness_errors(dump)
     # The relative error explodes on layers whose removal barely moves F (saturated models),
     # so the absolute error is reported beside it.
     relative = absolute / np.maximum(np.abs(delta), 1e-12)
