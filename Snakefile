@@ -47,6 +47,7 @@ rule all:
     input:
         expand(rules.finetune.output.metrics, name=config["name"], task=TASKS),
         expand(rules.summarise_attributions.output.summary, name=config["name"], task=TASKS),
+        expand(rules.quadrature_study.output.study, name=config["name"]),
         expand(rules.prune_eval.output.claims, name=config["name"], task=TASKS),
         expand(rules.pruning_figures.output.per_layer, name=config["name"]),
         expand(rules.task_correlation.output.claims, name=config["name"]),

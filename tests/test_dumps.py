@@ -30,8 +30,10 @@ def random_result(n_examples=2, layers=2, heads=3, width=6, real=(6, 4), seed=0)
         attention[b, :, :, :n, :n] /= attention[b, :, :, :n, :n].sum(-1, keepdim=True)
     probs = torch.softmax(torch.randn(n_examples, 3, generator=g), -1)
     target = torch.zeros(n_examples, dtype=torch.long)
-    return Attribution(attr, attention, probs, target, probs[:, 0],
-                       torch.rand(n_examples, layers, generator=g))
+    f_zero = torch.rand(n_examples, layers, generator=g)
+    residual = attr.double().sum(dim=(2, 3, 4)) - (probs[:, :1] - f_zero).double()
+    return Attribution(attr, attention, probs, target, probs[:, 0], f_zero,
+                       torch.full((n_examples, layers), 6), residual)
 
 
 def dense_edges(row, layer):
@@ -168,7 +170,7 @@ def test_summary_fails_when_the_config_asks_for_other_shards(tmp_path):
     paths = _shard_files(tmp_path, [(0, 2), (1, 2)])
     assert read_task_dump(paths)[0].shape[0] == 2
     with pytest.raises(ValueError, match="written for 2 shards, the config asks for 3"):
-        summarise_task(paths, 3)
+        summarise_task(paths, 3, tolerance=1e-3)
 
 
 def test_summary_reports_relative_and_absolute_completeness_error(tmp_path):
@@ -176,12 +178,22 @@ def test_summary_reports_relative_and_absolute_completeness_error(tmp_path):
     row.update(idx=0, label=0, tokens=["w"] * 6, segments=[0] * 6, planted_i=None, planted_j=None)
     # layer 0: attributions miss F(A) - F(0·A) = 0.5 by 0.01; layer 1: F barely moves (1e-4)
     # and they miss by 1e-3, a small absolute error that is ten times the change
-    row.update(f_full=0.9, f_zero=[0.4, 0.9 - 1e-4], attr_sum=[0.49, 1e-4 + 1e-3])
+    row.update(f_full=0.9, f_zero=[0.4, 0.9 - 1e-4], attr_sum=[0.49, 1e-4 + 1e-3],
+               residual=[-0.01, 1e-3], grad_nodes=[9, 33])
     path = tmp_path / "part.parquet"
     write_dump([row], path, {"shard": 0, "n_shards": 1, "n_layers": 2, "n_heads": 3})
-    summary = summarise_task([path], 1)
+    summary = summarise_task([path], 1, tolerance=2e-3)
     # stored as float32 (~6e-8 resolution near 0.9): 1e-6 absolute, 1e-2 relative tolerances
     assert summary["completeness_abs_error"]["max"] == pytest.approx(0.01, abs=1e-6)
     assert summary["completeness_abs_error"]["median"] == pytest.approx(0.0055, abs=1e-6)
     assert summary["completeness_error"]["max"] == pytest.approx(10, rel=1e-2)
     assert summary["completeness_error"]["median"] == pytest.approx((0.02 + 10) / 2, rel=1e-2)
+    assert summary["within_tolerance"] == 0.5 and summary["outside_tolerance"] == 1
+    assert summary["grad_nodes"]["mean"] == 21 and summary["grad_nodes"]["max"] == 33
+
+
+def test_row_records_the_residual_and_nodes_of_every_layer():
+    result = random_result()
+    row = example_row(result, 1, CFG)
+    assert row["grad_nodes"] == [6, 6]
+    assert row["residual"] == pytest.approx(result.residual[1].tolist(), rel=1e-6)

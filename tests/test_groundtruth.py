@@ -28,7 +28,7 @@ def trained(request, default_task_model):
                     TaskSpec.from_config(name, DEFAULT_CONFIG["tasks"][name]), ATTRIBUTION,
                     {"truncate": False, **DEFAULT_CONFIG["model"]}, 0, 1, torch.device("cpu"),
                     dump, {})
-    return name, metrics, summarise_task([dump], 1)
+    return name, metrics, summarise_task([dump], 1, tolerance=ATTRIBUTION["tolerance"])
 
 
 @pytest.mark.slow

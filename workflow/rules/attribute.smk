@@ -45,6 +45,7 @@ rule summarise_attributions:
         ),
     params:
         shards=config["attribution"]["shards"],
+        tolerance=config["attribution"]["tolerance"],
         code=code_version("dumps"),
     log:
         "results/{name}/logs/summarise_attributions/{task}.log",
@@ -55,3 +56,36 @@ rule summarise_attributions:
         "../../envs/attnlab.yaml"
     script:
         "../scripts/summarise_attributions.py"
+
+
+# Accuracy against cost of every quadrature rule on each task's trained model, against a
+# converged reference (attnlab.quadrature_study; benchmarks/quadrature.py runs it on more examples).
+rule quadrature_study:
+    input:
+        models=expand(rules.finetune.output.model, task=TASKS, allow_missing=True),
+        devs=expand(rules.prepare_data.output.dev, task=TASKS, allow_missing=True),
+    output:
+        study="results/{name}/quadrature_study/study.json",
+        figure=report(
+            "results/{name}/quadrature_study/study.png",
+            caption="../report/quadrature_study.rst",
+            category="Attribution",
+        ),
+    params:
+        tasks={task: config["tasks"][task] for task in TASKS},
+        attribution=config["attribution"],
+        model={key: config["model"][key] for key in ("max_length", "truncate")},
+        device=config["device"],
+        precision=config["precision"],
+        code=code_version("quadrature_study"),
+    log:
+        "results/{name}/logs/quadrature_study.log",
+    benchmark:
+        "results/{name}/benchmarks/quadrature_study.tsv"
+    threads: 1
+    resources:
+        gpu=GPU,
+    conda:
+        "../../envs/attnlab.yaml"
+    script:
+        "../scripts/quadrature_study.py"

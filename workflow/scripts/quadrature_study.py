@@ -1,0 +1,20 @@
+"""Snakemake adapter of rule quadrature_study: every quadrature rule against a converged
+reference, on each task's trained model."""
+
+from attnlab.device import start_model_job
+from attnlab.outputs import provenance, write_json
+from attnlab.quadrature_study import plot_study, study
+from attnlab.tasks import TaskSpec
+
+params = snakemake.params
+device, _ = start_model_job(snakemake.log[0], snakemake.threads, params.device,
+                            params.precision)
+reports = {
+    task: study(model, dev, TaskSpec.from_config(task, params.tasks[task]),
+                attribution_cfg=params.attribution, model_cfg=params.model,
+                examples=params.attribution["study_examples"], device=device)
+    for task, model, dev in zip(params.tasks, snakemake.input.models, snakemake.input.devs,
+                                strict=True)
+}
+plot_study(reports, snakemake.output.figure)
+write_json(snakemake.output.study, {"tasks": reports, **provenance(dict(params.items()))})
