@@ -1,14 +1,16 @@
 """Seconds per example and completeness error of attribution at the paper's shape.
 
-Side by side in one run, on the same random-init BERT-base-shaped classifier and inputs:
+Side by side in one run, on the same random-init BERT-base-shaped classifier and inputs (its
+F(αA) is smooth, unlike that of a fine-tuned model: benchmarks/quadrature.py measures those):
   * naive: what the official code does — every layer recomputed from the embeddings, one
     example at a time, its m = 20 right-Riemann copies in one batch;
   * the engine (cached hidden states below layer l, scaled copies batched) with the paper's
-    Riemann-20, Gauss-Legendre at 8 nodes and its default rule (Gauss-Legendre, 6 nodes).
+    Riemann-20, Gauss-Legendre at 6 nodes, and its default rule (adaptive, tolerance 1e-3)
+    with the default scan of 8 intervals and a coarser one of 4.
 Examples are attributed one per round, every variant in a rotated order, so that load from
 other jobs falls on all variants alike. Prints one JSON object; `speedup` is naive seconds /
 variant seconds (machines here are noisy, so compare ratios); `target` checks the engine's
-default against the naive loop (>= 4x faster at a smaller median completeness error).
+default against the naive loop (>= 6x faster at a smaller median completeness error).
 Usage: python benchmarks/attribution.py [--tokens 128] ...
 """
 
@@ -55,9 +57,13 @@ def naive_attribute(model, inputs: dict[str, torch.Tensor], steps: int) -> Attri
             with torch.no_grad():
                 zero = Intervention(scale_layer=layer, scale=torch.zeros(1))
                 f_zero[0, layer] = _softmax(models.logits(model, one, zero))[0, target[0]]
-        results.append(Attribution(attr, attention, probs, target, probs[:, target[0]], f_zero))
+        f_full = probs[:, target[0]]
+        residual = attr.double().sum(dim=(2, 3, 4)) - (f_full[:, None] - f_zero).double()
+        results.append(Attribution(attr, attention, probs, target, f_full, f_zero,
+                                   torch.full_like(f_zero, steps, dtype=torch.long), residual))
     return Attribution(*(torch.cat([getattr(r, f) for r in results]) for f in
-                         ("attr", "attention", "probs", "target", "f_full", "f_zero")))
+                         ("attr", "attention", "probs", "target", "f_full", "f_zero", "nodes",
+                          "residual")))
 
 
 def dump_bytes_per_example(result: Attribution) -> float:
@@ -94,17 +100,19 @@ def main() -> None:
         "attention_mask": torch.ones(args.examples, args.tokens, dtype=torch.long),
         "labels": torch.arange(args.examples) % 3,
     }
-    default_rule, default_steps = (ENGINE_DEFAULTS[k].default for k in ("quadrature_rule", "steps"))
-    engine_default = f"engine_{default_rule}_{default_steps}"
-    variants = {"naive_riemann_right_20": lambda one: naive_attribute(model, one, 20)}
-    engine_rules = [("riemann_right", 20), ("gauss_legendre", 8), (default_rule, default_steps)]
-    for rule, steps in engine_rules:
-        variants[f"engine_{rule}_{steps}"] = (
-            lambda one, rule=rule, steps=steps: attribute(model, one, "gold", rule, steps))
+    engine_default = f"engine_{ENGINE_DEFAULTS['quadrature_rule'].default}"
+    variants = {
+        "naive_riemann_right_20": lambda one: naive_attribute(model, one, 20),
+        "engine_riemann_right_20": lambda one: attribute(model, one, "gold", "riemann_right", 20),
+        "engine_gauss_legendre_6": lambda one: attribute(model, one, "gold", "gauss_legendre", 6),
+        engine_default: lambda one: attribute(model, one),
+        f"{engine_default}_scan_4": lambda one: attribute(model, one, scan_steps=4),
+    }
     # One example per round, every variant on it in a rotated order, so that load from other
     # jobs on a shared machine falls on every variant alike.
     seconds = dict.fromkeys(variants, 0.0)
     errors: dict[str, list[torch.Tensor]] = {name: [] for name in variants}
+    nodes: dict[str, list[torch.Tensor]] = {name: [] for name in variants}
     names = list(variants)
     for b in range(args.examples):
         one = {k: v[b : b + 1] for k, v in inputs.items()}
@@ -113,6 +121,7 @@ def main() -> None:
             result = variants[name](one)
             seconds[name] += time.perf_counter() - start
             errors[name].append(result.completeness_error())
+            nodes[name].append(result.nodes.float().mean())
     report = {"shape": vars(args), "variants": {}}
     for name in variants:
         error = torch.cat(errors[name])
@@ -120,17 +129,18 @@ def main() -> None:
             "seconds_per_example": round(seconds[name] / args.examples, 3),
             "completeness_error_median": float(error.median()),
             "completeness_error_max": float(error.max()),
+            "grad_nodes_mean": float(torch.stack(nodes[name]).mean()),
         }
     naive = report["variants"]["naive_riemann_right_20"]["seconds_per_example"]
     for entry in report["variants"].values():
         entry["speedup_vs_naive"] = round(naive / entry["seconds_per_example"], 2)
-    # the issue's target: the engine's default rule >= 4x faster than naive at a smaller error
+    # the target: the engine's default rule >= 6x faster than naive at a smaller error
     default = report["variants"][engine_default]
     smaller = (default["completeness_error_median"]
                < report["variants"]["naive_riemann_right_20"]["completeness_error_median"])
     report["target"] = {"variant": engine_default, "speedup_vs_naive": default["speedup_vs_naive"],
                         "smaller_median_error": smaller,
-                        "met": default["speedup_vs_naive"] >= 4 and smaller}
+                        "met": default["speedup_vs_naive"] >= 6 and smaller}
     report["dump_bytes_per_example"] = round(dump_bytes_per_example(result))
     print(json.dumps(report, indent=2))
 

@@ -55,7 +55,8 @@ def test_defaults_fill_a_minimal_config():
         "layers": 4, "heads": 4, "hidden": 64, "intermediate": 128, "dropout": 0.1
     }
     assert config["finetune"]["learning_rate"] == 2e-5
-    assert config["attribution"]["quadrature"] == "riemann_right"
+    assert config["attribution"]["quadrature"] == "adaptive"
+    assert config["attribution"]["tolerance"] == 1e-3
     assert config["attribution"]["shards"] == 1
 
 

@@ -261,6 +261,13 @@ def _adaptive_layer(runner: _Runner, layer: int, attention: torch.Tensor, *,
     return integral, nodes.to(device)
 
 
+def engine_options(cfg: dict) -> dict:
+    """The keyword arguments of `attribute` that the config's `attribution` section sets."""
+    return {"quadrature_rule": cfg["quadrature"], "steps": cfg["steps"],
+            "batch_size": cfg["batch_size"], "tolerance": cfg["tolerance"],
+            "max_steps": cfg["max_steps"], "scan_steps": cfg["scan_steps"]}
+
+
 def attribute(
     model: PreTrainedModel,
     inputs: dict[str, torch.Tensor],

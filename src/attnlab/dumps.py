@@ -51,7 +51,7 @@ import torch
 from tqdm import tqdm
 
 from attnlab import tasks
-from attnlab.attribution import Attribution, attribute
+from attnlab.attribution import Attribution, attribute, engine_options
 from attnlab.groundtruth import planted_pair_recovery
 from attnlab.models import load_classifier
 from attnlab.outputs import atomic_path
@@ -232,9 +232,7 @@ def attribute_shard(
             width = int(lengths[group].max())
             batch = {k: v[group, :width].to(device) if v.dim() == 2 else v[group].to(device)
                      for k, v in encoded.items()}
-            result = attribute(model, batch, cfg["target"], cfg["quadrature"], cfg["steps"],
-                               cfg["batch_size"], tolerance=cfg["tolerance"],
-                               max_steps=cfg["max_steps"], scan_steps=cfg["scan_steps"])
+            result = attribute(model, batch, cfg["target"], **engine_options(cfg))
             for b, row_index in enumerate(group):
                 row = example_row(result, b, cfg)
                 row["idx"] = int(dev["idx"].iloc[row_index]) if "idx" in dev else row_index

@@ -21,7 +21,7 @@ import pandas as pd
 import torch
 
 from attnlab import tasks
-from attnlab.attribution import attribute
+from attnlab.attribution import attribute, engine_options
 from attnlab.dumps import read_task_dump
 from attnlab.flow_figures import plot_heatmaps
 from attnlab.models import load_classifier
@@ -138,8 +138,7 @@ def example_views(
         encoded = tasks.encode(dev.loc[rows["idx"]], spec, tokenizer, model_cfg["max_length"],
                                model_cfg["truncate"])
         result = attribute(model, {k: v.to(device) for k, v in encoded.items()},
-                           attribution_cfg["target"], attribution_cfg["quadrature"],
-                           attribution_cfg["steps"], attribution_cfg["batch_size"])
+                           attribution_cfg["target"], **engine_options(attribution_cfg))
     label_names = list(spec.label_names)
     sections = []
     with atomic_path(out_dir) as folder:

@@ -1,3 +1,11 @@
+# The attribution engine's settings (attnlab.attribution.engine_options): every rule that
+# attributes passes them, and its own target and example selection.
+ENGINE_SETTINGS = {
+    key: config["attribution"][key]
+    for key in ("quadrature", "steps", "tolerance", "max_steps", "scan_steps", "batch_size")
+}
+
+
 # Each task's dev split is attributed in config attribution.shards independent jobs; the
 # shards form one hive-partitioned Parquet dataset (results/<name>/attributions/).
 rule attribute:

@@ -70,8 +70,7 @@ rule example_views:
     params:
         task=task_data,
         trees={key: config["trees"][key] for key in ("examples", "example_idx", "heatmap_layer")},
-        attribution={key: config["attribution"][key]
-                     for key in ("quadrature", "steps", "target", "batch_size")},
+        attribution={**ENGINE_SETTINGS, "target": config["attribution"]["target"]},
         model={key: config["model"][key] for key in ("max_length", "truncate")},
         seed=config["seed"],
         device=config["device"],

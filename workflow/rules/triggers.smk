@@ -17,9 +17,11 @@ rule mine_triggers:
                   for key in ("source_split", "source_examples", "target", "score_threshold",
                               "second_pair_ratio")},
         # the engine's settings; target and example count come from triggers
-        attribution={key: config["attribution"][key]
-                     for key in ("quadrature", "steps", "batch_size", "edge_min_fraction",
-                                 "max_edges_per_layer", "top_pairs")},
+        attribution={
+            **ENGINE_SETTINGS,
+            **{key: config["attribution"][key]
+               for key in ("edge_min_fraction", "max_edges_per_layer", "top_pairs")},
+        },
         model={key: config["model"][key] for key in ("max_length", "truncate")},
         device=config["device"],
         precision=config["precision"],
