@@ -15,6 +15,7 @@ from pathlib import Path
 import datasets
 from huggingface_hub import snapshot_download
 
+from attnlab.errors import AttnlabError
 from attnlab.outputs import atomic_path
 
 log = logging.getLogger(__name__)
@@ -26,7 +27,7 @@ CHECKPOINT_FILES = ["*.json", "*.txt", "*.model", "*.safetensors"]
 LEGACY_WEIGHTS = ["pytorch_model*.bin"]
 
 
-class FetchError(RuntimeError):
+class FetchError(AttnlabError, RuntimeError):
     """Something could not be fetched from the hub; the message is one line."""
 
 

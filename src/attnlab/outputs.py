@@ -20,6 +20,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from attnlab.errors import one_line_errors
+
 PACKAGE_DIR = Path(__file__).resolve().parent
 TRACKED_PACKAGES = (
     "attnlab", "torch", "transformers", "datasets", "pandas", "pyarrow", "snakemake"
@@ -126,3 +128,13 @@ def setup_logging(log_path: str | os.PathLike | None = None) -> logging.Logger:
         force=True,
     )
     return logging.getLogger("attnlab")
+
+
+@contextmanager
+def workflow_job(smk: Any) -> Iterator[logging.Logger]:
+    """What every workflow script runs its work in: logging to the job's log file, and an
+    `AttnlabError` ending the job in one line (`attnlab.errors`). `smk` is the script's
+    `snakemake` object. Yields the attnlab logger."""
+    log = setup_logging(smk.log[0])
+    with one_line_errors():
+        yield log

@@ -21,6 +21,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from attnlab import synthetic
+from attnlab.errors import AttnlabError, ConfigError
 from attnlab.outputs import atomic_path
 
 log = logging.getLogger(__name__)
@@ -29,7 +30,7 @@ LOCAL_FORMATS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".jsonl"
 GROUND_TRUTH_COLUMNS = ("gt_a_segment", "gt_a_word", "gt_b_segment", "gt_b_word")
 
 
-class DataError(ValueError):
+class DataError(AttnlabError, ValueError):
     """Input data that cannot be used; the message is one line naming file, column and value."""
 
 
@@ -46,9 +47,9 @@ class TaskSpec:
         text_fields = tuple(cfg["text_fields"])
         label_names = tuple(cfg["label_names"])
         if len(text_fields) not in (1, 2):
-            raise ValueError(f"tasks.{name}.text_fields: need 1 or 2 columns, got {text_fields}")
+            raise ConfigError(f"tasks.{name}.text_fields: need 1 or 2 columns, got {text_fields}")
         if len(label_names) < 2:
-            raise ValueError(f"tasks.{name}.label_names: need at least 2, got {label_names}")
+            raise ConfigError(f"tasks.{name}.label_names: need at least 2, got {label_names}")
         return cls(name, text_fields, label_names, cfg.get("label_field", "label"))
 
 
@@ -111,7 +112,7 @@ def _synthetic_splits(spec: TaskSpec, cfg: dict, seed: int) -> tuple[pd.DataFram
     syn = cfg["synthetic"]
     kind = syn["kind"]
     if synthetic.num_classes(kind) != len(spec.label_names):
-        raise ValueError(
+        raise ConfigError(
             f"tasks.{spec.name}: synthetic kind {kind!r} has {synthetic.num_classes(kind)} "
             f"classes but label_names has {len(spec.label_names)}"
         )
@@ -121,7 +122,7 @@ def _synthetic_splits(spec: TaskSpec, cfg: dict, seed: int) -> tuple[pd.DataFram
     dev = synthetic.generate(kind, syn["n_dev"], seed + 1, rate)
     segments = [c for c in train.columns if c.startswith("segment_")]
     if len(segments) != len(spec.text_fields):
-        raise ValueError(
+        raise ConfigError(
             f"tasks.{spec.name}: synthetic kind {kind!r} has {len(segments)} text segment(s) "
             f"but text_fields has {len(spec.text_fields)}"
         )
@@ -172,7 +173,7 @@ def prepare_task(
         origins = (cfg["local"]["train"], cfg["local"]["dev"])
         train, dev = _read_local(origins[0]), _read_local(origins[1])
     else:
-        raise ValueError(f"tasks.{name}.source: {source!r} is not synthetic, hub or local")
+        raise ConfigError(f"tasks.{name}.source: {source!r} is not synthetic, hub or local")
 
     # validate both before writing either, so a bad split leaves no files behind
     train = validate_split(train, spec, origins[0])

@@ -28,6 +28,7 @@ from transformers import (
 )
 
 from attnlab.device import device_name
+from attnlab.errors import ConfigError
 from attnlab.models import align_labels
 from attnlab.outputs import atomic_path
 from attnlab.tasks import TaskSpec, encode, load_split
@@ -95,7 +96,7 @@ def _build_model(
             spec.label_names,
         )
     else:
-        raise ValueError(f"model.source: {source!r} is not scratch, pretrained or finetuned")
+        raise ConfigError(f"model.source: {source!r} is not scratch, pretrained or finetuned")
     return model, AutoTokenizer.from_pretrained(name)
 
 
