@@ -4,14 +4,19 @@ nothing under results/ but logs."""
 
 from __future__ import annotations
 
+import json
 import logging
 import subprocess
 from pathlib import Path
 
 import pytest
-from test_workflow import snakemake, write_config
+from test_workflow import TINY, merged, snakemake, write_config
+from tiny_models import tiny_classifier
+from transformers import GPT2Config, GPT2ForSequenceClassification
 
+from attnlab import models
 from attnlab.errors import TRACEBACK_VARIABLE, ConfigError, one_line_errors
+from attnlab.preflight import MODEL_TYPES
 
 # A local single-sentence task: two small CSV files, written by `local_task`.
 TRAIN_ROWS = [("a good film", 1), ("a bad film", 0), ("a fine film", 1), ("a dull film", 0)]
@@ -106,3 +111,69 @@ def test_a_data_error_in_a_job_is_one_line_in_the_output_and_the_log(tmp_path, d
     # on request, the same error with its traceback
     shown = run(tmp_path, config, PREPARED, env={TRACEBACK_VARIABLE: "1"})
     assert shown.returncode != 0 and "Traceback" in shown.stderr
+
+
+def test_the_dry_run_knows_every_family_the_library_supports():
+    assert set(models.FAMILIES) == set(MODEL_TYPES)
+
+
+def save_checkpoint(path: Path, family: str, weights: bool = True) -> str:
+    """A tiny random classifier of `family`, written by save_pretrained (weights removed when
+    `weights` is False)."""
+    tiny_classifier(family).save_pretrained(path)
+    if not weights:
+        for file in path.glob("*.safetensors"):
+            file.unlink()
+    return str(path)
+
+
+# A config mistake -> the key named by the dry run's one line. `{tmp}` is the test's folder.
+CONFIG_MISTAKES = [
+    pytest.param({"model": {"source": "pretrained", "pretrained": ""}}, "model.pretrained",
+                 id="empty pretrained"),
+    pytest.param({"heads": {"methods": ["taylor", "random"]}}, "heads.methods",
+                 id="methods without attribution"),
+    pytest.param({"model": {"scratch": {"hidden": 10, "heads": 4}}}, "model.scratch.hidden",
+                 id="hidden not a multiple of heads"),
+    pytest.param({"trees": {"example_idx": [3, 999]}}, "trees.example_idx",
+                 id="example_idx not attributed"),
+    pytest.param({"trees": {"heatmap_layer": 5}}, "trees.heatmap_layer",
+                 id="heatmap_layer beyond the model"),
+    pytest.param({"explanation": {"adversarial_attention": {"layers": [2]}}},
+                 "explanation.adversarial_attention.layers", id="adversarial layer"),
+    pytest.param({"trees": {"tau": 0.05}}, "trees.tau", id="tau below the dumps' edges"),
+    pytest.param({"model": {"source": "pretrained", "pretrained": "{tmp}"}},
+                 "model.pretrained", id="a directory that is not a model"),
+    pytest.param({"model": {"source": "pretrained", "pretrained": "{tmp}/roberta"},
+                  "attribution": {"max_examples": 2}, "trees": {"examples": 0}},
+                 "model.max_length", id="max_length beyond the model's positions"),
+    pytest.param({"model": {"source": "finetuned", "pretrained": "{tmp}/no_weights"}},
+                 "model.pretrained", id="a checkpoint without weights"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("change, key", CONFIG_MISTAKES)
+def test_a_config_mistake_stops_the_dry_run_in_one_line(tmp_path, change, key):
+    save_checkpoint(tmp_path / "no_weights", "bert", weights=False)
+    save_checkpoint(tmp_path / "roberta", "roberta")  # 40 positions; TINY asks for 64
+    config = merged(TINY, json.loads(json.dumps(change).replace("{tmp}", str(tmp_path))))
+    result = run(tmp_path, config, dry=True)
+    line = assert_one_line(result, f"config error at {key}:")
+    assert (result.stdout + result.stderr).strip() == line  # nothing else: no header, no File
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["deberta-v2", "gpt2"])
+def test_an_unsupported_family_is_refused_before_any_training(tmp_path, family):
+    if family == "gpt2":
+        GPT2ForSequenceClassification(GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=40,
+                                                 n_positions=64)).save_pretrained(tmp_path / "m")
+    else:
+        save_checkpoint(tmp_path / "m", family)
+    config = merged(TINY, {"model": {"source": "pretrained", "pretrained": str(tmp_path / "m")}})
+    # a real run, not a dry one: no job starts, so no training step runs
+    result = run(tmp_path, config)
+    assert_one_line(result, f"config error at model.pretrained: {tmp_path / 'm'} is a "
+                            f"'{family}' model")
+    assert "rule finetune" not in result.stdout and not (tmp_path / "results").exists()

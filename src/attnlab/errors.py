@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import NoReturn
 
 TRACEBACK_VARIABLE = "ATTNLAB_TRACEBACK"
 
@@ -30,9 +31,23 @@ class CorruptFileError(AttnlabError):
     rule that rebuilds it."""
 
 
+def show_traceback() -> bool:
+    """Whether the user asked for tracebacks (ATTNLAB_TRACEBACK set, and not to 0)."""
+    return os.environ.get(TRACEBACK_VARIABLE, "") not in ("", "0")
+
+
 def one_line(err: BaseException) -> str:
     """The message of `err` on one line."""
     return " ".join(str(err).split())
+
+
+def stop(err: AttnlabError, prefix: str = "") -> NoReturn:
+    """End the process with status 1 and `prefix` and the error's message on stderr, in one line
+    (or raise it, with its traceback, when the user asked for tracebacks)."""
+    if show_traceback():
+        raise err
+    print(prefix + one_line(err), file=sys.stderr)
+    sys.exit(1)
 
 
 @contextmanager
@@ -42,7 +57,7 @@ def one_line_errors() -> Iterator[None]:
     try:
         yield
     except AttnlabError as err:
-        if os.environ.get(TRACEBACK_VARIABLE, "") not in ("", "0"):
+        if show_traceback():
             raise
         logging.getLogger("attnlab").error("%s", one_line(err))
         sys.exit(1)

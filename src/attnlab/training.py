@@ -31,6 +31,7 @@ from attnlab.device import device_name
 from attnlab.errors import ConfigError
 from attnlab.models import align_labels
 from attnlab.outputs import atomic_path
+from attnlab.preflight import checkpoint_shape
 from attnlab.tasks import TaskSpec, encode, load_split
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,7 @@ def _build_model(
         )
         return BertForSequenceClassification(config), tokenizer
     name = model_cfg["pretrained"]
+    checkpoint_shape(name)  # an unsupported family is refused before any training
     if source == "pretrained":
         model = AutoModelForSequenceClassification.from_pretrained(
             name, attn_implementation="eager", **labels
