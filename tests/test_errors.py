@@ -17,6 +17,7 @@ from transformers import GPT2Config, GPT2ForSequenceClassification
 from attnlab import models
 from attnlab.errors import TRACEBACK_VARIABLE, ConfigError, one_line_errors
 from attnlab.preflight import MODEL_TYPES
+from attnlab.tasks import read_task
 
 # A local single-sentence task: two small CSV files, written by `local_task`.
 TRAIN_ROWS = [("a good film", 1), ("a bad film", 0), ("a fine film", 1), ("a dull film", 0)]
@@ -95,22 +96,45 @@ PREPARED = "results/bad/data/reviews/train.parquet"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("dev, expected", [
-    pytest.param([("a great film", 2)], ("dev.csv", "column 'sentiment' row 0 has label 2"),
-                 id="label out of range"),
-    pytest.param([("a great film", "x")], ("dev.csv", "column 'sentiment' row 0"),
+@pytest.mark.parametrize("change, expected", [
+    pytest.param({"dev": [("a great film", 2)]},
+                 ("dev.csv", "column 'sentiment' row 0 has label 2"), id="label out of range"),
+    pytest.param({"dev": [("a great film", "x")]}, ("dev.csv", "column 'sentiment' row 0"),
                  id="label not a number"),
+    pytest.param({"dev": []}, ("dev.csv", "no rows"), id="a header only"),
+    pytest.param({"train": [("a good film", 1)], "dev": [("great", 1), ("a b c d e f", 0)]},
+                 ("idx=1 is 8 tokens", "model.max_length=6"), id="longer than max_length"),
 ])
-def test_a_data_error_in_a_job_is_one_line_in_the_output_and_the_log(tmp_path, dev, expected):
-    config = local_config(tmp_path, dev=dev)
+def test_a_data_error_in_a_job_is_one_line_in_the_output_and_the_log(tmp_path, change, expected):
+    config = local_config(tmp_path, **{key: change[key] for key in ("train", "dev")
+                                       if key in change})
+    config["model"]["max_length"] = 6
     line = assert_one_line(run(tmp_path, config, PREPARED), *expected)
     assert "ERROR" in line
     log = (tmp_path / "results/bad/logs/prepare_data/reviews.log").read_text()
     assert sum(all(text in row for text in expected) for row in log.splitlines()) == 1
     assert written(tmp_path) == []
-    # on request, the same error with its traceback
+
+
+@pytest.mark.slow
+def test_the_traceback_of_a_job_error_is_shown_on_request(tmp_path):
+    config = local_config(tmp_path, dev=[("a great film", 2)])
     shown = run(tmp_path, config, PREPARED, env={TRACEBACK_VARIABLE: "1"})
     assert shown.returncode != 0 and "Traceback" in shown.stderr
+    assert "DataError: " in shown.stderr
+
+
+@pytest.mark.parametrize("train, dev, expected", [
+    ([("a good film", 1), ("a fine film", 1)], DEV_ROWS,
+     "no train row has class 'negative' (label_names: negative, positive); the model cannot "
+     "learn the task from one class"),
+    (TRAIN_ROWS, [("a great film", 1)], "no dev row has class 'negative'"),
+])
+def test_a_class_without_rows_is_a_warning(tmp_path, caplog, train, dev, expected):
+    task = local_config(tmp_path, train, dev)["tasks"]["reviews"]
+    with caplog.at_level(logging.WARNING, "attnlab"):
+        read_task("reviews", task, 0)
+    assert [expected in message for message in caplog.messages] == [True]
 
 
 def test_the_dry_run_knows_every_family_the_library_supports():

@@ -8,6 +8,7 @@ line (`DataError`).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 from dataclasses import dataclass
@@ -139,6 +140,10 @@ def _read_local(path: str) -> pd.DataFrame:
         raise DataError(f"{path}: no such file")
     if Path(path).stat().st_size == 0:
         raise DataError(f"{path}: empty file")
+    if file_format == "csv":
+        with open(path) as f:
+            if not any(line.strip() for line in itertools.islice(f, 1, None)):
+                raise DataError(f"{path}: empty split (a header and no rows)")
     try:
         data = datasets.load_dataset(file_format, data_files=path, split="train")
     except Exception as err:  # a parser error from any of the three formats
@@ -146,19 +151,25 @@ def _read_local(path: str) -> pd.DataFrame:
     return data.to_pandas()
 
 
-def prepare_task(
+def _warn_about_classes(train: pd.DataFrame, dev: pd.DataFrame, spec: TaskSpec) -> None:
+    """A class that no row has is allowed, but the claims made on such a task mean little."""
+    for split, df in (("train", train), ("dev", dev)):
+        present = set(df[spec.label_field])
+        missing = [name for label, name in enumerate(spec.label_names) if label not in present]
+        if missing:
+            log.warning("task %s: no %s row has class %s (label_names: %s)%s", spec.name, split,
+                        ", ".join(map(repr, missing)), ", ".join(spec.label_names),
+                        "; the model cannot learn the task from one class"
+                        if split == "train" and len(present) == 1 else "")
+
+
+def read_task(
     name: str,
     cfg: dict[str, Any],
     seed: int,
-    train_out: str | os.PathLike,
-    dev_out: str | os.PathLike,
     fetched: tuple[str | os.PathLike, str | os.PathLike] | None = None,
-) -> dict[str, Any]:
-    """Read or generate a task's train and dev splits, validate both, then write them.
-
-    `cfg` is one entry of config["tasks"]; a hub task is read from `fetched`, the (train, dev)
-    Parquet files it was downloaded to (`attnlab.hub`). Returns rows and label counts per split.
-    """
+) -> tuple[TaskSpec, pd.DataFrame, pd.DataFrame]:
+    """Read or generate a task's train and dev splits and validate both (`prepare_task`)."""
     spec = TaskSpec.from_config(name, cfg)
     source = cfg["source"]
     if source == "synthetic":
@@ -175,9 +186,20 @@ def prepare_task(
     else:
         raise ConfigError(f"tasks.{name}.source: {source!r} is not synthetic, hub or local")
 
-    # validate both before writing either, so a bad split leaves no files behind
     train = validate_split(train, spec, origins[0])
     dev = validate_split(dev, spec, origins[1])
+    _warn_about_classes(train, dev, spec)
+    return spec, train, dev
+
+
+def write_task(
+    spec: TaskSpec,
+    train: pd.DataFrame,
+    dev: pd.DataFrame,
+    train_out: str | os.PathLike,
+    dev_out: str | os.PathLike,
+) -> dict[str, Any]:
+    """Write a task's validated splits. Returns rows and label counts per split."""
     summary = {}
     for split, df, out in (("train", train, train_out), ("dev", dev, dev_out)):
         with atomic_path(out) as tmp:
@@ -187,12 +209,46 @@ def prepare_task(
             "rows": len(df),
             "label_counts": {spec.label_names[int(k)]: int(v) for k, v in counts.items()},
         }
-        log.info("%s %s: %d rows -> %s", name, split, len(df), out)
+        log.info("%s %s: %d rows -> %s", spec.name, split, len(df), out)
     return summary
+
+
+def prepare_task(
+    name: str,
+    cfg: dict[str, Any],
+    seed: int,
+    train_out: str | os.PathLike,
+    dev_out: str | os.PathLike,
+    fetched: tuple[str | os.PathLike, str | os.PathLike] | None = None,
+) -> dict[str, Any]:
+    """Read or generate a task's train and dev splits, validate both, then write them (so a bad
+    split leaves no files behind).
+
+    `cfg` is one entry of config["tasks"]; a hub task is read from `fetched`, the (train, dev)
+    Parquet files it was downloaded to (`attnlab.hub`). Returns rows and label counts per split.
+    """
+    spec, train, dev = read_task(name, cfg, seed, fetched)
+    return write_task(spec, train, dev, train_out, dev_out)
 
 
 def _texts(df: pd.DataFrame, spec: TaskSpec) -> list[list[str]]:
     return [df[field].tolist() for field in spec.text_fields]
+
+
+def check_lengths(
+    df: pd.DataFrame, spec: TaskSpec, tokenizer: PreTrainedTokenizerBase, max_length: int
+) -> None:
+    """Refuse (`DataError`) a split with an example of more than `max_length` tokens."""
+    lengths = np.array([len(ids) for ids in tokenizer(*_texts(df, spec))["input_ids"]])
+    too_long = np.flatnonzero(lengths > max_length)
+    if len(too_long):
+        row = int(too_long[0])
+        idx = df["idx"].iloc[row] if "idx" in df.columns else row
+        raise DataError(
+            f"task {spec.name}: example idx={idx} is {int(lengths[row])} tokens, more than "
+            f"model.max_length={max_length} ({len(too_long)} such examples); raise "
+            "model.max_length or set model.truncate: true"
+        )
 
 
 def encode(
@@ -212,17 +268,8 @@ def encode(
         batch = tokenizer(*texts, padding="longest", truncation=True, max_length=max_length,
                           return_tensors="pt")
     else:
+        check_lengths(df, spec, tokenizer, max_length)
         batch = tokenizer(*texts, padding="longest", return_tensors="pt")
-        lengths = batch["attention_mask"].sum(dim=1)
-        too_long = torch.nonzero(lengths > max_length).flatten()
-        if len(too_long):
-            row = int(too_long[0])
-            idx = df["idx"].iloc[row] if "idx" in df.columns else row
-            raise DataError(
-                f"task {spec.name}: example idx={idx} is {int(lengths[row])} tokens, more than "
-                f"model.max_length={max_length} ({len(too_long)} such examples); raise "
-                "model.max_length or set model.truncate: true"
-            )
     encoded = {key: batch[key] for key in ("input_ids", "attention_mask", "token_type_ids")
                if key in batch}
     encoded["labels"] = torch.tensor(df[spec.label_field].to_numpy(), dtype=torch.long)

@@ -27,6 +27,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from attnlab import tasks
 from attnlab.device import device_name
 from attnlab.errors import ConfigError
 from attnlab.models import align_labels
@@ -59,6 +60,28 @@ def training_words(df: pd.DataFrame, spec: TaskSpec) -> list[str]:
     return sorted(words)
 
 
+def model_tokenizer(
+    spec: TaskSpec, model_cfg: dict[str, Any], train: pd.DataFrame
+) -> PreTrainedTokenizerBase:
+    """The tokenizer of the model fine-tuned on `train`: a word-level one over its words for a
+    scratch model, the checkpoint's own otherwise."""
+    if model_cfg["source"] == "scratch":
+        return build_tokenizer(training_words(train, spec))
+    return AutoTokenizer.from_pretrained(model_cfg["pretrained"])
+
+
+def check_lengths(
+    spec: TaskSpec, model_cfg: dict[str, Any], train: pd.DataFrame, dev: pd.DataFrame
+) -> None:
+    """Refuse, before any training, an example longer than model.max_length tokens of the
+    model's tokenizer (unless model.truncate)."""
+    if model_cfg.get("truncate"):
+        return
+    tokenizer = model_tokenizer(spec, model_cfg, train)
+    for df in (train, dev):
+        tasks.check_lengths(df, spec, tokenizer, model_cfg["max_length"])
+
+
 def _build_model(
     spec: TaskSpec, model_cfg: dict[str, Any], train: pd.DataFrame
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
@@ -70,7 +93,7 @@ def _build_model(
     source = model_cfg["source"]
     if source == "scratch":
         size = model_cfg["scratch"]
-        tokenizer = build_tokenizer(training_words(train, spec))
+        tokenizer = model_tokenizer(spec, model_cfg, train)
         config = BertConfig(
             vocab_size=len(tokenizer),
             hidden_size=size["hidden"],
@@ -99,7 +122,7 @@ def _build_model(
         )
     else:
         raise ConfigError(f"model.source: {source!r} is not scratch, pretrained or finetuned")
-    return model, AutoTokenizer.from_pretrained(name)
+    return model, model_tokenizer(spec, model_cfg, train)
 
 
 def _batches(data: dict[str, torch.Tensor], order: torch.Tensor, size: int, device: torch.device):
