@@ -9,6 +9,7 @@ import logging
 import subprocess
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from test_workflow import TINY, merged, snakemake, write_config
 from tiny_models import tiny_classifier
@@ -201,3 +202,50 @@ def test_an_unsupported_family_is_refused_before_any_training(tmp_path, family):
     assert_one_line(result, f"config error at model.pretrained: {tmp_path / 'm'} is a "
                             f"'{family}' model")
     assert "rule finetune" not in result.stdout and not (tmp_path / "results").exists()
+
+
+SUMMARY = "results/bad/attribution_summary/reviews.json"
+
+
+@pytest.fixture(scope="module")
+def attributed(tmp_path_factory) -> Path:
+    """The local task trained and attributed in 3 shards, one more than its 2 dev examples."""
+    work = tmp_path_factory.mktemp("attributed")
+    config = local_config(work, attribution={"shards": 3, "steps": 2})
+    result = run(work, config, SUMMARY)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return work
+
+
+@pytest.mark.slow
+def test_a_shard_without_examples_writes_an_empty_dump(attributed):
+    summary = json.loads((attributed / SUMMARY).read_text())
+    assert summary["examples"] == len(DEV_ROWS)
+    # shard 0 of 3 holds rows 0..0 of 2: none
+    empty = attributed / "results/bad/attributions/task=reviews/shard=0/part.parquet"
+    assert pq.read_metadata(empty).num_rows == 0
+    log = (attributed / "results/bad/logs/attribute/reviews/shard=0.log").read_text()
+    assert "no dev examples to attribute" in log
+    record = json.loads((empty.parent / ".part.parquet.attnlab.json").read_text())
+    assert record["rule"] == "attribute" and record["files"]["part.parquet"]["rows"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damaged, rule, target", [
+    ("results/bad/attributions/task=reviews/shard=1/part.parquet", "attribute", SUMMARY),
+    ("results/bad/finetune/reviews/model/model.safetensors", "finetune",
+     "results/bad/attributions/task=reviews/shard=1/part.parquet"),
+])
+def test_a_corrupt_input_is_named_with_the_rule_that_rebuilds_it(attributed, damaged, rule,
+                                                                    target):
+    file = attributed / damaged
+    whole = file.read_bytes()
+    try:
+        file.write_bytes(whole[: len(whole) // 2])  # truncated
+        result = snakemake("--cores", "1", "--configfile", str(attributed / "config.yaml"),
+                           "--directory", str(attributed), "--forcerun", target, target,
+                           check=False)
+        assert_one_line(result, f"{damaged} is {len(whole) // 2} bytes, not the {len(whole)} "
+                                f"written by rule {rule}", f"snakemake --forcerun {rule}")
+    finally:
+        file.write_bytes(whole)
