@@ -11,6 +11,7 @@ import ast
 import hashlib
 import json
 import logging
+import math
 import os
 import shutil
 import sys
@@ -58,10 +59,22 @@ def _remove(path: Path) -> None:
         path.unlink()
 
 
+def _strict(obj: Any) -> Any:
+    """`obj` with NaN and infinite floats as None: strict JSON has no NaN."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {key: _strict(value) for key, value in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_strict(value) for value in obj]
+    return obj
+
+
 def write_json(path: str | os.PathLike, obj: Any) -> None:
-    """Write `obj` as indented JSON, atomically."""
+    """Write `obj` as indented strict JSON (NaN as null), atomically."""
+    text = json.dumps(_strict(obj), indent=2, sort_keys=True, default=str, allow_nan=False)
     with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+        tmp.write_text(text + "\n")
 
 
 def _attnlab_imports(module: str) -> set[str]:
