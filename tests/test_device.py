@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from attnlab.device import Precision, choose_precision, pick_device, set_precision
+from attnlab.errors import ConfigError
 
 AMPERE, VOLTA = (8, 0), (7, 0)
 FP32 = Precision(tf32=False, bf16=False)
@@ -52,5 +53,5 @@ def test_auto_falls_back_to_cpu_with_a_log_line(caplog, monkeypatch):
     caplog.set_level(logging.INFO, logger="attnlab")
     assert pick_device("auto") == torch.device("cpu")
     assert "device: auto -> cpu (no GPU visible, CUDA_VISIBLE_DEVICES=0)" in caplog.text
-    with pytest.raises(RuntimeError, match="no GPU is visible .CUDA_VISIBLE_DEVICES=0"):
+    with pytest.raises(ConfigError, match="no GPU is visible .CUDA_VISIBLE_DEVICES=0"):
         pick_device("cuda")

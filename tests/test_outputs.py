@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import shutil
+from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from attnlab import outputs
+from attnlab.errors import CorruptFileError
 
 
 def test_atomic_path_publishes_only_on_success(tmp_path):
@@ -55,3 +59,23 @@ def test_code_version_follows_imports(package_copy):
 def test_code_version_of_unknown_module_fails(package_copy):
     with pytest.raises(ValueError, match="attnlab.nosuch"):
         outputs.code_version("nosuch")
+
+
+def test_json_is_strict_with_nan_as_null(tmp_path):
+    path = tmp_path / "summary.json"
+    outputs.write_json(path, {"share": float("nan"), "rows": [1.0, float("inf")], "n": 3})
+    assert json.loads(path.read_text(), parse_constant=pytest.fail) == {
+        "share": None, "rows": [1.0, None], "n": 3}
+
+
+def test_a_truncated_output_is_named_with_the_rule_that_wrote_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    table = Path("results/x/part.parquet")
+    table.parent.mkdir(parents=True)
+    pd.DataFrame({"a": range(100)}).to_parquet(table)
+    outputs.record_outputs([str(table)], "attribute")
+    outputs.verify_inputs([str(table)])  # as written
+    table.write_bytes(table.read_bytes()[:-10])
+    with pytest.raises(CorruptFileError, match=r"part.parquet is \d+ bytes, not the \d+ written "
+                       r"by rule attribute; rebuild it with: snakemake --forcerun attribute"):
+        outputs.verify_inputs([str(table)])

@@ -14,6 +14,7 @@ from test_dumps import CFG, random_result
 
 from attnlab import trees
 from attnlab.dumps import example_row, write_dump
+from attnlab.flow_figures import plot_tree_sizes
 from attnlab.tasks import TaskSpec
 
 TAU = 0.5
@@ -197,3 +198,11 @@ def test_tau_outside_its_range_fails_the_dry_run(tmp_path, tau, expected):
     result = dry_run(config, tmp_path)
     assert result.returncode != 0
     assert expected in result.stdout + result.stderr
+
+
+def test_tree_sizes_figure_is_the_same_for_the_same_trees(tmp_path):
+    trees = pd.DataFrame({"n_tokens": [5, 5, 7, 7, 9], "edges": [1, 2, 2, 0, 3],
+                          "correct": [True, False, True, True, False]})
+    plot_tree_sizes(trees, tmp_path / "a.png")
+    plot_tree_sizes(trees, tmp_path / "b.png")
+    assert (tmp_path / "a.png").read_bytes() == (tmp_path / "b.png").read_bytes()

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attnlab.outputs import setup_logging
+from attnlab.errors import ConfigError
 
 log = logging.getLogger(__name__)
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
@@ -29,9 +29,9 @@ def pick_device(choice: str = "auto") -> torch.device:
     GPU its scheduler gave it; within them it takes the first.
     """
     if choice not in DEVICE_CHOICES:
-        raise ValueError(f"device: {choice!r} is not one of {', '.join(DEVICE_CHOICES)}")
+        raise ConfigError(f"device: {choice!r} is not one of {', '.join(DEVICE_CHOICES)}")
     if choice == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("device: 'cuda' was asked for but no GPU is visible "
+        raise ConfigError("device: 'cuda' was asked for but no GPU is visible "
                            f"(CUDA_VISIBLE_DEVICES={_visible_devices()}; check the driver)")
     if choice == "auto":
         choice = "cuda" if torch.cuda.is_available() else "cpu"
@@ -70,7 +70,7 @@ def choose_precision(
     float32); `bf16_supported` says whether the GPU has native bfloat16 arithmetic.
     """
     if allowed not in PRECISION_CHOICES:
-        raise ValueError(f"precision: {allowed!r} is not one of {', '.join(PRECISION_CHOICES)}")
+        raise ConfigError(f"precision: {allowed!r} is not one of {', '.join(PRECISION_CHOICES)}")
     tf32 = allowed in ("tf32", "bf16") and capability is not None and capability >= AMPERE
     bf16 = allowed == "bf16" and capability is not None and bf16_supported
     return Precision(tf32=tf32, bf16=bf16)
@@ -97,11 +97,10 @@ def set_precision(allowed: str, device: torch.device) -> Precision:
 
 
 def start_model_job(
-    log_path: str | os.PathLike, threads: int, choice: str, allowed_precision: str
+    threads: int, choice: str, allowed_precision: str
 ) -> tuple[torch.device, Precision]:
-    """What a workflow job that runs a model does first: log to its log file, compute with its
-    threads, and pick (and log) its device and precision."""
-    setup_logging(log_path)
+    """What a workflow job that runs a model does first (inside `outputs.workflow_job`):
+    compute with its threads, and pick (and log) its device and precision."""
     torch.set_num_threads(threads)
     device = pick_device(choice)
     return device, set_precision(allowed_precision, device)

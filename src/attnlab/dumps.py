@@ -53,7 +53,7 @@ from tqdm import tqdm
 from attnlab import tasks
 from attnlab.attribution import Attribution, attribute, engine_options
 from attnlab.groundtruth import planted_pair_recovery
-from attnlab.models import load_classifier
+from attnlab.models import load_classifier, num_layers
 from attnlab.outputs import atomic_path
 
 log = logging.getLogger(__name__)
@@ -207,6 +207,18 @@ def attribute_shard(
     if cfg.get("max_examples"):
         dev = dev.iloc[: cfg["max_examples"]]
     dev = dev.iloc[list(shard_rows(len(dev), shard, n_shards))].reset_index(drop=True)
+    if dev.empty:
+        # More shards than examples: this shard has none. Its dump is empty but complete, so
+        # that any attribution.shards works with any dev split.
+        log.warning("task %s shard %d/%d: no dev examples to attribute (attribution.shards is "
+                    "more than the examples); the shard's dump is empty", spec.name, shard,
+                    n_shards)
+        meta = {"n_layers": num_layers(model), "n_heads": model.config.num_attention_heads,
+                "top_pairs": cfg["top_pairs"], "task": spec.name, "shard": shard,
+                "n_shards": n_shards, **provenance}
+        write_dump([], out_path, meta)
+        return {"examples": 0, "accuracy": None, "completeness_error_median": None,
+                "completeness_error_max": None, "bytes": Path(out_path).stat().st_size}
     encoded = tasks.encode(dev, spec, tokenizer, model_cfg["max_length"], model_cfg["truncate"])
     encoding = tokenizer(*[dev[field].tolist() for field in spec.text_fields])
     planted = (

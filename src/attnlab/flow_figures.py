@@ -87,8 +87,15 @@ def plot_tree_sizes(trees: pd.DataFrame, path: str | os.PathLike) -> None:
     axes[0].hist(edges, bins=np.arange(edges.max() + 2) - 0.5, color="tab:blue")
     axes[0].set_xlabel("flow edges in the tree")
     axes[0].set_ylabel("examples")
-    sns.stripplot(data=trees, x="n_tokens", y="edges", hue="correct", ax=axes[1], size=3,
-                  jitter=0.25, native_scale=True)
+    # seaborn's strip plot jitters with the global random state: a seeded jitter of its own
+    # draws the same figure for the same trees
+    jitter = np.random.default_rng(0).uniform(-0.25, 0.25, len(trees))
+    x = trees["n_tokens"].to_numpy() + jitter
+    for correct, colour in ((True, "tab:blue"), (False, "tab:orange")):
+        rows = (trees["correct"] == correct).to_numpy()
+        if rows.any():
+            axes[1].scatter(x[rows], edges[rows], s=9, color=colour, label=str(correct))
+    axes[1].legend(title="correct", fontsize=8)
     axes[1].set_xlabel("tokens in the example")
     axes[1].set_ylabel("flow edges")
     figure.suptitle(f"attribution trees of {len(trees)} dev examples: median "

@@ -29,6 +29,7 @@ from transformers import PreTrainedModel
 
 from attnlab import examples, models, tasks
 from attnlab.dumps import read_task_dump
+from attnlab.errors import ConfigError
 from attnlab.head_figures import plot_task_correlation
 from attnlab.intervention import Intervention
 from attnlab.outputs import atomic_path
@@ -179,7 +180,7 @@ def importance_table(
             frames += [_rows(method, i, random_importance(n_layers, n_heads, seed, i))
                        for i in range(random_seeds)]
         else:
-            raise ValueError(f"heads.methods: unknown method {method!r}; "
+            raise ConfigError(f"heads.methods: unknown method {method!r}; "
                              f"choose from {', '.join(METHODS)}")
     return pd.concat(frames, ignore_index=True)
 
@@ -285,7 +286,7 @@ def _pair_r(correlations: pd.DataFrame, pair: list[str]) -> float:
     hit = correlations[((correlations["task_a"] == a) & (correlations["task_b"] == b))
                        | ((correlations["task_a"] == b) & (correlations["task_b"] == a))]
     if hit.empty:
-        raise ValueError(f"heads pairs: no correlation of tasks {a!r} and {b!r} (are both tasks?)")
+        raise ConfigError(f"heads pairs: no correlation of tasks {a!r} and {b!r} (are both tasks?)")
     return float(hit["r"].iloc[0])
 
 
@@ -320,7 +321,7 @@ def task_correlation(
     out["table"] and out["claims"] (Parquet) and the figure out["figure"]; returns the claims."""
     importance = pd.concat([pd.read_parquet(p) for p in importance_paths], ignore_index=True)
     if "attribution" not in set(importance["method"]):
-        raise ValueError("task_correlation needs 'attribution' in heads.methods")
+        raise ConfigError("task_correlation needs 'attribution' in heads.methods")
     correlations = task_correlations(importance)
     claims = pd.DataFrame(cross_task_claims(correlations, similar, dissimilar),
                           columns=["stage", "claim", "metric", "value", "verdict"])

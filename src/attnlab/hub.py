@@ -15,7 +15,9 @@ from pathlib import Path
 import datasets
 from huggingface_hub import snapshot_download
 
+from attnlab.errors import AttnlabError, ConfigError
 from attnlab.outputs import atomic_path
+from attnlab.preflight import checkpoint_shape
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +28,7 @@ CHECKPOINT_FILES = ["*.json", "*.txt", "*.model", "*.safetensors"]
 LEGACY_WEIGHTS = ["pytorch_model*.bin"]
 
 
-class FetchError(RuntimeError):
+class FetchError(AttnlabError, RuntimeError):
     """Something could not be fetched from the hub; the message is one line."""
 
 
@@ -74,6 +76,11 @@ def fetch_checkpoint(model_id: str, out_dir: str | os.PathLike) -> list[str]:
             f"without network, save it elsewhere (e.g. `hf download {model_id} --local-dir "
             "DIR`) and set model.pretrained to that directory"
         ) from None
+    try:  # the first job that can see the model's family refuses one it cannot analyse
+        checkpoint_shape(out_dir)
+    except ConfigError:
+        shutil.rmtree(out_dir)
+        raise
     files = sorted(p.name for p in Path(out_dir).iterdir())
     log.info("model %s: %s -> %s", model_id, ", ".join(files), out_dir)
     return files

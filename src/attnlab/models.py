@@ -21,12 +21,13 @@ from torch import nn
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreTrainedModel
 from transformers.masking_utils import create_bidirectional_mask
 
+from attnlab.errors import AttnlabError, ConfigError
 from attnlab.intervention import ATTN_IMPLEMENTATION, LAYER_ATTRIBUTE, Intervention
 
 log = logging.getLogger(__name__)
 
 
-class UnsupportedModelError(ValueError):
+class UnsupportedModelError(AttnlabError, ValueError):
     """The model's family does not route attention through transformers' AttentionInterface."""
 
 
@@ -141,7 +142,7 @@ def align_labels(model: PreTrainedModel, label_names: Sequence[str]) -> PreTrain
     names = [model.config.id2label[i] for i in range(model.config.num_labels)]
     lower = [name.lower() for name in names]
     if sorted(lower) != sorted(name.lower() for name in label_names):
-        raise ValueError(f"the model's classes {names} are not the task's label_names "
+        raise ConfigError(f"the model's classes {names} are not the task's label_names "
                          f"{list(label_names)} (matched by name, ignoring case)")
     order = [lower.index(name.lower()) for name in label_names]
     layer = _get(model, family_of(model).output)
@@ -200,7 +201,7 @@ def check_layer(model: PreTrainedModel, layer: int, key: str) -> None:
     """Fail in one line, naming the config key, when `layer` is not a layer of the model."""
     n_layers = num_layers(model)
     if not 0 <= layer < n_layers:
-        raise ValueError(f"{key}: layer {layer} is out of range; the model has {n_layers} "
+        raise ConfigError(f"{key}: layer {layer} is out of range; the model has {n_layers} "
                          f"layers (0..{n_layers - 1})")
 
 

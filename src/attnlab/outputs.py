@@ -11,6 +11,7 @@ import ast
 import hashlib
 import json
 import logging
+import math
 import os
 import shutil
 import sys
@@ -19,6 +20,10 @@ from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+import pyarrow.parquet as pq
+
+from attnlab.errors import CorruptFileError, one_line_errors
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 TRACKED_PACKAGES = (
@@ -54,10 +59,22 @@ def _remove(path: Path) -> None:
         path.unlink()
 
 
+def _strict(obj: Any) -> Any:
+    """`obj` with NaN and infinite floats as None: strict JSON has no NaN."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {key: _strict(value) for key, value in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_strict(value) for value in obj]
+    return obj
+
+
 def write_json(path: str | os.PathLike, obj: Any) -> None:
-    """Write `obj` as indented JSON, atomically."""
+    """Write `obj` as indented strict JSON (NaN as null), atomically."""
+    text = json.dumps(_strict(obj), indent=2, sort_keys=True, default=str, allow_nan=False)
     with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+        tmp.write_text(text + "\n")
 
 
 def _attnlab_imports(module: str) -> set[str]:
@@ -126,3 +143,75 @@ def setup_logging(log_path: str | os.PathLike | None = None) -> logging.Logger:
         force=True,
     )
     return logging.getLogger("attnlab")
+
+
+def _record_path(path: Path) -> Path:
+    """Where the size and checksum of the output `path` (a file or a folder) are recorded: a
+    hidden sibling, which Parquet readers of a hive-partitioned folder skip."""
+    return path.with_name(f".{path.name}.attnlab.json")
+
+
+def _files(path: Path) -> dict[str, Path]:
+    if path.is_dir():
+        return {str(f.relative_to(path)): f for f in sorted(path.rglob("*")) if f.is_file()}
+    return {path.name: path}
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def record_outputs(paths: list[str | os.PathLike], rule: str) -> None:
+    """Record the size and SHA-256 of each file of the finished outputs `paths` of `rule` (of a
+    Parquet file also its rows: reading them back checks that the file is whole)."""
+    for path in map(Path, paths):
+        files = {}
+        for name, file in _files(path).items():
+            files[name] = {"bytes": file.stat().st_size, "sha256": _sha256(file)}
+            if file.suffix == ".parquet":
+                files[name]["rows"] = pq.read_metadata(file).num_rows
+        write_json(_record_path(path), {"rule": rule, "files": files})
+
+
+def verify_inputs(paths: list[str | os.PathLike]) -> None:
+    """Refuse (`CorruptFileError`) an input that is not as the rule that wrote it recorded it:
+    truncated, overwritten or with files missing. Inputs without a record (data files of the
+    user, downloads) are not checked."""
+    for path in map(Path, paths):
+        record_path = _record_path(path)
+        if not record_path.is_file():
+            continue
+        record = json.loads(record_path.read_text())
+        found = _files(path)
+        for name, expected in record["files"].items():
+            file = found.get(name)
+            if file is None:
+                change = "is missing"
+            elif file.stat().st_size != expected["bytes"]:
+                change = f"is {file.stat().st_size} bytes, not the {expected['bytes']} written"
+            elif _sha256(file) != expected["sha256"]:
+                change = "has changed since it was written (another checksum)"
+            else:
+                continue
+            rule = record["rule"]
+            raise CorruptFileError(f"{path / name if path.is_dir() else path} {change} by rule "
+                                   f"{rule}; rebuild it with: snakemake --forcerun {rule} "
+                                   "(and your other options)")
+
+
+@contextmanager
+def workflow_job(smk: Any) -> Iterator[logging.Logger]:
+    """What every workflow script runs its work in: logging to the job's log file; inputs
+    verified against what wrote them and outputs recorded (`verify_inputs`, `record_outputs`:
+    for this configuration's results/ only, the workflow's own files); an `AttnlabError` ending
+    the job in one line (`attnlab.errors`). `smk` is the script's `snakemake` object. Yields
+    the attnlab logger."""
+    log = setup_logging(smk.log[0])
+    with one_line_errors():
+        verify_inputs(list(smk.input))
+        yield log
+    record_outputs([path for path in smk.output if Path(path).parts[0] == "results"], smk.rule)

@@ -8,6 +8,7 @@ line (`DataError`).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from attnlab import synthetic
+from attnlab.errors import AttnlabError, ConfigError
 from attnlab.outputs import atomic_path
 
 log = logging.getLogger(__name__)
@@ -29,7 +31,7 @@ LOCAL_FORMATS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".jsonl"
 GROUND_TRUTH_COLUMNS = ("gt_a_segment", "gt_a_word", "gt_b_segment", "gt_b_word")
 
 
-class DataError(ValueError):
+class DataError(AttnlabError, ValueError):
     """Input data that cannot be used; the message is one line naming file, column and value."""
 
 
@@ -46,9 +48,9 @@ class TaskSpec:
         text_fields = tuple(cfg["text_fields"])
         label_names = tuple(cfg["label_names"])
         if len(text_fields) not in (1, 2):
-            raise ValueError(f"tasks.{name}.text_fields: need 1 or 2 columns, got {text_fields}")
+            raise ConfigError(f"tasks.{name}.text_fields: need 1 or 2 columns, got {text_fields}")
         if len(label_names) < 2:
-            raise ValueError(f"tasks.{name}.label_names: need at least 2, got {label_names}")
+            raise ConfigError(f"tasks.{name}.label_names: need at least 2, got {label_names}")
         return cls(name, text_fields, label_names, cfg.get("label_field", "label"))
 
 
@@ -111,7 +113,7 @@ def _synthetic_splits(spec: TaskSpec, cfg: dict, seed: int) -> tuple[pd.DataFram
     syn = cfg["synthetic"]
     kind = syn["kind"]
     if synthetic.num_classes(kind) != len(spec.label_names):
-        raise ValueError(
+        raise ConfigError(
             f"tasks.{spec.name}: synthetic kind {kind!r} has {synthetic.num_classes(kind)} "
             f"classes but label_names has {len(spec.label_names)}"
         )
@@ -121,7 +123,7 @@ def _synthetic_splits(spec: TaskSpec, cfg: dict, seed: int) -> tuple[pd.DataFram
     dev = synthetic.generate(kind, syn["n_dev"], seed + 1, rate)
     segments = [c for c in train.columns if c.startswith("segment_")]
     if len(segments) != len(spec.text_fields):
-        raise ValueError(
+        raise ConfigError(
             f"tasks.{spec.name}: synthetic kind {kind!r} has {len(segments)} text segment(s) "
             f"but text_fields has {len(spec.text_fields)}"
         )
@@ -138,6 +140,10 @@ def _read_local(path: str) -> pd.DataFrame:
         raise DataError(f"{path}: no such file")
     if Path(path).stat().st_size == 0:
         raise DataError(f"{path}: empty file")
+    if file_format == "csv":
+        with open(path) as f:
+            if not any(line.strip() for line in itertools.islice(f, 1, None)):
+                raise DataError(f"{path}: empty split (a header and no rows)")
     try:
         data = datasets.load_dataset(file_format, data_files=path, split="train")
     except Exception as err:  # a parser error from any of the three formats
@@ -145,19 +151,25 @@ def _read_local(path: str) -> pd.DataFrame:
     return data.to_pandas()
 
 
-def prepare_task(
+def _warn_about_classes(train: pd.DataFrame, dev: pd.DataFrame, spec: TaskSpec) -> None:
+    """A class that no row has is allowed, but the claims made on such a task mean little."""
+    for split, df in (("train", train), ("dev", dev)):
+        present = set(df[spec.label_field])
+        missing = [name for label, name in enumerate(spec.label_names) if label not in present]
+        if missing:
+            log.warning("task %s: no %s row has class %s (label_names: %s)%s", spec.name, split,
+                        ", ".join(map(repr, missing)), ", ".join(spec.label_names),
+                        "; the model cannot learn the task from one class"
+                        if split == "train" and len(present) == 1 else "")
+
+
+def read_task(
     name: str,
     cfg: dict[str, Any],
     seed: int,
-    train_out: str | os.PathLike,
-    dev_out: str | os.PathLike,
     fetched: tuple[str | os.PathLike, str | os.PathLike] | None = None,
-) -> dict[str, Any]:
-    """Read or generate a task's train and dev splits, validate both, then write them.
-
-    `cfg` is one entry of config["tasks"]; a hub task is read from `fetched`, the (train, dev)
-    Parquet files it was downloaded to (`attnlab.hub`). Returns rows and label counts per split.
-    """
+) -> tuple[TaskSpec, pd.DataFrame, pd.DataFrame]:
+    """Read or generate a task's train and dev splits and validate both (`prepare_task`)."""
     spec = TaskSpec.from_config(name, cfg)
     source = cfg["source"]
     if source == "synthetic":
@@ -172,11 +184,22 @@ def prepare_task(
         origins = (cfg["local"]["train"], cfg["local"]["dev"])
         train, dev = _read_local(origins[0]), _read_local(origins[1])
     else:
-        raise ValueError(f"tasks.{name}.source: {source!r} is not synthetic, hub or local")
+        raise ConfigError(f"tasks.{name}.source: {source!r} is not synthetic, hub or local")
 
-    # validate both before writing either, so a bad split leaves no files behind
     train = validate_split(train, spec, origins[0])
     dev = validate_split(dev, spec, origins[1])
+    _warn_about_classes(train, dev, spec)
+    return spec, train, dev
+
+
+def write_task(
+    spec: TaskSpec,
+    train: pd.DataFrame,
+    dev: pd.DataFrame,
+    train_out: str | os.PathLike,
+    dev_out: str | os.PathLike,
+) -> dict[str, Any]:
+    """Write a task's validated splits. Returns rows and label counts per split."""
     summary = {}
     for split, df, out in (("train", train, train_out), ("dev", dev, dev_out)):
         with atomic_path(out) as tmp:
@@ -186,12 +209,46 @@ def prepare_task(
             "rows": len(df),
             "label_counts": {spec.label_names[int(k)]: int(v) for k, v in counts.items()},
         }
-        log.info("%s %s: %d rows -> %s", name, split, len(df), out)
+        log.info("%s %s: %d rows -> %s", spec.name, split, len(df), out)
     return summary
+
+
+def prepare_task(
+    name: str,
+    cfg: dict[str, Any],
+    seed: int,
+    train_out: str | os.PathLike,
+    dev_out: str | os.PathLike,
+    fetched: tuple[str | os.PathLike, str | os.PathLike] | None = None,
+) -> dict[str, Any]:
+    """Read or generate a task's train and dev splits, validate both, then write them (so a bad
+    split leaves no files behind).
+
+    `cfg` is one entry of config["tasks"]; a hub task is read from `fetched`, the (train, dev)
+    Parquet files it was downloaded to (`attnlab.hub`). Returns rows and label counts per split.
+    """
+    spec, train, dev = read_task(name, cfg, seed, fetched)
+    return write_task(spec, train, dev, train_out, dev_out)
 
 
 def _texts(df: pd.DataFrame, spec: TaskSpec) -> list[list[str]]:
     return [df[field].tolist() for field in spec.text_fields]
+
+
+def check_lengths(
+    df: pd.DataFrame, spec: TaskSpec, tokenizer: PreTrainedTokenizerBase, max_length: int
+) -> None:
+    """Refuse (`DataError`) a split with an example of more than `max_length` tokens."""
+    lengths = np.array([len(ids) for ids in tokenizer(*_texts(df, spec))["input_ids"]])
+    too_long = np.flatnonzero(lengths > max_length)
+    if len(too_long):
+        row = int(too_long[0])
+        idx = df["idx"].iloc[row] if "idx" in df.columns else row
+        raise DataError(
+            f"task {spec.name}: example idx={idx} is {int(lengths[row])} tokens, more than "
+            f"model.max_length={max_length} ({len(too_long)} such examples); raise "
+            "model.max_length or set model.truncate: true"
+        )
 
 
 def encode(
@@ -211,17 +268,8 @@ def encode(
         batch = tokenizer(*texts, padding="longest", truncation=True, max_length=max_length,
                           return_tensors="pt")
     else:
+        check_lengths(df, spec, tokenizer, max_length)
         batch = tokenizer(*texts, padding="longest", return_tensors="pt")
-        lengths = batch["attention_mask"].sum(dim=1)
-        too_long = torch.nonzero(lengths > max_length).flatten()
-        if len(too_long):
-            row = int(too_long[0])
-            idx = df["idx"].iloc[row] if "idx" in df.columns else row
-            raise DataError(
-                f"task {spec.name}: example idx={idx} is {int(lengths[row])} tokens, more than "
-                f"model.max_length={max_length} ({len(too_long)} such examples); raise "
-                "model.max_length or set model.truncate: true"
-            )
     encoded = {key: batch[key] for key in ("input_ids", "attention_mask", "token_type_ids")
                if key in batch}
     encoded["labels"] = torch.tensor(df[spec.label_field].to_numpy(), dtype=torch.long)

@@ -27,9 +27,12 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from attnlab import tasks
 from attnlab.device import device_name
+from attnlab.errors import ConfigError
 from attnlab.models import align_labels
 from attnlab.outputs import atomic_path
+from attnlab.preflight import checkpoint_shape
 from attnlab.tasks import TaskSpec, encode, load_split
 
 log = logging.getLogger(__name__)
@@ -57,6 +60,28 @@ def training_words(df: pd.DataFrame, spec: TaskSpec) -> list[str]:
     return sorted(words)
 
 
+def model_tokenizer(
+    spec: TaskSpec, model_cfg: dict[str, Any], train: pd.DataFrame
+) -> PreTrainedTokenizerBase:
+    """The tokenizer of the model fine-tuned on `train`: a word-level one over its words for a
+    scratch model, the checkpoint's own otherwise."""
+    if model_cfg["source"] == "scratch":
+        return build_tokenizer(training_words(train, spec))
+    return AutoTokenizer.from_pretrained(model_cfg["pretrained"])
+
+
+def check_lengths(
+    spec: TaskSpec, model_cfg: dict[str, Any], train: pd.DataFrame, dev: pd.DataFrame
+) -> None:
+    """Refuse, before any training, an example longer than model.max_length tokens of the
+    model's tokenizer (unless model.truncate)."""
+    if model_cfg.get("truncate"):
+        return
+    tokenizer = model_tokenizer(spec, model_cfg, train)
+    for df in (train, dev):
+        tasks.check_lengths(df, spec, tokenizer, model_cfg["max_length"])
+
+
 def _build_model(
     spec: TaskSpec, model_cfg: dict[str, Any], train: pd.DataFrame
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
@@ -68,7 +93,7 @@ def _build_model(
     source = model_cfg["source"]
     if source == "scratch":
         size = model_cfg["scratch"]
-        tokenizer = build_tokenizer(training_words(train, spec))
+        tokenizer = model_tokenizer(spec, model_cfg, train)
         config = BertConfig(
             vocab_size=len(tokenizer),
             hidden_size=size["hidden"],
@@ -84,6 +109,7 @@ def _build_model(
         )
         return BertForSequenceClassification(config), tokenizer
     name = model_cfg["pretrained"]
+    checkpoint_shape(name)  # an unsupported family is refused before any training
     if source == "pretrained":
         model = AutoModelForSequenceClassification.from_pretrained(
             name, attn_implementation="eager", **labels
@@ -95,8 +121,8 @@ def _build_model(
             spec.label_names,
         )
     else:
-        raise ValueError(f"model.source: {source!r} is not scratch, pretrained or finetuned")
-    return model, AutoTokenizer.from_pretrained(name)
+        raise ConfigError(f"model.source: {source!r} is not scratch, pretrained or finetuned")
+    return model, model_tokenizer(spec, model_cfg, train)
 
 
 def _batches(data: dict[str, torch.Tensor], order: torch.Tensor, size: int, device: torch.device):

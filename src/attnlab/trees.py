@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from attnlab.dumps import read_task_dump
+from attnlab.errors import ConfigError
 from attnlab.flow_figures import plot_tree, plot_tree_sizes
 from attnlab.heads import claim, write_table
 from attnlab.outputs import atomic_path, write_json
@@ -67,9 +68,9 @@ class Tree:
 
 def _check(tau: float, normalise: str) -> None:
     if not 0 < tau < 1:
-        raise ValueError(f"trees.tau: {tau} is out of range (allowed: > 0 and < 1)")
+        raise ConfigError(f"trees.tau: {tau} is out of range (allowed: > 0 and < 1)")
     if normalise not in NORMALISATIONS:
-        raise ValueError(f"trees.normalise: {normalise!r} is not one of "
+        raise ConfigError(f"trees.normalise: {normalise!r} is not one of "
                          f"{', '.join(NORMALISATIONS)}")
 
 
@@ -237,7 +238,7 @@ def sample_examples(available: list[int], n: int, chosen: list[int], seed: int) 
     others drawn with `seed`, in dataset order."""
     missing = sorted(set(chosen) - set(available))
     if missing:
-        raise ValueError(f"trees.example_idx: {missing} are not attributed dev examples "
+        raise ConfigError(f"trees.example_idx: {missing} are not attributed dev examples "
                          f"(idx {min(available)}..{max(available)})")
     rest = [i for i in available if i not in set(chosen)]
     drawn = np.random.default_rng(seed).choice(len(rest), size=min(n, len(rest)), replace=False)

@@ -23,6 +23,7 @@ import torch
 from attnlab import tasks
 from attnlab.attribution import attribute, engine_options
 from attnlab.dumps import read_task_dump
+from attnlab.errors import ConfigError
 from attnlab.flow_figures import plot_heatmaps
 from attnlab.models import load_classifier
 from attnlab.outputs import atomic_path
@@ -47,7 +48,7 @@ def heatmap_layer(layer: int | None, attr: np.ndarray) -> int:
     if layer is None:
         return int(attr.reshape(n_layers, -1).max(axis=1).argmax())
     if not -n_layers <= layer < n_layers:
-        raise ValueError(f"trees.heatmap_layer: {layer} is not a layer of the model "
+        raise ConfigError(f"trees.heatmap_layer: {layer} is not a layer of the model "
                          f"(0..{n_layers - 1}, or -{n_layers}..-1 from the end)")
     return layer % n_layers
 

@@ -4,11 +4,12 @@ from pathlib import Path
 import jsonschema
 import yaml
 from jsonschema import Draft202012Validator
-from snakemake.exceptions import WorkflowError
 
 from snakemake.io import strip_wildcard_constraints
 
+from attnlab.errors import ConfigError, stop
 from attnlab.outputs import code_version
+from attnlab.preflight import HUB_ID, check_config
 
 # YAML 1.1 (PyYAML, Snakemake) reads 2e-5 as a string; 2.0e-5 is a float.
 EXPONENT_WITHOUT_POINT = re.compile(r"[-+]?[0-9]+[eE][-+]?[0-9]+")
@@ -36,15 +37,14 @@ def _explain(error):
     if error.validator == "additionalProperties" and "properties" in error.schema:
         allowed = sorted(error.schema["properties"])
         unknown = ", ".join(repr(key) for key in error.instance if key not in allowed)
-        return (f"config error at {where or 'top level'}: unknown key {unknown} "
-                f"(allowed here: {', '.join(allowed)})")
+        return f"{where or 'top level'}: unknown key {unknown} (allowed here: {', '.join(allowed)})"
     message = error.message
     if error.validator in BOUNDS:
         allowed = " and ".join(f"{op} {error.schema[k]}" for k, op in BOUNDS.items() if k in error.schema)
         message = f"{error.instance!r} is out of range (allowed: {allowed})"
     elif error.validator == "type" and EXPONENT_WITHOUT_POINT.fullmatch(str(error.instance)):
         message += " (YAML reads a number like 2e-5 as text: write 2.0e-5)"
-    return f"config error at {where or 'top level'}: {message}"
+    return f"{where or 'top level'}: {message}"
 
 
 def validate_config(config, schema_path):
@@ -58,10 +58,44 @@ def validate_config(config, schema_path):
     validator = _filling_defaults(Draft202012Validator)(schema)
     error = jsonschema.exceptions.best_match(validator.iter_errors(config))
     if error is not None:
-        raise WorkflowError(_explain(error))
+        raise ConfigError(_explain(error))
 
 
-validate_config(config, Path(workflow.basedir, "workflow/schemas/config.schema.yaml"))
+def pretrained_model():
+    """The local directory of the checkpoint in model.pretrained: the directory itself, or where
+    rule download_model puts a hub model; None for a model built from scratch."""
+    model = config["model"]
+    if model["source"] == "scratch":
+        return None
+    if Path(model["pretrained"]).is_dir():
+        return model["pretrained"]
+    if re.fullmatch(HUB_ID, model["pretrained"]):
+        return f"resources/models/{model['pretrained']}"
+    raise ConfigError(f"model.pretrained: {model['pretrained']!r} is neither a directory nor a "
+                      "hub model id (like bert-base-cased)")
+
+
+def findings_files():
+    """The findings file of each paper named in report.papers (each must have one)."""
+    folder = Path(workflow.basedir, "workflow/report/findings")
+    files = [folder / f"{paper}.yaml" for paper in config["report"]["papers"]]
+    for path in files:
+        if not path.is_file():
+            known = sorted(p.stem for p in folder.glob("*.yaml"))
+            raise ConfigError(f"report.papers: no findings file for {path.stem!r} "
+                              f"(known: {', '.join(known)})")
+    return files
+
+
+# Everything that can be known wrong before any job runs stops the dry run here, in one line:
+# Snakemake would show a WorkflowError with a header and lines of this file around it.
+try:
+    validate_config(config, Path(workflow.basedir, "workflow/schemas/config.schema.yaml"))
+    PRETRAINED = pretrained_model()
+    check_config(config, PRETRAINED)
+    FINDINGS = findings_files()
+except ConfigError as err:
+    stop(err, "config error at ")
 
 TASKS = list(config["tasks"])
 SHARDS = range(config["attribution"]["shards"])
@@ -89,10 +123,6 @@ def task_spec(wildcards):
     return {key: task[key] for key in ("text_fields", "label_names", "label_field")}
 
 
-# A hub id: "name" or "owner/name" (also a path under resources/).
-HUB_ID = r"[A-Za-z0-9][\w.-]*(?:/[\w.-]+)?"
-
-
 def hub_file(hub, split):
     """Where rule download_data puts one split of a hub dataset."""
     return f"resources/datasets/{hub['path']}/{hub['name'] or 'default'}/{split}.parquet"
@@ -110,48 +140,9 @@ def task_files(wildcards):
     return {}
 
 
-# Fail in the dry run, in one line, rather than with Snakemake's missing-input report.
-for task_name, task in config["tasks"].items():
-    if task["source"] == "hub" and not re.fullmatch(HUB_ID, task["hub"]["path"]):
-        raise WorkflowError(f"config error at tasks.{task_name}.hub.path: "
-                            f"{task['hub']['path']!r} is not a hub dataset id (like nyu-mll/glue)")
-    if task["source"] == "local":
-        for split, path in task["local"].items():
-            if not Path(path).is_file():
-                raise WorkflowError(f"config error at tasks.{task_name}.local.{split}: "
-                                    f"no file {path}")
-
-
-def pretrained_model():
-    """The local directory of the checkpoint in model.pretrained: the directory itself, or where
-    rule download_model puts a hub model; None for a model built from scratch."""
-    model = config["model"]
-    if model["source"] == "scratch":
-        return None
-    if Path(model["pretrained"]).is_dir():
-        return model["pretrained"]
-    if re.fullmatch(HUB_ID, model["pretrained"]):
-        return f"resources/models/{model['pretrained']}"
-    raise WorkflowError(f"config error at model.pretrained: {model['pretrained']!r} is neither a "
-                        "directory nor a hub model id (like bert-base-cased)")
-
-
-PRETRAINED = pretrained_model()
-
-
 def task_finetune(wildcards):
     """The finetune settings of a task: the top-level ones with the task's overrides."""
     return {**config["finetune"], **config["tasks"][wildcards.task].get("finetune", {})}
-
-
-# A paper named in report.papers must have its findings file.
-FINDINGS = [Path(workflow.basedir, "workflow/report/findings", f"{paper}.yaml")
-            for paper in config["report"]["papers"]]
-for findings in FINDINGS:
-    if not findings.is_file():
-        known = sorted(p.stem for p in findings.parent.glob("*.yaml"))
-        raise WorkflowError(f"config error at report.papers: no findings file for "
-                            f"{findings.stem!r} (known: {', '.join(known)})")
 
 
 def for_this_run(pattern):

@@ -37,14 +37,17 @@ rule download_model:
 rule prepare_data:
     input:
         unpack(task_files),
+        # the model's tokenizer checks max_length (none for a model built from scratch)
+        pretrained=PRETRAINED or [],
     output:
         train="results/{name}/data/{task}/train.parquet",
         dev="results/{name}/data/{task}/dev.parquet",
         summary="results/{name}/data/{task}/summary.json",
     params:
         task=task_data,
+        model={key: config["model"][key] for key in ("source", "max_length", "truncate")},
         seed=config["seed"],
-        code=code_version("tasks"),
+        code=code_version("training"),
     log:
         "results/{name}/logs/prepare_data/{task}.log",
     benchmark:

@@ -2,17 +2,6 @@
 # permutation, adversarial keys and adversarial attention on each task's fine-tuned model, each
 # with its tables, the claims judged on them, and a figure.
 
-# A layer the scratch model does not have is an error in the dry run, not after training; for a
-# pretrained model the rule checks the layers against the loaded model before any work.
-if config["model"]["source"] == "scratch":
-    for layer in config["explanation"]["adversarial_attention"]["layers"] or []:
-        n_layers = config["model"]["scratch"]["layers"]
-        if layer >= n_layers:
-            raise WorkflowError(
-                f"config error at explanation.adversarial_attention.layers: layer {layer} is "
-                f"out of range; the model has {n_layers} layers (0..{n_layers - 1})"
-            )
-
 
 rule attention_permutation:
     input:

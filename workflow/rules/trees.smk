@@ -1,14 +1,6 @@
 # Information flow (Hao et al. 2021 section 5): the attribution tree of every attributed dev
 # example, read from the dumps, and per-example views of a few sampled examples.
 
-# The dumps keep edges down to attribution.edge_min_fraction of each layer's maximum only.
-if config["trees"]["tau"] < config["attribution"]["edge_min_fraction"]:
-    raise WorkflowError(
-        f"config error at trees.tau: {config['trees']['tau']} is below "
-        f"attribution.edge_min_fraction ({config['attribution']['edge_min_fraction']}), the "
-        "smallest edge the dumps keep"
-    )
-
 
 rule trees:
     input:

@@ -2,20 +2,20 @@
 
 from attnlab.attention_permutation import analyse_task
 from attnlab.device import start_model_job
-from attnlab.outputs import provenance
+from attnlab.outputs import provenance, workflow_job
 from attnlab.tasks import TaskSpec
 
 params = snakemake.params
-device, _ = start_model_job(snakemake.log[0], snakemake.threads, params.device,
-                            params.precision)
-analyse_task(
-    snakemake.input.model,
-    snakemake.input.dev,
-    TaskSpec.from_config(snakemake.wildcards.task, params.task),
-    params.settings,
-    params.model,
-    params.seed,
-    device,
-    dict(snakemake.output.items()),
-    provenance(dict(params.items())),
-)
+with workflow_job(snakemake):
+    device, _ = start_model_job(snakemake.threads, params.device, params.precision)
+    analyse_task(
+        snakemake.input.model,
+        snakemake.input.dev,
+        TaskSpec.from_config(snakemake.wildcards.task, params.task),
+        params.settings,
+        params.model,
+        params.seed,
+        device,
+        dict(snakemake.output.items()),
+        provenance(dict(params.items())),
+    )

@@ -2,23 +2,23 @@
 
 from attnlab.device import start_model_job
 from attnlab.dumps import attribute_shard
-from attnlab.outputs import provenance, write_json
+from attnlab.outputs import provenance, workflow_job, write_json
 from attnlab.tasks import TaskSpec
 
 params = snakemake.params
-device, _ = start_model_job(snakemake.log[0], snakemake.threads, params.device,
-                            params.precision)
-origin = provenance(dict(params.items()))
-summary = attribute_shard(
-    snakemake.input.model,
-    snakemake.input.dev,
-    TaskSpec.from_config(snakemake.wildcards.task, params.task),
-    params.attribution,
-    params.model,
-    int(snakemake.wildcards.shard),
-    params.attribution["shards"],
-    device,
-    snakemake.output.part,
-    origin,
-)
-write_json(snakemake.output.summary, {**summary, **origin})
+with workflow_job(snakemake):
+    device, _ = start_model_job(snakemake.threads, params.device, params.precision)
+    origin = provenance(dict(params.items()))
+    summary = attribute_shard(
+        snakemake.input.model,
+        snakemake.input.dev,
+        TaskSpec.from_config(snakemake.wildcards.task, params.task),
+        params.attribution,
+        params.model,
+        int(snakemake.wildcards.shard),
+        params.attribution["shards"],
+        device,
+        snakemake.output.part,
+        origin,
+    )
+    write_json(snakemake.output.summary, {**summary, **origin})

@@ -1,13 +1,7 @@
 """Snakemake adapter of rule download_model: a hub checkpoint's files, as published."""
 
-import sys
+from attnlab.hub import fetch_checkpoint
+from attnlab.outputs import workflow_job
 
-from attnlab.hub import FetchError, fetch_checkpoint
-from attnlab.outputs import setup_logging
-
-log = setup_logging(snakemake.log[0])
-try:
+with workflow_job(snakemake):
     fetch_checkpoint(snakemake.wildcards.model, snakemake.output[0])
-except FetchError as err:
-    log.error("%s", err)  # one line, without a traceback
-    sys.exit(1)

@@ -1,24 +1,24 @@
 """Snakemake adapter of rule finetune: train one task's classifier and record its metrics."""
 
 from attnlab.device import start_model_job
-from attnlab.outputs import provenance, write_json
+from attnlab.outputs import provenance, workflow_job, write_json
 from attnlab.tasks import TaskSpec
 from attnlab.training import finetune
 
 params = snakemake.params
-device, precision = start_model_job(snakemake.log[0], snakemake.threads, params.device,
-                                    params.precision)
-# the checkpoint is read from its local copy; params.model keeps the name it was given
-model = {**params.model, "pretrained": snakemake.input.pretrained or None}
-metrics = finetune(
-    snakemake.input.train,
-    snakemake.input.dev,
-    TaskSpec.from_config(snakemake.wildcards.task, params.task),
-    model,
-    params.finetune,
-    device,
-    params.seed,
-    snakemake.output.model,
-    bf16=precision.bf16,
-)
-write_json(snakemake.output.metrics, {**metrics, **provenance(dict(params.items()))})
+with workflow_job(snakemake):
+    device, precision = start_model_job(snakemake.threads, params.device, params.precision)
+    # the checkpoint is read from its local copy; params.model keeps the name it was given
+    model = {**params.model, "pretrained": snakemake.input.pretrained or None}
+    metrics = finetune(
+        snakemake.input.train,
+        snakemake.input.dev,
+        TaskSpec.from_config(snakemake.wildcards.task, params.task),
+        model,
+        params.finetune,
+        device,
+        params.seed,
+        snakemake.output.model,
+        bf16=precision.bf16,
+    )
+    write_json(snakemake.output.metrics, {**metrics, **provenance(dict(params.items()))})

@@ -1,17 +1,20 @@
 """Snakemake adapter of rule prepare_data: one task's train and dev splits."""
 
-from attnlab.outputs import provenance, setup_logging, write_json
-from attnlab.tasks import prepare_task
+from attnlab.outputs import provenance, workflow_job, write_json
+from attnlab.tasks import read_task, write_task
+from attnlab.training import check_lengths
 
-setup_logging(snakemake.log[0])
 params = snakemake.params
-summary = prepare_task(
-    snakemake.wildcards.task,
-    params.task,
-    params.seed,
-    snakemake.output.train,
-    snakemake.output.dev,
-    # the downloaded files of a hub task (a local task's files are named in its config)
-    (snakemake.input.train, snakemake.input.dev) if params.task["source"] == "hub" else None,
-)
-write_json(snakemake.output.summary, {**summary, **provenance(dict(params.items()))})
+with workflow_job(snakemake):
+    spec, train, dev = read_task(
+        snakemake.wildcards.task,
+        params.task,
+        params.seed,
+        # the downloaded files of a hub task (a local task's files are named in its config)
+        (snakemake.input.train, snakemake.input.dev) if params.task["source"] == "hub" else None,
+    )
+    # an example too long for the model stops the run here, before any training
+    check_lengths(spec, {**params.model, "pretrained": snakemake.input.pretrained or None},
+                  train, dev)
+    summary = write_task(spec, train, dev, snakemake.output.train, snakemake.output.dev)
+    write_json(snakemake.output.summary, {**summary, **provenance(dict(params.items()))})

@@ -2,19 +2,19 @@
 reference, on each task's trained model."""
 
 from attnlab.device import start_model_job
-from attnlab.outputs import provenance, write_json
+from attnlab.outputs import provenance, workflow_job, write_json
 from attnlab.quadrature_study import plot_study, study
 from attnlab.tasks import TaskSpec
 
 params = snakemake.params
-device, _ = start_model_job(snakemake.log[0], snakemake.threads, params.device,
-                            params.precision)
-reports = {
-    task: study(model, dev, TaskSpec.from_config(task, params.tasks[task]),
-                attribution_cfg=params.attribution, model_cfg=params.model,
-                examples=params.attribution["study_examples"], device=device)
-    for task, model, dev in zip(params.tasks, snakemake.input.models, snakemake.input.devs,
-                                strict=True)
-}
-plot_study(reports, snakemake.output.figure)
-write_json(snakemake.output.study, {"tasks": reports, **provenance(dict(params.items()))})
+with workflow_job(snakemake):
+    device, _ = start_model_job(snakemake.threads, params.device, params.precision)
+    reports = {
+        task: study(model, dev, TaskSpec.from_config(task, params.tasks[task]),
+                    attribution_cfg=params.attribution, model_cfg=params.model,
+                    examples=params.attribution["study_examples"], device=device)
+        for task, model, dev in zip(params.tasks, snakemake.input.models, snakemake.input.devs,
+                                    strict=True)
+    }
+    plot_study(reports, snakemake.output.figure)
+    write_json(snakemake.output.study, {"tasks": reports, **provenance(dict(params.items()))})

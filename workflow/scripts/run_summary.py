@@ -1,11 +1,11 @@
 """Snakemake adapter of rule run_summary: the run summary page of the report."""
 
-from attnlab.outputs import setup_logging
+from attnlab.outputs import workflow_job
 from attnlab.report import run_summary
 
-setup_logging(snakemake.log[0])
-# named inputs: every rule's benchmark files (a rule with one job gives a single path)
-inputs = {key: [files] if isinstance(files, str) else list(files)
-          for key, files in snakemake.input.items()}
-metrics = inputs.pop("finetune_metrics")
-run_summary(snakemake.params.config, inputs, metrics, snakemake.output.page)
+with workflow_job(snakemake):
+    # named inputs: every rule's benchmark files (a rule with one job gives a single path)
+    inputs = {key: [files] if isinstance(files, str) else list(files)
+              for key, files in snakemake.input.items()}
+    metrics = inputs.pop("finetune_metrics")
+    run_summary(snakemake.params.config, inputs, metrics, snakemake.output.page)

@@ -1,21 +1,21 @@
 """Snakemake adapter of rule token_mixing: hidden token attribution of one task's model."""
 
 from attnlab.device import start_model_job
-from attnlab.outputs import provenance
+from attnlab.outputs import provenance, workflow_job
 from attnlab.tasks import TaskSpec
 from attnlab.token_mixing import analyse_task
 
 params = snakemake.params
-device, _ = start_model_job(snakemake.log[0], snakemake.threads, params.device,
-                            params.precision)
-analyse_task(
-    snakemake.input.model,
-    snakemake.input.dev,
-    TaskSpec.from_config(snakemake.wildcards.task, params.task),
-    params.settings,
-    params.model,
-    params.seed,
-    device,
-    dict(snakemake.output.items()),
-    provenance(dict(params.items())),
-)
+with workflow_job(snakemake):
+    device, _ = start_model_job(snakemake.threads, params.device, params.precision)
+    analyse_task(
+        snakemake.input.model,
+        snakemake.input.dev,
+        TaskSpec.from_config(snakemake.wildcards.task, params.task),
+        params.settings,
+        params.model,
+        params.seed,
+        device,
+        dict(snakemake.output.items()),
+        provenance(dict(params.items())),
+    )

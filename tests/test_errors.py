@@ -1,0 +1,253 @@
+"""Bad input gets one clear line, before any compute is spent, through the real snakemake
+command line: no traceback, a non-zero exit, one line naming the key, file or column, and
+nothing under results/ but logs."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from test_workflow import TINY, merged, snakemake, write_config
+from tiny_models import tiny_classifier
+from transformers import GPT2Config, GPT2ForSequenceClassification
+
+from attnlab import models
+from attnlab.errors import TRACEBACK_VARIABLE, ConfigError, one_line_errors
+from attnlab.preflight import MODEL_TYPES
+from attnlab.tasks import read_task
+
+# A local single-sentence task: two small CSV files, written by `local_task`.
+TRAIN_ROWS = [("a good film", 1), ("a bad film", 0), ("a fine film", 1), ("a dull film", 0)]
+DEV_ROWS = [("a great film", 1), ("an awful film", 0)]
+
+
+def write_csv(path: Path, rows: list[tuple], header: str = "review,sentiment") -> str:
+    path.write_text("\n".join([header, *(",".join(map(str, row)) for row in rows)]) + "\n")
+    return str(path)
+
+
+def local_config(work: Path, train: list[tuple] = TRAIN_ROWS, dev: list[tuple] = DEV_ROWS,
+                 **changes) -> dict:
+    """A tiny config of one local task (reviews) read from CSV files written into `work`."""
+    work.mkdir(parents=True, exist_ok=True)
+    config = {
+        "name": "bad",
+        "device": "cpu",
+        "tasks": {"reviews": {
+            "source": "local",
+            "local": {"train": write_csv(work / "train.csv", train),
+                      "dev": write_csv(work / "dev.csv", dev)},
+            "text_fields": ["review"], "label_field": "sentiment",
+            "label_names": ["negative", "positive"]}},
+        "model": {"scratch": {"layers": 1, "heads": 2, "hidden": 8, "intermediate": 8},
+                  "max_length": 16},
+        "finetune": {"epochs": 1, "batch_size": 2},
+    }
+    config.update(changes)
+    return config
+
+
+def run(work: Path, config: dict, *targets: str, dry: bool = False,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    configfile = write_config(work, config)
+    return snakemake(*(["-n"] if dry else []), "--cores", "1", "--configfile", str(configfile),
+                     "--directory", str(work), *targets, check=False, env=env)
+
+
+def assert_one_line(result: subprocess.CompletedProcess, *expected: str) -> str:
+    """A failure with no traceback and exactly one line holding every `expected` text."""
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert "Traceback" not in output, output
+    lines = [line for line in output.splitlines() if all(text in line for text in expected)]
+    assert len(lines) == 1, output
+    return lines[0]
+
+
+def written(work: Path) -> list[Path]:
+    """Files under results/ other than logs."""
+    results = work / "results"
+    return [p for p in results.rglob("*")
+            if p.is_file() and "logs" not in p.relative_to(results).parts]
+
+
+def test_a_library_error_ends_the_block_in_one_logged_line(caplog, monkeypatch):
+    monkeypatch.delenv(TRACEBACK_VARIABLE, raising=False)
+    with caplog.at_level(logging.ERROR, "attnlab"), pytest.raises(SystemExit) as exit_:
+        with one_line_errors():
+            raise ConfigError("trees.tau: 2 is out of range\n(allowed: > 0 and < 1)")
+    assert exit_.value.code == 1
+    assert caplog.messages == ["trees.tau: 2 is out of range (allowed: > 0 and < 1)"]
+
+
+def test_the_traceback_is_shown_on_request_and_for_bugs(monkeypatch):
+    monkeypatch.setenv(TRACEBACK_VARIABLE, "1")
+    with pytest.raises(ConfigError), one_line_errors():
+        raise ConfigError("x")
+    monkeypatch.delenv(TRACEBACK_VARIABLE)
+    with pytest.raises(KeyError), one_line_errors():
+        raise KeyError("a bug keeps its traceback")
+
+
+PREPARED = "results/bad/data/reviews/train.parquet"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("change, expected", [
+    pytest.param({"dev": [("a great film", 2)]},
+                 ("dev.csv", "column 'sentiment' row 0 has label 2"), id="label out of range"),
+    pytest.param({"dev": [("a great film", "x")]}, ("dev.csv", "column 'sentiment' row 0"),
+                 id="label not a number"),
+    pytest.param({"dev": []}, ("dev.csv", "no rows"), id="a header only"),
+    pytest.param({"train": [("a good film", 1)], "dev": [("great", 1), ("a b c d e f", 0)]},
+                 ("idx=1 is 8 tokens", "model.max_length=6"), id="longer than max_length"),
+])
+def test_a_data_error_in_a_job_is_one_line_in_the_output_and_the_log(tmp_path, change, expected):
+    config = local_config(tmp_path, **{key: change[key] for key in ("train", "dev")
+                                       if key in change})
+    config["model"]["max_length"] = 6
+    line = assert_one_line(run(tmp_path, config, PREPARED), *expected)
+    assert "ERROR" in line
+    log = (tmp_path / "results/bad/logs/prepare_data/reviews.log").read_text()
+    assert sum(all(text in row for text in expected) for row in log.splitlines()) == 1
+    assert written(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_the_traceback_of_a_job_error_is_shown_on_request(tmp_path):
+    config = local_config(tmp_path, dev=[("a great film", 2)])
+    shown = run(tmp_path, config, PREPARED, env={TRACEBACK_VARIABLE: "1"})
+    assert shown.returncode != 0 and "Traceback" in shown.stderr
+    assert "DataError: " in shown.stderr
+
+
+@pytest.mark.parametrize("train, dev, expected", [
+    ([("a good film", 1), ("a fine film", 1)], DEV_ROWS,
+     "no train row has class 'negative' (label_names: negative, positive); the model cannot "
+     "learn the task from one class"),
+    (TRAIN_ROWS, [("a great film", 1)], "no dev row has class 'negative'"),
+])
+def test_a_class_without_rows_is_a_warning(tmp_path, caplog, train, dev, expected):
+    task = local_config(tmp_path, train, dev)["tasks"]["reviews"]
+    with caplog.at_level(logging.WARNING, "attnlab"):
+        read_task("reviews", task, 0)
+    assert [expected in message for message in caplog.messages] == [True]
+
+
+def test_the_dry_run_knows_every_family_the_library_supports():
+    assert set(models.FAMILIES) == set(MODEL_TYPES)
+
+
+def save_checkpoint(path: Path, family: str, weights: bool = True) -> str:
+    """A tiny random classifier of `family`, written by save_pretrained (weights removed when
+    `weights` is False)."""
+    tiny_classifier(family).save_pretrained(path)
+    if not weights:
+        for file in path.glob("*.safetensors"):
+            file.unlink()
+    return str(path)
+
+
+# A config mistake -> the key named by the dry run's one line. `{tmp}` is the test's folder.
+CONFIG_MISTAKES = [
+    pytest.param({"model": {"source": "pretrained", "pretrained": ""}}, "model.pretrained",
+                 id="empty pretrained"),
+    pytest.param({"heads": {"methods": ["taylor", "random"]}}, "heads.methods",
+                 id="methods without attribution"),
+    pytest.param({"model": {"scratch": {"hidden": 10, "heads": 4}}}, "model.scratch.hidden",
+                 id="hidden not a multiple of heads"),
+    pytest.param({"trees": {"example_idx": [3, 999]}}, "trees.example_idx",
+                 id="example_idx not attributed"),
+    pytest.param({"trees": {"heatmap_layer": 5}}, "trees.heatmap_layer",
+                 id="heatmap_layer beyond the model"),
+    pytest.param({"explanation": {"adversarial_attention": {"layers": [2]}}},
+                 "explanation.adversarial_attention.layers", id="adversarial layer"),
+    pytest.param({"trees": {"tau": 0.05}}, "trees.tau", id="tau below the dumps' edges"),
+    pytest.param({"attribution": {"max_steps": 12, "scan_steps": 8}}, "attribution.max_steps",
+                 id="max_steps below the adaptive rule's first panels"),
+    pytest.param({"model": {"source": "pretrained", "pretrained": "{tmp}"}},
+                 "model.pretrained", id="a directory that is not a model"),
+    pytest.param({"model": {"source": "pretrained", "pretrained": "{tmp}/roberta"},
+                  "attribution": {"max_examples": 2}, "trees": {"examples": 0}},
+                 "model.max_length", id="max_length beyond the model's positions"),
+    pytest.param({"model": {"source": "finetuned", "pretrained": "{tmp}/no_weights"}},
+                 "model.pretrained", id="a checkpoint without weights"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("change, key", CONFIG_MISTAKES)
+def test_a_config_mistake_stops_the_dry_run_in_one_line(tmp_path, change, key):
+    save_checkpoint(tmp_path / "no_weights", "bert", weights=False)
+    save_checkpoint(tmp_path / "roberta", "roberta")  # 40 positions; TINY asks for 64
+    config = merged(TINY, json.loads(json.dumps(change).replace("{tmp}", str(tmp_path))))
+    result = run(tmp_path, config, dry=True)
+    line = assert_one_line(result, f"config error at {key}:")
+    assert (result.stdout + result.stderr).strip() == line  # nothing else: no header, no File
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["deberta-v2", "gpt2"])
+def test_an_unsupported_family_is_refused_before_any_training(tmp_path, family):
+    if family == "gpt2":
+        GPT2ForSequenceClassification(GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=40,
+                                                 n_positions=64)).save_pretrained(tmp_path / "m")
+    else:
+        save_checkpoint(tmp_path / "m", family)
+    config = merged(TINY, {"model": {"source": "pretrained", "pretrained": str(tmp_path / "m")}})
+    # a real run, not a dry one: no job starts, so no training step runs
+    result = run(tmp_path, config)
+    assert_one_line(result, f"config error at model.pretrained: {tmp_path / 'm'} is a "
+                            f"'{family}' model")
+    assert "rule finetune" not in result.stdout and not (tmp_path / "results").exists()
+
+
+SUMMARY = "results/bad/attribution_summary/reviews.json"
+
+
+@pytest.fixture(scope="module")
+def attributed(tmp_path_factory) -> Path:
+    """The local task trained and attributed in 3 shards, one more than its 2 dev examples."""
+    work = tmp_path_factory.mktemp("attributed")
+    config = local_config(work, attribution={"shards": 3, "steps": 2})
+    result = run(work, config, SUMMARY)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return work
+
+
+@pytest.mark.slow
+def test_a_shard_without_examples_writes_an_empty_dump(attributed):
+    summary = json.loads((attributed / SUMMARY).read_text())
+    assert summary["examples"] == len(DEV_ROWS)
+    # shard 0 of 3 holds rows 0..0 of 2: none
+    empty = attributed / "results/bad/attributions/task=reviews/shard=0/part.parquet"
+    assert pq.read_metadata(empty).num_rows == 0
+    log = (attributed / "results/bad/logs/attribute/reviews/shard=0.log").read_text()
+    assert "no dev examples to attribute" in log
+    record = json.loads((empty.parent / ".part.parquet.attnlab.json").read_text())
+    assert record["rule"] == "attribute" and record["files"]["part.parquet"]["rows"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damaged, rule, target", [
+    ("results/bad/attributions/task=reviews/shard=1/part.parquet", "attribute", SUMMARY),
+    ("results/bad/finetune/reviews/model/model.safetensors", "finetune",
+     "results/bad/attributions/task=reviews/shard=1/part.parquet"),
+])
+def test_a_corrupt_input_is_named_with_the_rule_that_rebuilds_it(attributed, damaged, rule,
+                                                                    target):
+    file = attributed / damaged
+    whole = file.read_bytes()
+    try:
+        file.write_bytes(whole[: len(whole) // 2])  # truncated
+        result = snakemake("--cores", "1", "--configfile", str(attributed / "config.yaml"),
+                           "--directory", str(attributed), "--forcerun", target, target,
+                           check=False)
+        assert_one_line(result, f"{damaged} is {len(whole) // 2} bytes, not the {len(whole)} "
+                                f"written by rule {rule}", f"snakemake --forcerun {rule}")
+    finally:
+        file.write_bytes(whole)
