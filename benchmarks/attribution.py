@@ -11,25 +11,51 @@ Examples are attributed one per round, every variant in a rotated order, so that
 other jobs falls on all variants alike. Prints one JSON object; `speedup` is naive seconds /
 variant seconds (machines here are noisy, so compare ratios); `target` checks the engine's
 default against the naive loop (>= 6x faster at a smaller median completeness error).
-Usage: python benchmarks/attribution.py [--tokens 128] ...
+
+With --shard-examples N it also attributes N examples end to end through `attribute_shard`
+(model and dev split read from disk, batch size `--batch-size`, auto by default, dump written):
+examples/s, peak memory, the FLOPs the passes did (estimated from the model's shape and each
+example's gradient nodes) and their share of the device's peak; `gpu_target` checks >= 100
+examples/s. With --precision tf32 or bf16 the same examples are attributed in fp32 too (not
+timed), and `accuracy_vs_fp32` says how far the dump's per-head maxima, F and the
+completeness residual moved.
+Usage: python benchmarks/attribution.py [--device cuda] [--shard-examples 2000] [--tokens 128]
+       [--precision bf16] [--out benchmarks/results/attribution-h100.json] ...
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import io
-import json
+import tempfile
 import time
+from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pyarrow.parquet as pq
 import torch
+from measure import (
+    device_report,
+    forward_flops,
+    peak_memory,
+    pick_device,
+    precision_in_use,
+    reset_peak_memory,
+    significant,
+    write_report,
+)
 from transformers import BertConfig, BertForSequenceClassification
 
 from attnlab import models
 from attnlab.attribution import Attribution, _softmax, attribute, quadrature
-from attnlab.dumps import SCHEMA, example_row
+from attnlab.device import EncoderShape, set_precision
+from attnlab.dumps import SCHEMA, attribute_shard, example_row, read_dump
 from attnlab.intervention import Intervention
+from attnlab.tasks import TaskSpec
+from attnlab.training import build_tokenizer
 
 ENGINE_DEFAULTS = inspect.signature(attribute).parameters
 DUMP_CFG = {"top_pairs": 3, "keep_full": False, "edge_min_fraction": 0.1,
@@ -47,13 +73,15 @@ def naive_attribute(model, inputs: dict[str, torch.Tensor], steps: int) -> Attri
         with torch.no_grad():
             probs = _softmax(models.logits(model, one, capture))
         attention = torch.stack([capture.probs[i] for i in sorted(capture.probs)], dim=1)
-        attr, f_zero = torch.zeros_like(attention), torch.zeros(1, attention.shape[1])
+        attr = torch.zeros_like(attention)
+        f_zero = torch.zeros(1, attention.shape[1], device=attention.device)
         copies = {k: v.expand(steps, -1) for k, v in one.items()}
         for layer in range(attention.shape[1]):
             intervention = Intervention(scale_layer=layer, scale=nodes.float())
             f = _softmax(models.logits(model, copies, intervention))[:, target[0]]
             (grad,) = torch.autograd.grad(f.sum(), intervention.scaled)
-            attr[0, layer] = attention[0, layer] * (grad * weights.view(-1, 1, 1, 1)).sum(0)
+            attr[0, layer] = attention[0, layer] * (
+                grad * weights.to(grad).view(-1, 1, 1, 1)).sum(0)
             with torch.no_grad():
                 zero = Intervention(scale_layer=layer, scale=torch.zeros(1))
                 f_zero[0, layer] = _softmax(models.logits(model, one, zero))[0, target[0]]
@@ -77,29 +105,147 @@ def dump_bytes_per_example(result: Attribution) -> float:
     return buffer.tell() / len(rows)
 
 
+def engine_flops(shape: EncoderShape, tokens: int, grad_nodes: list[int], forward_rows: int
+                 ) -> float:
+    """FLOPs of one example's attribution by the engine: one whole forward pass, and at each
+    layer l `forward_rows` forward-only rows (F(0·A^l), the adaptive rule's scan) and
+    grad_nodes[l] rows with a backward pass, through layers l..L-1 (the engine starts them
+    from the cached hidden state). A backward pass is counted as one more forward: autograd
+    computes the activations' gradients only, not the weights'."""
+    n_layers = len(grad_nodes)
+    total = forward_flops(shape, tokens)
+    for layer, nodes in enumerate(grad_nodes):
+        total += (forward_rows + 2 * nodes) * forward_flops(shape, tokens, n_layers - layer)
+    return total
+
+
+def naive_flops(shape: EncoderShape, tokens: int, steps: int) -> float:
+    """FLOPs of one example's naive attribution: per layer `steps` whole forward and backward
+    passes and one forward for F(0·A^l), and one forward capturing the attention."""
+    return (shape.layers * (2 * steps + 1) + 1) * forward_flops(shape, tokens)
+
+
+def write_model_and_dev(model, folder: Path, n_examples: int, tokens: int, seed: int
+                        ) -> tuple[Path, Path, TaskSpec]:
+    """The model with a word-level tokenizer, and a dev split of `n_examples` random sentences
+    of exactly `tokens` tokens ([CLS] and [SEP] included), as attribute_shard reads them."""
+    words = [f"w{k}" for k in range(1000)]
+    tokenizer = build_tokenizer(words)
+    model.save_pretrained(folder / "model")
+    tokenizer.save_pretrained(folder / "model")
+    rng = np.random.default_rng(seed)
+    dev = pd.DataFrame({
+        "idx": np.arange(n_examples),
+        "sentence": [" ".join(rng.choice(words, tokens - 2)) for _ in range(n_examples)],
+        "label": np.arange(n_examples) % model.config.num_labels,
+    })
+    dev.to_parquet(folder / "dev.parquet")
+    spec = TaskSpec("bench", ("sentence",), tuple(f"c{k}" for k in range(model.config.num_labels)))
+    return folder / "model", folder / "dev.parquet", spec
+
+
+def shard_cfg(args: argparse.Namespace) -> dict:
+    """The attribution settings of the end-to-end run: the schema's defaults but the rule and
+    the batch size asked for."""
+    engine = {name: p.default for name, p in ENGINE_DEFAULTS.items()}
+    batch = args.batch_size if args.batch_size == "auto" else int(args.batch_size)
+    return {**DUMP_CFG, "quadrature": args.shard_rule, "steps": args.shard_steps,
+            "tolerance": engine["tolerance"], "max_steps": engine["max_steps"],
+            "scan_steps": engine["scan_steps"], "batch_size": batch, "target": "gold",
+            "max_examples": None}
+
+
+def end_to_end(model, config: BertConfig, args: argparse.Namespace, device: torch.device,
+               precision: str) -> dict:
+    """Attribute --shard-examples examples through attribute_shard, timed, with its dump's
+    FLOPs and the peak memory; against fp32 on the same examples when precision is not fp32."""
+    cfg = shard_cfg(args)
+    shape = EncoderShape.of(config)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        model_dir, dev_path, spec = write_model_and_dev(model.cpu(), folder, args.shard_examples,
+                                                        args.tokens, seed=1)
+        model_cfg = {"max_length": args.tokens, "truncate": False}
+        reset_peak_memory(device)
+        start = time.perf_counter()
+        summary = attribute_shard(model_dir, dev_path, spec, cfg, model_cfg, 0, 1, device,
+                                  folder / "dump.parquet", {}, bf16=precision == "bf16")
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        seconds = time.perf_counter() - start
+        memory = peak_memory(device)
+        dump, _ = read_dump(folder / "dump.parquet")
+        forward_rows = 1 + (cfg["scan_steps"] - 1 if cfg["quadrature"] == "adaptive" else 0)
+        flops = sum(engine_flops(shape, int(row.n_tokens), list(row.grad_nodes), forward_rows)
+                    for row in dump.itertuples())
+        report = {
+            "rule": cfg["quadrature"] if cfg["quadrature"] == "adaptive"
+            else f"{cfg['quadrature']}_{cfg['steps']}",
+            "tolerance": cfg["tolerance"], "examples": len(dump), "seconds": round(seconds, 2),
+            "examples_per_s": round(len(dump) / seconds, 2),
+            "batch_size": summary["batch_size"], "memory": memory,
+            "grad_nodes_mean": float(np.stack(dump["grad_nodes"]).mean()),
+            "within_tolerance": float(
+                (np.abs(np.stack(dump["residual"])) <= cfg["tolerance"]).mean()),
+            **device_report(device, precision, flops, seconds),
+        }
+        if precision != "fp32":
+            set_precision("fp32", device)
+            attribute_shard(model_dir, dev_path, spec, cfg, model_cfg, 0, 1, device,
+                            folder / "fp32.parquet", {})
+            set_precision(args.precision, device)
+            exact, _ = read_dump(folder / "fp32.parquet")
+            maxima = [np.stack(d["attr_max"]) for d in (dump, exact)]
+            report["accuracy_vs_fp32"] = {
+                "head_max_change_max": float(np.abs(maxima[0] - maxima[1]).max()
+                                             / np.abs(maxima[1]).max()),
+                "f_full_change_max": float(np.abs(dump["f_full"] - exact["f_full"]).max()),
+                "residual_abs_max": float(np.abs(np.stack(dump["residual"])).max()),
+                "residual_abs_max_fp32": float(np.abs(np.stack(exact["residual"])).max()),
+                "grad_nodes_mean_fp32": float(np.stack(exact["grad_nodes"]).mean()),
+            }
+    report["gpu_target"] = {"examples_per_s": 100, "met": report["examples_per_s"] >= 100}
+    return report
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=12)
     parser.add_argument("--heads", type=int, default=12)
     parser.add_argument("--hidden", type=int, default=768)
     parser.add_argument("--tokens", type=int, default=128)
-    parser.add_argument("--examples", type=int, default=2)
+    parser.add_argument("--examples", type=int, default=2,
+                        help="examples of the per-example comparison with the naive loop")
     # 0.02 is BERT's own init; its F(αA) is then so flat that completeness errors drown in
     # float32 noise. 0.05 keeps the shape and makes the error of each rule measurable.
     parser.add_argument("--init", type=float, default=0.05)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--precision", choices=("fp32", "tf32", "bf16"), default="fp32")
+    parser.add_argument("--shard-examples", type=int, default=0,
+                        help="examples attributed end to end through attribute_shard (0: none)")
+    parser.add_argument("--shard-rule", default="adaptive",
+                        choices=("adaptive", "riemann_right", "riemann_left", "gauss_legendre"))
+    parser.add_argument("--shard-steps", type=int, default=20, help="nodes of a fixed rule")
+    parser.add_argument("--batch-size", default="auto", help="rows per pass: auto or a number")
+    parser.add_argument("--out", help="also write the JSON report to this file")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    device = pick_device(args.device)
+    precision = precision_in_use(args.precision, device)
+    autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16"
+                else contextlib.nullcontext())
     torch.manual_seed(0)
     config = BertConfig(num_hidden_layers=args.layers, num_attention_heads=args.heads,
                         hidden_size=args.hidden, intermediate_size=4 * args.hidden,
                         num_labels=3, initializer_range=args.init)
-    model = models.prepare_model(BertForSequenceClassification(config))
+    model = models.prepare_model(BertForSequenceClassification(config)).to(device)
     inputs = {
         "input_ids": torch.randint(1000, config.vocab_size, (args.examples, args.tokens)),
         "attention_mask": torch.ones(args.examples, args.tokens, dtype=torch.long),
         "labels": torch.arange(args.examples) % 3,
     }
+    inputs = {k: v.to(device) for k, v in inputs.items()}
     engine_default = f"engine_{ENGINE_DEFAULTS['quadrature_rule'].default}"
     variants = {
         "naive_riemann_right_20": lambda one: naive_attribute(model, one, 20),
@@ -108,9 +254,14 @@ def main() -> None:
         engine_default: lambda one: attribute(model, one),
         f"{engine_default}_scan_4": lambda one: attribute(model, one, scan_steps=4),
     }
+    # forward-only rows per layer besides the gradient nodes: F(0·A^l), and the scan
+    scan_rows = {engine_default: ENGINE_DEFAULTS["scan_steps"].default - 1,
+                 f"{engine_default}_scan_4": 3}
+    shape = EncoderShape.of(config)
     # One example per round, every variant on it in a rotated order, so that load from other
     # jobs on a shared machine falls on every variant alike.
     seconds = dict.fromkeys(variants, 0.0)
+    flops = dict.fromkeys(variants, 0.0)
     errors: dict[str, list[torch.Tensor]] = {name: [] for name in variants}
     nodes: dict[str, list[torch.Tensor]] = {name: [] for name in variants}
     names = list(variants)
@@ -118,18 +269,26 @@ def main() -> None:
         one = {k: v[b : b + 1] for k, v in inputs.items()}
         for name in names[b % len(names):] + names[: b % len(names)]:
             start = time.perf_counter()
-            result = variants[name](one)
+            with autocast:
+                result = variants[name](one)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
             seconds[name] += time.perf_counter() - start
-            errors[name].append(result.completeness_error())
-            nodes[name].append(result.nodes.float().mean())
+            errors[name].append(result.completeness_error().cpu())
+            nodes[name].append(result.nodes.float().mean().cpu())
+            flops[name] += (naive_flops(shape, args.tokens, 20) if name.startswith("naive")
+                            else engine_flops(shape, args.tokens, result.nodes[0].tolist(),
+                                              1 + scan_rows.get(name, 0)))
     report = {"shape": vars(args), "variants": {}}
     for name in variants:
         error = torch.cat(errors[name])
         report["variants"][name] = {
             "seconds_per_example": round(seconds[name] / args.examples, 3),
+            "examples_per_s": round(args.examples / seconds[name], 2),
             "completeness_error_median": float(error.median()),
             "completeness_error_max": float(error.max()),
             "grad_nodes_mean": float(torch.stack(nodes[name]).mean()),
+            "achieved_tflops": significant(flops[name] / seconds[name] / 1e12),
         }
     naive = report["variants"]["naive_riemann_right_20"]["seconds_per_example"]
     for entry in report["variants"].values():
@@ -142,7 +301,11 @@ def main() -> None:
                         "smaller_median_error": smaller,
                         "met": default["speedup_vs_naive"] >= 6 and smaller}
     report["dump_bytes_per_example"] = round(dump_bytes_per_example(result))
-    print(json.dumps(report, indent=2))
+    report["device"] = device_report(device, precision, sum(flops.values()),
+                                     sum(seconds.values()))["device"]
+    if args.shard_examples:
+        report["end_to_end"] = end_to_end(model, config, args, device, precision)
+    write_report(report, args.out)
 
 
 if __name__ == "__main__":

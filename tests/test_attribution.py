@@ -303,3 +303,19 @@ def test_adaptive_rule_is_batch_and_padding_invariant():
     alone = attribute(model, alone_batch, "pred", batch_size=3)
     assert torch.equal(together.nodes[1], alone.nodes[0])
     assert relative_error(together.attr[1, :, :, :n, :n], alone.attr[0]) <= 1e-8
+
+
+def test_under_bf16_autocast_the_integral_and_attr_stay_full_precision():
+    """What `precision: bf16` runs: the passes in bfloat16 on the CPU, F and Attr in float32,
+    the integral and the residual in float64; within 5% of float32's per-layer maxima."""
+    model = models.prepare_model(tiny_classifier("bert"))
+    batch = tiny_batch("bert")
+    exact = attribute(model, batch, "gold", "gauss_legendre", steps=6)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low = attribute(model, batch, "gold", "gauss_legendre", steps=6)
+    assert low.attr.dtype == low.attention.dtype == low.f_full.dtype == torch.float32
+    assert low.residual.dtype == torch.float64
+    scale = exact.attr.abs().amax(dim=(2, 3, 4))
+    change = ((low.attr - exact.attr).abs().amax(dim=(2, 3, 4)) / scale).max()
+    assert 1e-5 < change < 0.05
+    assert low.residual.abs().max() < 2e-3

@@ -58,6 +58,7 @@ def test_defaults_fill_a_minimal_config():
     assert config["attribution"]["quadrature"] == "adaptive"
     assert config["attribution"]["tolerance"] == 1e-3
     assert config["attribution"]["shards"] == 1
+    assert config["attribution"]["batch_size"] == "auto"
 
 
 def _objects(schema: dict, where: str = "config"):
@@ -96,6 +97,8 @@ def test_default_config_dry_runs(tmp_path):
         ("attribution", "edge_min_fraction", 1.5,
          "config error at attribution.edge_min_fraction: 1.5 is out of range "
          "(allowed: > 0 and < 1)"),
+        ("attribution", "batch_size", "fast",
+         "config error at attribution.batch_size: 'fast' does not match '^auto$'"),
         ("finetune", "stop_loss", 0,
          "config error at finetune.stop_loss: 0 is out of range (allowed: > 0)"),
         ("finetune", "learning_rate", "2e-5",

@@ -7,8 +7,25 @@ import logging
 
 import pytest
 import torch
+from tiny_models import tiny_batch, tiny_classifier
+from transformers import BertConfig
 
-from attnlab.device import Precision, choose_precision, pick_device, set_precision
+from attnlab import device as device_module
+from attnlab import models
+from attnlab.attribution import _Runner
+from attnlab.device import (
+    CPU_BATCH_SIZE,
+    MAX_ROWS,
+    EncoderShape,
+    Precision,
+    attribution_batch_size,
+    attribution_row_bytes,
+    choose_precision,
+    out_of_memory_names,
+    pick_device,
+    rows_that_fit,
+    set_precision,
+)
 from attnlab.errors import ConfigError
 
 AMPERE, VOLTA = (8, 0), (7, 0)
@@ -55,3 +72,102 @@ def test_auto_falls_back_to_cpu_with_a_log_line(caplog, monkeypatch):
     assert "device: auto -> cpu (no GPU visible, CUDA_VISIBLE_DEVICES=0)" in caplog.text
     with pytest.raises(ConfigError, match="no GPU is visible .CUDA_VISIBLE_DEVICES=0"):
         pick_device("cuda")
+
+
+BERT_BASE = BertConfig()  # 12 layers, 12 heads, hidden 768, intermediate 3072
+GPU, GIB = torch.device("cuda"), 2**30
+
+
+def saved_bytes_per_row(model, tokens: int, rows: int = 3) -> float:
+    """What autograd keeps for the backward pass of one attribution row at layer 0 (every
+    layer after the scaled one runs with grad), counted storage by storage."""
+    batch = tiny_batch("bert", lengths=(tokens,) * rows)
+    runner = _Runner(model, {k: v for k, v in batch.items() if k != "labels"})
+    saved = {}
+
+    def pack(tensor):
+        saved[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
+        return tensor
+
+    with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        runner.target_probability(0, torch.arange(rows), torch.full((rows,), 0.5),
+                                  torch.zeros(rows, dtype=torch.long))
+    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    return sum(size for ptr, size in saved.items() if ptr not in weights) / rows
+
+
+@pytest.mark.parametrize("tokens", [8, 24])
+def test_row_estimate_covers_what_autograd_keeps_without_doubling_it(tokens):
+    model = models.prepare_model(tiny_classifier("bert"))
+    kept = saved_bytes_per_row(model, tokens)
+    # examples_per_row=0: the row's own part, which includes one layer's temporaries on top
+    estimate = attribution_row_bytes(EncoderShape.of(model.config), tokens, examples_per_row=0)
+    assert kept <= estimate <= 2.5 * kept
+
+
+def test_row_estimate_at_the_papers_shape():
+    shape = EncoderShape.of(BERT_BASE)
+    assert shape == EncoderShape(layers=12, heads=12, hidden=768, intermediate=3072)
+    mib = 2**20
+    # a pass row of BERT-base at 128 tokens, alone and with an adaptive example's state
+    assert round(attribution_row_bytes(shape, 128, examples_per_row=0) / mib) == 99
+    assert round(attribution_row_bytes(shape, 128, panels=40) / mib) == 254
+    # the quadratic term: four times the tokens, more than four times the memory
+    assert attribution_row_bytes(shape, 512, 0) > 4 * attribution_row_bytes(shape, 128, 0)
+
+
+@pytest.mark.parametrize("family", ["distilbert", "bart"])
+def test_every_family_has_a_shape(family):
+    shape = EncoderShape.of(tiny_classifier(family).config)
+    assert shape.heads == 4 and shape.hidden == 32 and shape.intermediate == 48
+    assert shape.layers == (4 if family == "bart" else 3)  # BART's decoder counts
+
+
+def test_rows_that_fit_take_a_share_of_the_free_memory():
+    assert rows_that_fit(free=10 * GIB, per_row=GIB) == 7
+    assert rows_that_fit(free=GIB // 2, per_row=GIB) == 1  # one row is always tried
+    assert rows_that_fit(free=10**15, per_row=1) == MAX_ROWS
+
+
+def test_auto_batch_size_on_a_gpu_comes_from_its_free_memory(monkeypatch, caplog):
+    caplog.set_level(logging.INFO, logger="attnlab")
+    monkeypatch.setattr(device_module, "free_memory", lambda device: 80 * GIB)
+    per_row = attribution_row_bytes(EncoderShape.of(BERT_BASE), 128, 1 / 20)
+    rows = attribution_batch_size("auto", BERT_BASE, 128, GPU, examples_per_row=1 / 20)
+    assert rows == int(0.7 * 80 * GIB) // per_row == 552
+    assert "attribution.batch_size: auto -> 552 rows per pass (80.0 GiB free" in caplog.text
+    # less free memory, longer inputs or the adaptive rule's state: fewer rows
+    monkeypatch.setattr(device_module, "free_memory", lambda device: 20 * GIB)
+    assert attribution_batch_size("auto", BERT_BASE, 128, GPU, examples_per_row=1 / 20) == 138
+    assert attribution_batch_size("auto", BERT_BASE, 128, GPU, panels=40) == 56
+    assert attribution_batch_size("auto", BERT_BASE, 256, GPU, panels=40) == 16
+
+
+def test_an_explicit_batch_size_wins_and_auto_is_fixed_on_the_cpu(monkeypatch):
+    monkeypatch.setattr(device_module, "free_memory", lambda device: 80 * GIB)
+    assert attribution_batch_size(80, BERT_BASE, 128, GPU) == 80
+    assert attribution_batch_size(7, BERT_BASE, 128, torch.device("cpu")) == 7
+    assert attribution_batch_size("auto", BERT_BASE, 128, torch.device("cpu")) == CPU_BATCH_SIZE
+    assert attribution_batch_size("auto", BERT_BASE, 128, torch.device("cpu"), cpu_rows=5) == 5
+
+
+@pytest.mark.parametrize("value, advice", [
+    (64, "lower it (e.g. 32)"),
+    ("auto", "lower it to an integer that fits"),
+])
+def test_out_of_memory_becomes_one_line_naming_the_setting(value, advice):
+    message = ("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+               "79.19 GiB of which 1.50 GiB is free.\nOf the allocated memory ...")
+    with pytest.raises(ConfigError) as caught:
+        with out_of_memory_names("attribution.batch_size", value, "attributing task mnli"):
+            raise torch.OutOfMemoryError(message)
+    assert str(caught.value) == (
+        f"out of GPU memory attributing task mnli with attribution.batch_size={value}: {advice} "
+        "(CUDA out of memory. Tried to allocate 2.00 GiB)")
+    assert "\n" not in str(caught.value)
+
+
+def test_other_errors_pass_through_the_out_of_memory_guard():
+    with pytest.raises(RuntimeError, match="not memory"):
+        with out_of_memory_names("finetune.batch_size", 32, "fine-tuning"):
+            raise RuntimeError("not memory")

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
+from conftest import DEFAULT_CONFIG
+from transformers import BertConfig, BertForSequenceClassification
 
+from attnlab import dumps
 from attnlab.attribution import Attribution
+from attnlab.device import CPU_BATCH_SIZE
 from attnlab.dumps import (
+    attribute_shard,
     example_row,
     read_dump,
     read_task_dump,
@@ -16,6 +22,9 @@ from attnlab.dumps import (
     summarise_task,
     write_dump,
 )
+from attnlab.errors import ConfigError
+from attnlab.tasks import TaskSpec, load_split, prepare_task
+from attnlab.training import build_tokenizer, training_words
 
 CFG = {"top_pairs": 3, "keep_full": False, "edge_min_fraction": 0.1, "max_edges_per_layer": 256}
 
@@ -197,3 +206,69 @@ def test_row_records_the_residual_and_nodes_of_every_layer():
     row = example_row(result, 1, CFG)
     assert row["grad_nodes"] == [6, 6]
     assert row["residual"] == pytest.approx(result.residual[1].tolist(), rel=1e-6)
+
+
+@pytest.fixture
+def tiny_shard(tmp_path, pair_task):
+    """A random tiny BERT saved with its word-level tokenizer, and a small synthetic dev split:
+    what attribute_shard reads (spec, model folder, dev path)."""
+    pair_task["synthetic"].update(n_train=40, n_dev=6)
+    train, dev = tmp_path / "train.parquet", tmp_path / "dev.parquet"
+    prepare_task("syn_mnli", pair_task, 0, train, dev)
+    spec = TaskSpec.from_config("syn_mnli", pair_task)
+    tokenizer = build_tokenizer(training_words(load_split(train, spec), spec))
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(BertConfig(
+        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=48, num_labels=3, initializer_range=0.1))
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    return spec, tmp_path / "model", dev
+
+
+SHARD_CFG = {**DEFAULT_CONFIG["attribution"], "batch_size": "auto", "quadrature": "gauss_legendre",
+             "steps": 6}
+MODEL_CFG = {"max_length": 64, "truncate": False}
+
+
+def run_shard(tiny_shard, path, cfg=SHARD_CFG, **kwargs):
+    spec, model_dir, dev = tiny_shard
+    return attribute_shard(model_dir, dev, spec, cfg, MODEL_CFG, 0, 1, torch.device("cpu"), path,
+                           {}, **kwargs)
+
+
+def test_shard_with_auto_batch_size_takes_the_cpu_default(tiny_shard, tmp_path):
+    summary = run_shard(tiny_shard, tmp_path / "auto.parquet")
+    assert summary["batch_size"] == CPU_BATCH_SIZE and summary["examples"] == 6
+    explicit = run_shard(tiny_shard, tmp_path / "five.parquet", {**SHARD_CFG, "batch_size": 5})
+    assert explicit["batch_size"] == 5
+    auto, _ = read_dump(tmp_path / "auto.parquet")
+    five, _ = read_dump(tmp_path / "five.parquet")
+    assert np.allclose(np.stack(auto["attr_max"]), np.stack(five["attr_max"]), atol=1e-6)
+
+
+def test_bf16_shard_stays_near_float32(tiny_shard, tmp_path):
+    run_shard(tiny_shard, tmp_path / "fp32.parquet")
+    run_shard(tiny_shard, tmp_path / "bf16.parquet", bf16=True)
+    fp32, _ = read_dump(tmp_path / "fp32.parquet")
+    bf16, _ = read_dump(tmp_path / "bf16.parquet")
+    maxima = {name: np.stack(dump["attr_max"]) for name, dump in (("32", fp32), ("16", bf16))}
+    change = np.abs(maxima["16"] - maxima["32"]).max() / np.abs(maxima["32"]).max()
+    assert 1e-5 < change < 0.05  # bfloat16 did run, and moved the largest entries by < 5%
+    # F and the completeness residual: within the default tolerance of float32's (docs/gpu.md)
+    assert np.abs(bf16["f_full"] - fp32["f_full"]).max() < 2e-3
+    assert np.abs(np.stack(bf16["residual"])).max() < 2e-3
+    assert np.abs(np.stack(fp32["residual"])).max() < 1e-5
+
+
+def test_out_of_memory_in_a_shard_names_attribution_batch_size(tiny_shard, tmp_path, monkeypatch):
+    def out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 9.00 GiB. GPU 0 ...")
+
+    monkeypatch.setattr(dumps, "attribute", out_of_memory)
+    with pytest.raises(ConfigError, match=(
+            r"^out of GPU memory attributing task syn_mnli \(32 rows per pass, up to \d+ tokens\) "
+            r"with attribution.batch_size=auto: lower it to an integer that fits \(CUDA out of "
+            r"memory. Tried to allocate 9.00 GiB\)$")):
+        run_shard(tiny_shard, tmp_path / "oom.parquet")
+    assert not (tmp_path / "oom.parquet").exists()

@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -9,9 +10,18 @@ from transformers import (
     BertForSequenceClassification,
 )
 
+from attnlab import training
+from attnlab.errors import ConfigError
 from attnlab.models import align_labels
 from attnlab.tasks import TaskSpec, encode, load_split, prepare_task
-from attnlab.training import accuracy, build_tokenizer, finetune, training_words
+from attnlab.training import (
+    _trimmed,
+    accuracy,
+    build_tokenizer,
+    finetune,
+    length_bucket_order,
+    training_words,
+)
 
 TINY_MODEL = {
     "source": "scratch",
@@ -147,3 +157,67 @@ def test_a_finetuned_checkpoint_is_evaluated_as_published(tmp_path, small_task, 
     assert saved.config.id2label == dict(enumerate(spec.label_names))
     data = encode(load_split(dev, spec), spec, tokenizer, TINY_MODEL["max_length"])
     assert accuracy(saved, data, 16, CPU) == metrics["dev_accuracy"]
+
+
+def test_length_buckets_order_every_example_once_in_batches_of_similar_length():
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.randint(5, 129, (1000,), generator=g)
+    order = length_bucket_order(lengths, 8, torch.Generator().manual_seed(1))
+    assert sorted(order.tolist()) == list(range(1000))
+    spread = [int(np.ptp(lengths[batch].numpy())) for batch in order.split(8)]
+    random_spread = [int(np.ptp(lengths[batch].numpy()))
+                     for batch in torch.randperm(1000, generator=g).split(8)]
+    assert np.mean(spread) < np.mean(random_spread) / 10
+    # the seed decides the order, and no batch is sorted after the one before it
+    assert torch.equal(order, length_bucket_order(lengths, 8, torch.Generator().manual_seed(1)))
+    firsts = lengths[order[::8]]
+    assert not torch.equal(firsts, firsts.sort().values)
+
+
+def test_short_last_batch_stays_last():
+    lengths = torch.arange(21)
+    order = length_bucket_order(lengths, 4, torch.Generator().manual_seed(0))
+    assert sorted(order.tolist()) == list(range(21))
+    assert len(order.split(4)[-1]) == 1  # 21 = 5 x 4 + 1
+
+
+def test_a_batch_padded_to_its_longest_example_gives_the_same_loss_and_gradients():
+    model = tiny_classifier("bert")
+    batch = tiny_batch("bert", lengths=(5, 7, 4))
+    padded = {k: torch.cat([v, torch.zeros(len(v), 9, dtype=v.dtype)], dim=1) if v.dim() == 2
+              else v for k, v in batch.items()}  # 9 more positions of padding everywhere
+    trimmed = _trimmed(padded)
+    assert trimmed["input_ids"].shape[1] == 7
+    grads = []
+    for inputs in (padded, trimmed):
+        model.zero_grad()
+        model(**inputs).loss.backward()
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters()
+                                if p.grad is not None]))
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-5, atol=1e-6)
+
+
+def test_length_buckets_train_reproducibly(tmp_path, small_task):
+    spec, train, dev = small_task
+    bucketed = {**SHORT_TRAINING, "length_buckets": True}
+    runs = [finetune(train, dev, spec, TINY_MODEL, bucketed, CPU, 3, tmp_path / f"m{i}")
+            for i in range(2)]
+    assert runs[0]["train_loss"] == runs[1]["train_loss"] and runs[0]["steps"] == 2 * 6
+    plain = finetune(train, dev, spec, TINY_MODEL, SHORT_TRAINING, CPU, 3, tmp_path / "plain")
+    assert plain["train_loss"] != runs[0]["train_loss"]  # other batches: other numbers
+    assert abs(plain["train_loss"] - runs[0]["train_loss"]) < 0.1
+
+
+def test_out_of_memory_in_training_names_finetune_batch_size(tmp_path, small_task, monkeypatch):
+    spec, train, dev = small_task
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB. More.")
+
+    monkeypatch.setattr(training, "_train", out_of_memory)
+    with pytest.raises(ConfigError, match=(
+            r"^out of GPU memory fine-tuning task syn_mnli \(up to \d+ tokens\) with "
+            r"finetune.batch_size=16: lower it \(e.g. 8\) \(CUDA out of memory. Tried to "
+            r"allocate 1.00 GiB\)$")):
+        finetune(train, dev, spec, TINY_MODEL, SHORT_TRAINING, CPU, 0, tmp_path / "model")
+    assert not (tmp_path / "model").exists()

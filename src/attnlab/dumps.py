@@ -51,7 +51,8 @@ import torch
 from tqdm import tqdm
 
 from attnlab import tasks
-from attnlab.attribution import Attribution, attribute, engine_options
+from attnlab.attribution import PANEL_NODES, Attribution, attribute, engine_options
+from attnlab.device import attribution_batch_size, out_of_memory_names
 from attnlab.groundtruth import planted_pair_recovery
 from attnlab.models import load_classifier, num_layers
 from attnlab.outputs import atomic_path
@@ -199,8 +200,15 @@ def attribute_shard(
     device: torch.device,
     out_path: str | os.PathLike,
     provenance: dict[str, Any],
+    bf16: bool = False,
 ) -> dict[str, Any]:
-    """Attribute one shard of a task's dev split and write its dump atomically."""
+    """Attribute one shard of a task's dev split and write its dump atomically.
+
+    `attribution.batch_size: auto` is resolved here, for the shard's longest example
+    (`device.attribution_batch_size`). `bf16`: the forward and backward passes run under
+    bfloat16 autocast; F, the gradients' sum over the quadrature nodes and Attr stay float32
+    or float64 (the engine's own casts).
+    """
     cfg = attribution_cfg
     model, tokenizer = load_classifier(model_dir, device)
     dev = tasks.load_split(dev_path, spec)
@@ -230,15 +238,25 @@ def attribute_shard(
     # Similar lengths together waste less padding; rows are written back in dataset order.
     order = torch.argsort(lengths, stable=True).tolist()
     adaptive = cfg["quadrature"] == "adaptive"
+    setting = cfg["batch_size"]
+    cfg = {**cfg, "batch_size": attribution_batch_size(
+        setting, model.config, int(lengths.max()), device,
+        examples_per_row=1.0 if adaptive else 1 / cfg["steps"],
+        panels=cfg["max_steps"] // PANEL_NODES if adaptive else 0)}
     # examples per engine call: a fixed rule's rows of them fill a pass; the adaptive rule's
     # later rounds refine only some examples' panels, so it takes one example per row of a pass
     per_call = cfg["batch_size"] if adaptive else max(1, cfg["batch_size"] // cfg["steps"])
     rows: dict[int, dict[str, Any]] = {}
     rule = (f"adaptive (tolerance {cfg['tolerance']}, scan {cfg['scan_steps']}, at most "
             f"{cfg['max_steps']} nodes)" if adaptive else f"{cfg['quadrature']} {cfg['steps']}")
-    log.info("task %s shard %d/%d: %d examples, quadrature %s, target %s",
-             spec.name, shard, n_shards, len(dev), rule, cfg["target"])
-    with tqdm(total=len(dev), desc=f"attribute {spec.name}[{shard}]", unit="ex") as bar:
+    log.info("task %s shard %d/%d: %d examples, quadrature %s, target %s, %d rows per pass%s",
+             spec.name, shard, n_shards, len(dev), rule, cfg["target"], cfg["batch_size"],
+             ", bf16 autocast" if bf16 else "")
+    with (tqdm(total=len(dev), desc=f"attribute {spec.name}[{shard}]", unit="ex") as bar,
+          out_of_memory_names("attribution.batch_size", setting,
+                              f"attributing task {spec.name} ({cfg['batch_size']} rows per pass, "
+                              f"up to {int(lengths.max())} tokens)"),
+          torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)):
         for start in range(0, len(order), per_call):
             group = order[start : start + per_call]
             width = int(lengths[group].max())
@@ -273,6 +291,7 @@ def attribute_shard(
         if rows else None,
         "completeness_abs_error_max": float(residuals.max()) if rows else None,
         "outside_tolerance": outside,
+        "batch_size": cfg["batch_size"],
         "bytes": Path(out_path).stat().st_size,
     }
 

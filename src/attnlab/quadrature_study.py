@@ -31,6 +31,7 @@ import torch
 
 from attnlab import tasks
 from attnlab.attribution import attribute, composite_gauss_legendre
+from attnlab.device import CPU_BATCH_SIZE, attribution_batch_size
 from attnlab.dumps import attribute_shard, completeness_errors, read_dump
 from attnlab.head_figures import save_figure
 from attnlab.models import load_classifier
@@ -59,12 +60,19 @@ def _head_maxima(attr: torch.Tensor, mask: torch.Tensor) -> np.ndarray:
 
 def reference_head_maxima(model_dir: str | os.PathLike, dev: pd.DataFrame, spec: tasks.TaskSpec,
                           *, target: str, model_cfg: dict[str, Any], panels: int,
-                          batch_size: int, device: torch.device) -> tuple[np.ndarray, float]:
+                          batch_size: int | str, device: torch.device
+                          ) -> tuple[np.ndarray, float]:
     """Per-head maxima (B, L, H) of the converged reference, and their largest change when the
     panel count is halved, relative to the largest maximum (the reference's own error)."""
     model, tokenizer = load_classifier(model_dir, device)
     inputs = {key: value.to(device) for key, value in tasks.encode(
         dev, spec, tokenizer, model_cfg["max_length"], model_cfg["truncate"]).items()}
+    # the reference's hundreds of nodes per example: 8 times attribution.batch_size rows per
+    # pass (on a CPU 8 x its auto default); auto on a GPU fills its memory already (counting
+    # an example's state per row, more than the study's few examples hold)
+    batch_size = attribution_batch_size(
+        batch_size if batch_size == "auto" else 8 * batch_size, model.config,
+        inputs["input_ids"].shape[1], device, cpu_rows=8 * CPU_BATCH_SIZE)
     mask = inputs["attention_mask"].cpu()
     maxima = [
         _head_maxima(attribute(model, inputs, target, composite_gauss_legendre(n, 8),
@@ -81,7 +89,7 @@ def study(model_dir: str | os.PathLike, dev_path: str | os.PathLike, spec: tasks
     dev = tasks.load_split(dev_path, spec).iloc[:examples].reset_index(drop=True)
     reference, reference_error = reference_head_maxima(
         model_dir, dev, spec, target=attribution_cfg["target"], model_cfg=model_cfg,
-        panels=panels, batch_size=8 * attribution_cfg["batch_size"], device=device)
+        panels=panels, batch_size=attribution_cfg["batch_size"], device=device)
     report: dict[str, Any] = {
         "examples": len(dev), "min_delta": min_delta, "tolerance": attribution_cfg["tolerance"],
         "reference": {"rule": f"composite Gauss-Legendre, {panels} panels x 8 nodes",

@@ -28,7 +28,7 @@ from transformers import (
 )
 
 from attnlab import tasks
-from attnlab.device import device_name
+from attnlab.device import device_name, out_of_memory_names
 from attnlab.errors import ConfigError
 from attnlab.models import align_labels
 from attnlab.outputs import atomic_path
@@ -39,6 +39,9 @@ log = logging.getLogger(__name__)
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 MAX_GRAD_NORM = 1.0  # gradient clipping, as in the transformers Trainer
+# finetune.length_buckets: batches of similar length come from windows of this many batches
+# of a random permutation (as the transformers Trainer's group_by_length)
+BUCKET_BATCHES = 50
 
 
 def build_tokenizer(words: list[str]) -> PreTrainedTokenizerBase:
@@ -131,6 +134,35 @@ def _batches(data: dict[str, torch.Tensor], order: torch.Tensor, size: int, devi
         yield {key: value[rows].to(device) for key, value in data.items()}
 
 
+def _trimmed(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The batch padded to its own longest example (the split is padded to its longest): the
+    cut positions are padding of every row, which attention masks out."""
+    width = int(batch["attention_mask"].sum(dim=1).max())
+    return {key: value[:, :width] if value.dim() == 2 else value for key, value in batch.items()}
+
+
+def length_bucket_order(
+    lengths: torch.Tensor, batch_size: int, generator: torch.Generator
+) -> torch.Tensor:
+    """An epoch's order of examples whose consecutive `batch_size` rows have similar lengths.
+
+    A random permutation is cut into windows of BUCKET_BATCHES batches, each window sorted by
+    length and cut into batches, and the batches of all windows shuffled: every batch is still
+    a random draw of its window, and a long one is not always followed by another.
+    """
+    order = torch.randperm(len(lengths), generator=generator)
+    window = BUCKET_BATCHES * batch_size
+    batches = []
+    for start in range(0, len(order), window):
+        rows = order[start : start + window]
+        rows = rows[torch.argsort(lengths[rows], stable=True)]
+        batches += list(rows.split(batch_size))
+    # the epoch's last, short batch stays last, as in the order without buckets
+    last = [batches.pop()] if batches and len(batches[-1]) < batch_size else []
+    shuffled = [batches[i] for i in torch.randperm(len(batches), generator=generator)]
+    return torch.cat(shuffled + last)
+
+
 @torch.no_grad()
 def accuracy(
     model: PreTrainedModel, data: dict[str, torch.Tensor], batch_size: int, device: torch.device
@@ -170,7 +202,8 @@ def _train(
     is logged after every epoch. With `bf16` the steps run under bfloat16 autocast (the
     weights and their updates stay float32). Training stops after the first epoch whose mean
     training loss is below train_cfg["stop_loss"] (when set); the schedule stays the one of
-    all the epochs."""
+    all the epochs. With train_cfg["length_buckets"] the batches hold examples of similar
+    length (`length_bucket_order`), each padded only to its longest example."""
     n_train = len(train["labels"])
     epochs, batch_size = train_cfg["epochs"], train_cfg["batch_size"]
     steps_per_epoch = math.ceil(n_train / batch_size)
@@ -192,6 +225,8 @@ def _train(
     )
     shuffle = torch.Generator().manual_seed(seed)
     stop_loss = train_cfg.get("stop_loss")
+    buckets = train_cfg.get("length_buckets", False)
+    lengths = train["attention_mask"].sum(dim=1)
 
     log.info("%s: training on %d examples, %d epochs, %d steps, device %s",
              spec.name, n_train, epochs, total_steps, device)
@@ -199,8 +234,12 @@ def _train(
     for epoch in range(1, epochs + 1):
         model.train()
         epoch_loss = 0.0
-        order = torch.randperm(n_train, generator=shuffle)
+        if buckets:
+            order = length_bucket_order(lengths, batch_size, shuffle)
+        else:
+            order = torch.randperm(n_train, generator=shuffle)
         for batch in _batches(train, order, batch_size, device):
+            batch = _trimmed(batch) if buckets else batch
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
                 loss = model(**batch).loss
             loss.backward()
@@ -258,7 +297,10 @@ def finetune(
         }
     else:
         train = encode(train_df, spec, tokenizer, max_length, truncate)
-        result = _train(model, train, dev, spec, train_cfg, device, seed, bf16)
+        with out_of_memory_names("finetune.batch_size", train_cfg["batch_size"],
+                                 f"fine-tuning task {spec.name} (up to "
+                                 f"{train['input_ids'].shape[1]} tokens)"):
+            result = _train(model, train, dev, spec, train_cfg, device, seed, bf16)
 
     with atomic_path(out_dir) as tmp:
         model.save_pretrained(tmp)

@@ -21,7 +21,8 @@ import pandas as pd
 import torch
 
 from attnlab import tasks
-from attnlab.attribution import attribute, engine_options
+from attnlab.attribution import PANEL_NODES, attribute, engine_options
+from attnlab.device import attribution_batch_size
 from attnlab.dumps import read_task_dump
 from attnlab.errors import ConfigError
 from attnlab.flow_figures import plot_heatmaps
@@ -138,8 +139,12 @@ def example_views(
         model, tokenizer = load_classifier(model_dir, device)
         encoded = tasks.encode(dev.loc[rows["idx"]], spec, tokenizer, model_cfg["max_length"],
                                model_cfg["truncate"])
+        rows_per_pass = attribution_batch_size(
+            attribution_cfg["batch_size"], model.config, encoded["input_ids"].shape[1], device,
+            panels=attribution_cfg["max_steps"] // PANEL_NODES)
         result = attribute(model, {k: v.to(device) for k, v in encoded.items()},
-                           attribution_cfg["target"], **engine_options(attribution_cfg))
+                           attribution_cfg["target"],
+                           **{**engine_options(attribution_cfg), "batch_size": rows_per_pass})
     label_names = list(spec.label_names)
     sections = []
     with atomic_path(out_dir) as folder:

@@ -7,7 +7,7 @@ from attnlab.tasks import TaskSpec
 
 params = snakemake.params
 with workflow_job(snakemake):
-    device, _ = start_model_job(snakemake.threads, params.device, params.precision)
+    device, precision = start_model_job(snakemake.threads, params.device, params.precision)
     origin = provenance(dict(params.items()))
     summary = attribute_shard(
         snakemake.input.model,
@@ -20,5 +20,6 @@ with workflow_job(snakemake):
         device,
         snakemake.output.part,
         origin,
+        bf16=precision.bf16,
     )
     write_json(snakemake.output.summary, {**summary, **origin})

@@ -1,0 +1,97 @@
+"""What the benchmarks share: the device they run on, peak memory, and FLOPs of a BERT-shaped
+encoder set against the device's peak (imported by the scripts beside it)."""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from attnlab.device import EncoderShape, device_name, set_precision
+
+# Dense peak TFLOP/s of NVIDIA's data sheets (tensor cores for tf32/bf16; the sheets' larger
+# numbers are "with sparsity", which a BERT pass does not use). Longest name first: "H100 PCIe"
+# before "H100".
+PEAK_TFLOPS = {
+    "H100 PCIe": {"fp32": 51.2, "tf32": 378.0, "bf16": 756.0},
+    "H100": {"fp32": 66.9, "tf32": 494.7, "bf16": 989.4},  # SXM5
+    "H200": {"fp32": 66.9, "tf32": 494.7, "bf16": 989.4},  # the H100 SXM's chip, more memory
+    "A100": {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0},
+}
+
+
+def pick_device(asked: str) -> torch.device:
+    """The device asked for; `cuda` without a visible GPU runs on the CPU and says so."""
+    if asked == "cuda" and not torch.cuda.is_available():
+        print("--device cuda: torch sees no GPU (a CPU build of torch, no driver, or "
+              "CUDA_VISIBLE_DEVICES empty); running on the CPU instead", file=sys.stderr)
+        return torch.device("cpu")
+    return torch.device(asked)
+
+
+def precision_in_use(asked: str, device: torch.device) -> str:
+    """Set TF32 on or off as `asked` allows on `device` (attnlab.device.set_precision) and say
+    what the passes will compute in: fp32, tf32 or bf16. On the CPU bf16 is bfloat16 autocast,
+    which torch offers there too (the workflow itself computes in float32 on a CPU)."""
+    precision = set_precision(asked, device)
+    if precision.bf16 or (device.type == "cpu" and asked == "bf16"):
+        return "bf16"
+    return "tf32" if precision.tf32 else "fp32"
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_memory(device: torch.device) -> dict[str, Any]:
+    """The GPU memory torch allocated at most since the last reset; on the CPU the process's
+    largest resident size so far (Linux reports it in KiB), which includes everything else."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        return {"peak_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 2),
+                "kind": "torch.cuda.max_memory_allocated"}
+    return {"peak_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
+            "kind": "process max RSS (CPU)"}
+
+
+def forward_flops(shape: EncoderShape, tokens: int, layers: int | None = None) -> float:
+    """Multiply-adds x 2 of one row's forward pass through `layers` (all by default) encoder
+    layers of `tokens` tokens: the Q, K, V and output projections (8 S d²), the feed-forward
+    (4 S d i), the scores and the weighted values (4 S² d); embeddings, LayerNorms, softmax
+    and the classifier are left out (under 1% at BERT-base, 128 tokens)."""
+    s, d, i = tokens, shape.hidden, shape.intermediate
+    per_layer = 8 * s * d * d + 4 * s * d * i + 4 * s * s * d
+    return float(per_layer * (shape.layers if layers is None else layers))
+
+
+def device_report(device: torch.device, precision: str, flops: float, seconds: float
+                  ) -> dict[str, Any]:
+    """The device, the achieved TFLOP/s and its share of the device's dense peak (when the
+    device is in PEAK_TFLOPS) for `flops` done in `seconds`."""
+    name = device_name(device)
+    achieved = flops / seconds / 1e12
+    peak = next((table[precision] for key, table in PEAK_TFLOPS.items()
+                 if device.type == "cuda" and key in name), None)
+    return {"device": name, "precision": precision, "tflop": significant(flops / 1e12),
+            "achieved_tflops": significant(achieved), "peak_tflops": peak,
+            "share_of_peak": round(achieved / peak, 4) if peak else None}
+
+
+def significant(value: float, digits: int = 4) -> float:
+    """`value` to `digits` significant digits: tiny CPU smoke runs and GPU runs alike."""
+    return float(f"{value:.{digits}g}")
+
+
+def write_report(report: dict[str, Any], out: str | None) -> None:
+    """Print the report as JSON, and write it to `out` too when given."""
+    text = json.dumps(report, indent=2)
+    print(text)
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(text + "\n")
