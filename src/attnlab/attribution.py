@@ -141,7 +141,6 @@ class _Runner:
             out = models.logits(self.model, rows_inputs, intervention)
         return _target_probability(out, target[rows]), intervention
 
-
     def scan(self, layer: int, rows: torch.Tensor, alphas: torch.Tensor, target: torch.Tensor,
              batch_size: int) -> torch.Tensor:
         """F for each (row, α) pair, forward passes only, `batch_size` rows per pass."""
@@ -235,17 +234,19 @@ def _adaptive_layer(runner: _Runner, layer: int, attention: torch.Tensor, *,
         estimate = (attention[examples] * parts).sum(dim=(1, 2, 3)).cpu()
         for p, (b, a, end, fa, fb) in enumerate(pending):
             nodes[b] += PANEL_NODES
-            done[b].append({"a": a, "b": end, "fa": fa, "fb": fb, "part": parts[p],
+            # a copy: a view would keep the whole round's tensor alive
+            done[b].append({"a": a, "b": end, "fa": fa, "fb": fb, "part": parts[p].clone(),
                             "f_middle": float(f_nodes[p, PANEL_NODES // 2]),
                             "residual": abs(float(estimate[p]) - (fb - fa))})
         touched, pending = {p[0] for p in pending}, []
         for b in sorted(touched):
             remaining = sum(panel["residual"] for panel in done[b])
+            if remaining <= tolerance:
+                continue
             planned, kept = int(nodes[b]), []
             for panel in sorted(done[b], key=lambda panel: panel["residual"], reverse=True):
                 # halve the worst panels until the others leave half the tolerance to the halves
-                if remaining > tolerance / 2 and planned + 2 * PANEL_NODES <= max_steps and (
-                        remaining > tolerance or planned > nodes[b]):
+                if remaining > tolerance / 2 and planned + 2 * PANEL_NODES <= max_steps:
                     remaining -= panel["residual"]
                     planned += 2 * PANEL_NODES
                     a, end, middle = panel["a"], panel["b"], (panel["a"] + panel["b"]) / 2
