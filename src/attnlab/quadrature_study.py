@@ -47,7 +47,11 @@ def rule_name(rule: str, setting: float) -> str:
     return f"{rule}_{setting:g}"
 
 
-def _quantiles(values: np.ndarray) -> dict[str, float]:
+def _quantiles(values: np.ndarray) -> dict[str, float | None]:
+    """Median, p99 and max; None where there is nothing to compare (a model whose layers all
+    leave F where it is)."""
+    if not values.size:
+        return dict.fromkeys(("median", "p99", "max"))
     return {"median": float(np.median(values)), "p99": float(np.quantile(values, 0.99)),
             "max": float(values.max())}
 
@@ -140,9 +144,11 @@ def plot_study(reports: dict[str, dict[str, Any]], path: str | os.PathLike) -> N
             for ax, x, y in ((row[0], entry["grad_nodes_mean"], entry["head_max_error"]["median"]),
                              (row[1], entry["seconds_per_example"],
                               entry["completeness_abs_error"]["p99"])):
-                ax.scatter(x, max(y, 1e-9), marker=marker, s=60)
-                ax.annotate(name, (x, max(y, 1e-9)), fontsize=7, xytext=(3, 3),
-                            textcoords="offset points")
+                if y is None:  # no layer to compare
+                    continue
+                y = max(y, 1e-9)  # an exact 0 has no place on a log scale
+                ax.scatter(x, y, marker=marker, s=60)
+                ax.annotate(name, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
         row[0].set(xscale="log", yscale="log", title=f"{task}: per-head maximum",
                    xlabel="gradient evaluations per (example, layer)",
                    ylabel="relative error, median")
