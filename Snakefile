@@ -32,6 +32,7 @@ include: "workflow/rules/trees.smk"
 include: "workflow/rules/triggers.smk"
 include: "workflow/rules/identifiability.smk"
 include: "workflow/rules/explanation.smk"
+include: "workflow/rules/interaction_methods.smk"
 # the report's own pages, gathering what every stage wrote
 include: "workflow/rules/report.smk"
 
@@ -59,5 +60,6 @@ rule all:
         expand(rules.token_mixing.output.claims, name=config["name"], task=TASKS),
         expand(rules.attention_permutation.output.claims, name=config["name"], task=TASKS),
         expand(rules.adversarial_attention.output.claims, name=config["name"], task=TASKS),
+        expand(rules.interaction_methods.output.claims, name=config["name"], task=TASKS),
         expand(rules.run_summary.output.page, name=config["name"]),
         expand(rules.claims.output.page, name=config["name"]),

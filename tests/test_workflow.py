@@ -92,7 +92,7 @@ PER_CONFIG = {"quadrature_study": 1, "run_summary": 1, "claims": 1, "all": 1}
 # model), identifiability and explanation (from the fine-tuned model).
 FROM_MODEL = ("trees", "example_views", "mine_triggers", "attack_eval",
               "effective_attention", "token_identifiability", "token_mixing",
-              "attention_permutation", "adversarial_attention")
+              "attention_permutation", "adversarial_attention", "interaction_methods")
 
 
 def test_dry_run_plans_one_job_per_task_and_shard():
@@ -170,6 +170,7 @@ TINY = {
     "explanation": {"attention_permutation": {"permutations": 2},
                     "adversarial_keys": {"train_examples": 24, "epochs": 1},
                     "adversarial_attention": {"examples": 4, "layers": [1], "steps": 5}},
+    "interaction_methods": {"examples": 3, "flow_examples": 1, "deletion_steps": 3},
 }
 
 
@@ -326,7 +327,14 @@ def test_tiny_config_runs_end_to_end(tiny_run):
                  "explanation/{t}/adversarial_attention.parquet",
                  "explanation/{t}/adversarial_claims.parquet",
                  "explanation/{t}/adversarial.png",
-                 "benchmarks/token_mixing/{t}.tsv", "logs/adversarial_attention/{t}.log"):
+                 "benchmarks/token_mixing/{t}.tsv", "logs/adversarial_attention/{t}.log",
+                 "interaction_scores/task={t}/part.parquet",
+                 "interaction_methods/{t}/ground_truth.parquet",
+                 "interaction_methods/{t}/deletion.parquet",
+                 "interaction_methods/{t}/claims.parquet",
+                 "interaction_methods/{t}/leaderboard.html",
+                 "interaction_methods/{t}/ground_truth.png",
+                 "interaction_methods/{t}/deletion.png"):
         for task in TINY["tasks"]:
             assert (results / path.format(t=task)).is_file(), path.format(t=task)
     # the tiny model's d_v (16 / 2 heads = 8) is below every synthetic sequence length (>= 10),
@@ -340,6 +348,14 @@ def test_tiny_config_runs_end_to_end(tiny_run):
     assert (mixing["estimator"] == expected).all()
     adversarial = pd.read_parquet(results / "explanation/pairs/adversarial_attention.parquet")
     assert (adversarial["tvd"] <= 0.01).all() and set(adversarial["layer"]) == {1}
+    # every method scores every layer of the same (planted) examples; flow the first one only
+    scores = pd.read_parquet(results / "interaction_scores/task=pairs/part.parquet")
+    per_method = scores.groupby("method")["idx"].nunique()
+    assert per_method.pop("flow") == 1 and len(per_method) == 8
+    assert per_method.nunique() == 1 and 1 <= per_method.iloc[0] <= 3
+    assert set(scores["layer"]) == {0, 1}
+    truth = pd.read_parquet(results / "interaction_methods/pairs/ground_truth.parquet")
+    assert set(truth["scope"]) == {"0", "1", "any"} and truth["hit_share"].between(0, 1).all()
     # the shards of all tasks read back as one dataset
     attributions = pd.read_parquet(results / "attributions")
     assert set(attributions["task"].astype(str)) == set(TINY["tasks"])
@@ -371,7 +387,9 @@ def test_report_holds_every_figure_the_claims_and_the_run_summary(tiny_run):
         assert result["caption"].strip(), f"{path} has no caption"
     pages = {Path(path).name: tiny_run.work / path for path in results if path.endswith(".html")}
     view_pages = {p.name for p in views.rglob("*.html")}
-    assert view_pages and set(pages) == {"claims.html", "run_summary.html", *view_pages}
+    assert view_pages and set(pages) == {"claims.html", "run_summary.html", "leaderboard.html",
+                                         *view_pages}
+    assert sum(path.endswith("leaderboard.html") for path in results) == len(TINY["tasks"])
 
     claims = pages["claims.html"].read_text()
     tables = pd.concat([pd.read_parquet(p) for p in tiny_run.results.rglob("*claims.parquet")])

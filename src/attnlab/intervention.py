@@ -1,11 +1,11 @@
 """The one intervention point: an attention function registered with transformers.
 
 Every analysis that needs to see or change attention (capture the probabilities or the value
-vectors, scale one layer's probabilities by per-row factors for attribution, mask heads,
-permute or replace a layer's probabilities, map the keys) passes an `Intervention` to the
-model call as the keyword argument `attnlab=`. transformers hands extra keyword arguments down
-to the attention function, so no module is patched and no global state is kept: a call without
-`attnlab=` is the stock eager computation.
+vectors, scale one layer's probabilities by per-row factors for attribution, mask heads or
+single edges, permute or replace a layer's probabilities, map the keys) passes an
+`Intervention` to the model call as the keyword argument `attnlab=`. transformers hands extra
+keyword arguments down to the attention function, so no module is patched and no global state
+is kept: a call without `attnlab=` is the stock eager computation.
 """
 
 from __future__ import annotations
@@ -37,6 +37,9 @@ class Intervention:
                     batch row); the scaled tensor becomes a leaf that requires grad, stored in
                     `scaled`, so ∂F/∂(αA) can be taken with `torch.autograd.grad`.
     head_mask:      (L, H) or (B, L, H) multipliers of each head's probabilities (0 = masked).
+    edge_mask:      {layer: multipliers broadcastable to (B, H, Q, K)} of single entries of the
+                    layer's probabilities (0 = edge removed; (B, 1, Q, K) for every head alike);
+                    like head_mask, rows are not renormalised.
     replace:        {layer: (B, H, Q, K) probabilities} used instead of the layer's own.
     permute:        {layer: (B, H, Q, K) key indices}: row q of head h takes its weight for key k
                     from key permute[..., q, k] (a permutation of the keys of every row).
@@ -50,6 +53,7 @@ class Intervention:
     scale_layer: int | None = None
     scale: torch.Tensor | None = None
     head_mask: torch.Tensor | None = None
+    edge_mask: dict[int, torch.Tensor] = field(default_factory=dict)
     replace: dict[int, torch.Tensor] = field(default_factory=dict)
     permute: dict[int, torch.Tensor] = field(default_factory=dict)
     key_map: Callable[[int, torch.Tensor], torch.Tensor] | None = None
@@ -79,6 +83,8 @@ class Intervention:
         if self.head_mask is not None:
             mask = self.head_mask[..., layer, :].to(probs)
             probs = probs * (mask[:, :, None, None] if mask.dim() == 2 else mask[:, None, None])
+        if layer in self.edge_mask:
+            probs = probs * self.edge_mask[layer].to(probs)
         if self.scale_layer == layer:
             factors = self.scale.to(probs).view(-1, 1, 1, 1)
             probs = (probs.detach() * factors).requires_grad_(True)

@@ -39,6 +39,11 @@ class Family:
     embed: Callable[[PreTrainedModel, dict[str, torch.Tensor]], torch.Tensor]  # inputs -> e^0
     head: Callable[[PreTrainedModel, torch.Tensor], torch.Tensor] | None  # hidden -> logits
     output: str  # dotted path, inside the classifier, of its last layer (one row per class)
+    # dotted paths, inside one layer, of the attention's output projection W_O and of the layer
+    # norm after its residual connection (every family here is post-LN): the norm-based
+    # interaction methods decompose the attention sublayer with them
+    out_proj: str
+    attention_norm: str
     split: bool = True  # can the model be run from a cached hidden state at layer l?
 
 
@@ -74,17 +79,19 @@ def _distilbert_head(model: PreTrainedModel, hidden: torch.Tensor) -> torch.Tens
     return model.classifier(model.dropout(pooled))
 
 
+BERT_SUBLAYER = ("attention.output.dense", "attention.output.LayerNorm")
 FAMILIES: dict[str, Family] = {
     "bert": Family("bert", "encoder.layer", "attention.self", _embeddings, _bert_head,
-                   "classifier"),
+                   "classifier", *BERT_SUBLAYER),
     "roberta": Family("roberta", "encoder.layer", "attention.self", _embeddings, _sequence_head,
-                      "classifier.out_proj"),
+                      "classifier.out_proj", *BERT_SUBLAYER),
     "electra": Family("electra", "encoder.layer", "attention.self", _embeddings, _sequence_head,
-                      "classifier.out_proj"),
+                      "classifier.out_proj", *BERT_SUBLAYER),
     "distilbert": Family("distilbert", "transformer.layer", "attention", _embeddings,
-                         _distilbert_head, "classifier"),
+                         _distilbert_head, "classifier", "attention.out_lin", "sa_layer_norm"),
     "bart": Family("model", "encoder.layers", "self_attn", _bart_embeddings, None,
-                   "classification_head.out_proj", split=False),
+                   "classification_head.out_proj", "self_attn.out_proj", "self_attn_layer_norm",
+                   split=False),
 }
 
 
@@ -103,6 +110,13 @@ def _get(obj: nn.Module, dotted: str) -> nn.Module:
     for name in dotted.split("."):
         obj = getattr(obj, name)
     return obj
+
+
+def attention_sublayer(model: PreTrainedModel, layer: int) -> tuple[nn.Linear, nn.LayerNorm]:
+    """The output projection W_O of layer `layer`'s attention and the layer norm after it."""
+    family = family_of(model)
+    block = layer_stack(model)[layer]
+    return _get(block, family.out_proj), _get(block, family.attention_norm)
 
 
 def layer_stack(model: PreTrainedModel) -> nn.ModuleList:

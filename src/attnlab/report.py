@@ -52,6 +52,14 @@ def _table(frame: pd.DataFrame) -> str:
                          border=0)
 
 
+def write_tables_page(
+    path: str | os.PathLike, title: str, sections: list[tuple[str, str, pd.DataFrame]]
+) -> None:
+    """An HTML page of tables, each under its heading with a note (HTML) above it."""
+    _write_page(path, _page(title, [(head, f"<p>{note}</p>" + _table(frame))
+                                    for head, note, frame in sections]))
+
+
 def stage_times(benchmarks: dict[str, list[str | os.PathLike]]) -> pd.DataFrame:
     """Per stage (rule): jobs, summed and longest wall time (s), largest peak memory (MB).
 

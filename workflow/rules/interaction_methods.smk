@@ -1,0 +1,52 @@
+# Which explanation finds the interaction? (docs/interaction_methods.md) Every method's token-pair
+# scores of each task's attributed examples, beside the dumps; their planted-pair recovery,
+# deletion curves, a leaderboard, two figures and the claims judged on them.
+
+
+rule interaction_methods:
+    input:
+        model=rules.finetune.output.model,
+        dev=rules.prepare_data.output.dev,
+        parts=rules.summarise_attributions.input.parts,
+    output:
+        scores="results/{name}/interaction_scores/task={task}/part.parquet",
+        ground_truth="results/{name}/interaction_methods/{task}/ground_truth.parquet",
+        deletion="results/{name}/interaction_methods/{task}/deletion.parquet",
+        claims="results/{name}/interaction_methods/{task}/claims.parquet",
+        leaderboard=report(
+            "results/{name}/interaction_methods/{task}/leaderboard.html",
+            caption="../report/interaction_leaderboard.rst",
+            category="Interaction methods",
+            labels={"task": "{task}", "output": "leaderboard"},
+        ),
+        ground_truth_figure=report(
+            "results/{name}/interaction_methods/{task}/ground_truth.png",
+            caption="../report/interaction_ground_truth.rst",
+            category="Interaction methods",
+            labels={"task": "{task}", "output": "planted ground truth"},
+        ),
+        deletion_figure=report(
+            "results/{name}/interaction_methods/{task}/deletion.png",
+            caption="../report/interaction_deletion.rst",
+            category="Interaction methods",
+            labels={"task": "{task}", "output": "deletion curves"},
+        ),
+    params:
+        task=task_spec,
+        settings=config["interaction_methods"],
+        model={key: config["model"][key] for key in ("max_length", "truncate")},
+        seed=config["seed"],
+        device=config["device"],
+        precision=config["precision"],
+        code=code_version("interaction_methods"),
+    log:
+        "results/{name}/logs/interaction_methods/{task}.log",
+    benchmark:
+        "results/{name}/benchmarks/interaction_methods/{task}.tsv"
+    threads: 1
+    resources:
+        gpu=GPU,
+    conda:
+        "../../envs/attnlab.yaml"
+    script:
+        "../scripts/interaction_methods.py"

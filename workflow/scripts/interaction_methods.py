@@ -1,0 +1,23 @@
+"""Snakemake adapter of rule interaction_methods: eight token-interaction methods of one task,
+scored and judged on planted ground truth and faithfulness."""
+
+from attnlab.device import start_model_job
+from attnlab.interaction_methods import analyse_task
+from attnlab.outputs import provenance, workflow_job
+from attnlab.tasks import TaskSpec
+
+params = snakemake.params
+with workflow_job(snakemake):
+    device, _ = start_model_job(snakemake.threads, params.device, params.precision)
+    analyse_task(
+        snakemake.input.model,
+        snakemake.input.dev,
+        list(snakemake.input.parts),
+        TaskSpec.from_config(snakemake.wildcards.task, params.task),
+        params.settings,
+        params.model,
+        params.seed,
+        device,
+        dict(snakemake.output.items()),
+        provenance(dict(params.items())),
+    )
