@@ -4,7 +4,7 @@
   and dev accuracy of every fine-tuned model, the library and package versions, and the
   configuration with its defaults filled in.
 * Claims: the claims tables of every stage in one table (each a paper's statement judged on
-  this run, see `heads.claim`), with what the paper states beside each claim when the
+  this run, see `claim`), with what the paper states beside each claim when the
   configuration names the paper (`report.papers`, files in workflow/report/findings/).
 
 Both are HTML pages, which the report shows as they are.
@@ -30,6 +30,16 @@ th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left; vertical-al
 th { background: #f0f0f0; }
 pre { background: #f7f7f7; padding: 8px; }
 </style>"""
+
+
+def claim(
+    stage: str, statement: str, metric: str, value: float, holds: bool | None
+) -> dict[str, Any]:
+    """One row of a claims table; the verdict follows from `holds`, computed by the caller
+    (None: the data cannot test the claim, e.g. no sequence is long enough)."""
+    verdict = "not testable" if holds is None else "holds" if holds else "does not hold"
+    return {"stage": stage, "claim": statement, "metric": metric, "value": float(value),
+            "verdict": verdict}
 
 
 def _page(title: str, sections: list[tuple[str, str]]) -> str:
