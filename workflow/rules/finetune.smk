@@ -16,7 +16,7 @@ rule finetune:
         task=task_spec,
         model=config["model"],
         finetune=task_finetune,
-        seed=config["seed"],
+        seed=run_seed,
         device=config["device"],
         precision=config["precision"],
         code=code_version("training"),
