@@ -105,7 +105,10 @@ def default_task_model(tmp_path_factory) -> Callable[[str], tuple[Path, dict]]:
             folders = {task: tmp_path_factory.mktemp(task) for task in DEFAULT_CONFIG["tasks"]}
             # spawn: a forked child would inherit the parent's torch thread pools
             context = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(max_workers=2, mp_context=context) as pool:
+            # two cores: two one-thread processes, or one process of ATTNLAB_TEST_THREADS=2
+            # (more threads than cores run many times slower)
+            workers = max(1, 2 // TRAIN_THREADS)
+            with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
                 metrics = pool.map(_train_default_task, folders, folders.values())
                 trained.update(zip(folders, zip(folders.values(), metrics, strict=True),
                                    strict=True))
