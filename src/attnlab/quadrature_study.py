@@ -17,6 +17,7 @@ is estimated by halving the panel count. Reported per rule:
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 import time
@@ -46,6 +47,8 @@ def rule_name(rule: str, setting: float) -> str:
 
 
 def _quantiles(values: np.ndarray) -> dict[str, float]:
+    if not values.size:  # no layer moved F by min_delta (a barely trained model): nothing to say
+        return {"median": math.nan, "p99": math.nan, "max": math.nan}
     return {"median": float(np.median(values)), "p99": float(np.quantile(values, 0.99)),
             "max": float(values.max())}
 
