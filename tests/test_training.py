@@ -1,3 +1,5 @@
+import math
+
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -11,7 +13,7 @@ from transformers import (
 
 from attnlab.models import align_labels
 from attnlab.tasks import TaskSpec, encode, load_split, prepare_task
-from attnlab.training import accuracy, build_tokenizer, finetune, training_words
+from attnlab.training import accuracy, build_tokenizer, finetune, pretrain, training_words
 
 TINY_MODEL = {
     "source": "scratch",
@@ -147,3 +149,36 @@ def test_a_finetuned_checkpoint_is_evaluated_as_published(tmp_path, small_task, 
     assert saved.config.id2label == dict(enumerate(spec.label_names))
     data = encode(load_split(dev, spec), spec, tokenizer, TINY_MODEL["max_length"])
     assert accuracy(saved, data, 16, CPU) == metrics["dev_accuracy"]
+
+
+PRETRAIN = {"epochs": 2, "batch_size": 32, "learning_rate": 1e-3, "mask_rate": 0.15}
+
+
+def test_pretrained_start_is_one_vocabulary_and_one_set_of_weights_for_every_task(
+        tmp_path, small_task, single_task):
+    """model.pretrain: one masked-LM model over the union of the tasks' words and text, from
+    which every task's classifier starts, so that head h is the same head in every task."""
+    pair_spec, pair_train, pair_dev = small_task
+    single_task["synthetic"].update(n_train=96, n_dev=32)
+    single_train, single_dev = tmp_path / "single_train.parquet", tmp_path / "single_dev.parquet"
+    prepare_task("syn_sst2", single_task, 0, single_train, single_dev)
+    single_spec = TaskSpec.from_config("syn_sst2", single_task)
+    start = tmp_path / "start"
+    metrics = pretrain([pair_train, single_train], [pair_spec, single_spec], TINY_MODEL, PRETRAIN,
+                       CPU, 0, start)
+    assert metrics["texts"] == 2 * 96 and metrics["epochs"] == 2
+    assert metrics["mlm_loss"] < math.log(metrics["vocabulary"])  # it learned something
+    tokenizer = AutoTokenizer.from_pretrained(start)
+    words = set(training_words(load_split(pair_train, pair_spec), pair_spec)) | set(
+        training_words(load_split(single_train, single_spec), single_spec))
+    assert len(tokenizer) == len(words) + 5  # the special tokens
+    # both tasks' classifiers start from the same encoder weights and vocabulary
+    models = []
+    for spec, train, dev in ((pair_spec, pair_train, pair_dev),
+                             (single_spec, single_train, single_dev)):
+        finetune(train, dev, spec, TINY_MODEL, {**SHORT_TRAINING, "learning_rate": 0.0}, CPU, 0,
+                 tmp_path / spec.name, start=start)
+        models.append(load_file(tmp_path / spec.name / "model.safetensors"))
+    encoder = [key for key in models[0] if key.startswith("bert.")]
+    assert encoder and all(torch.equal(models[0][k], models[1][k]) for k in encoder)
+    assert AutoTokenizer.from_pretrained(tmp_path / "syn_sst2").get_vocab() == tokenizer.get_vocab()
