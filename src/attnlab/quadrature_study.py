@@ -130,10 +130,14 @@ def plot_study(reports: dict[str, dict[str, Any]], path: str | os.PathLike) -> N
             for ax, x, y in ((row[0], entry["grad_nodes_mean"], entry["head_max_error"]["median"]),
                              (row[1], entry["seconds_per_example"],
                               entry["completeness_abs_error"]["p99"])):
+                if math.isnan(y):  # no layer to compare (see _quantiles)
+                    continue
                 ax.scatter(x, max(y, 1e-9), marker=marker, s=60)
                 ax.annotate(name, (x, max(y, 1e-9)), fontsize=7, xytext=(3, 3),
                             textcoords="offset points")
-        row[0].set(xscale="log", yscale="log", title=f"{task}: per-head maximum",
+        # a log scale without a point fails to draw
+        scale = "log" if row[0].collections else "linear"
+        row[0].set(xscale=scale, yscale=scale, title=f"{task}: per-head maximum",
                    xlabel="gradient evaluations per (example, layer)",
                    ylabel="relative error, median")
         row[1].axhline(report["tolerance"], color="grey", linestyle="--", linewidth=1)
