@@ -54,7 +54,7 @@ TIE_MARGIN = 0.1
 def recovery_claims(recovery: dict[str, float | int]) -> list[dict[str, Any]]:
     """The ground-truth claims of a task's planted-pair recovery (planted_pair_recovery): that
     attribution finds the pair in most examples, at least as often as raw attention (a tie
-    within TIE_MARGIN counts), and clearly more often (by TIE_MARGIN). None where the task has
+    within TIE_MARGIN counts), and clearly more often (by TIE_MARGIN). No claims where the task has
     no planted pairs."""
     if not recovery["examples"]:
         return []
