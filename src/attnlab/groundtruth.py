@@ -42,11 +42,11 @@ def planted_pair_recovery(dump: pd.DataFrame) -> dict[str, float | int]:
     }
 
 
-# The bars of the ground-truth claims. A share measured on a few hundred dev examples moves by a
-# few hundredths between seeds and between CPUs (float training takes another path on another
-# CPU), so "wins" and "ties" are judged with a margin of that size, never by a strict `>`:
-# measured over seeds and machines, attribution wins clearly on syn_mnli (by about 0.3) while
-# raw attention finds the pair about as often on syn_rte and syn_sst2 (within 0.05 either way).
+# The bars of the ground-truth claims. The shares move between CPUs (float training takes
+# another path on another CPU) and between seeds, so "wins" and "ties" are judged with a margin,
+# never by a strict `>`: on seed 0 raw attention finds the pair as often as attribution on
+# syn_rte and syn_sst2 (within 0.04 either way), which is a tie, not a loss
+# (docs/replication.md has the measurements).
 RECOVERY_BAR = 0.8
 TIE_MARGIN = 0.1
 

@@ -35,7 +35,7 @@ rule finetune:
         # the local copy of model.pretrained (none for a model built from scratch)
         pretrained=PRETRAINED or [],
         # the shared starting point of scratch models (none without model.pretrain)
-        start=rules.pretrain.output.model if config["model"]["pretrain"] else [],
+        start=rules.pretrain.output.model if config["model"]["pretrain"]["epochs"] else [],
     output:
         model=directory("results/{name}/finetune/{task}/model"),
         metrics=report(
