@@ -1,31 +1,34 @@
 # model.pretrain: the starting point every task's scratch model is fine-tuned from (one
 # vocabulary and one masked-LM model over all tasks), so that heads compare across tasks.
-rule pretrain:
-    input:
-        train=expand(rules.prepare_data.output.train, task=TASKS, allow_missing=True),
-    output:
-        model=directory("results/{name}/pretrain/model"),
-        metrics="results/{name}/pretrain/metrics.json",
-    params:
-        tasks={task: {key: config["tasks"][task][key]
-                      for key in ("text_fields", "label_names", "label_field")}
-               for task in TASKS},
-        model=config["model"],
-        seed=run_seed,
-        device=config["device"],
-        precision=config["precision"],
-        code=code_version("training"),
-    log:
-        "results/{name}/logs/pretrain.log",
-    benchmark:
-        "results/{name}/benchmarks/pretrain.tsv"
-    threads: 1
-    resources:
-        gpu=GPU,
-    conda:
-        "../../envs/attnlab.yaml"
-    script:
-        "../scripts/pretrain.py"
+# The rule exists only then: the run summary gathers the benchmark of every rule there is.
+if config["model"]["pretrain"]["epochs"]:
+
+    rule pretrain:
+        input:
+            train=expand(rules.prepare_data.output.train, task=TASKS, allow_missing=True),
+        output:
+            model=directory("results/{name}/pretrain/model"),
+            metrics="results/{name}/pretrain/metrics.json",
+        params:
+            tasks={task: {key: config["tasks"][task][key]
+                          for key in ("text_fields", "label_names", "label_field")}
+                   for task in TASKS},
+            model=config["model"],
+            seed=run_seed,
+            device=config["device"],
+            precision=config["precision"],
+            code=code_version("training"),
+        log:
+            "results/{name}/logs/pretrain.log",
+        benchmark:
+            "results/{name}/benchmarks/pretrain.tsv"
+        threads: 1
+        resources:
+            gpu=GPU,
+        conda:
+            "../../envs/attnlab.yaml"
+        script:
+            "../scripts/pretrain.py"
 
 
 rule finetune:
