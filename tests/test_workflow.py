@@ -109,6 +109,7 @@ def test_dry_run_plans_one_job_per_task_and_shard():
         "prune_eval": n_tasks,
         "pruning_figures": 1,
         "task_correlation": 1,
+        "quadrature_study": 1,
         **dict.fromkeys(FROM_MODEL, n_tasks),
         **PER_CONFIG,
     }
@@ -439,8 +440,7 @@ REPORT = {"run_summary": 1, "claims": 1, "all": 1}
 FROM_FINETUNE = {"finetune": 1, "attribute": TINY["attribution"]["shards"],
                  "summarise_attributions": 1, "head_importance": 1, "prune_eval": 1,
                  "pruning_figures": 1, "task_correlation": 1, "quadrature_study": 1,
-        **dict.fromkeys(FROM_MODEL, 1),
-                 **REPORT}
+                 **dict.fromkeys(FROM_MODEL, 1), **REPORT}
 # A change to the config -> the jobs it plans by rule, and the one task they are all of (None:
 # any tasks). Each case is one dry run against the completed tiny run.
 CHANGES = [
