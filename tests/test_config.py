@@ -138,6 +138,10 @@ def test_task_source_needs_its_settings(tmp_path):
         ({"tasks": {"t": {"source": "hub", "hub": {"path": "/abs/glue"},
                           "text_fields": ["sentence"], "label_names": ["a", "b"]}}},
          "config error at tasks.t.hub.path: '/abs/glue' is not a hub dataset id"),
+        # a shared masked-LM start is built for scratch models only
+        ({"model": {"source": "pretrained", "pretrained": "bert-base-cased",
+                    "pretrain": {"epochs": 2}}},
+         "config error at model.pretrain.epochs: pre-training is for scratch models only"),
         ({"report": {"papers": ["nosuch"]}},
          "config error at report.papers: no findings file for 'nosuch' "
          "(known: brunner2020, explanation, hao2021)"),

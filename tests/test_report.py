@@ -108,6 +108,34 @@ def test_without_papers_the_page_has_no_paper_column(tmp_path):
     assert "<th>paper</th>" not in (tmp_path / "claims.html").read_text()
 
 
+def test_claims_over_seeds_give_mean_interval_and_k_of_n(tmp_path):
+    """A run over seeds (config `seeds`) writes each seed's claims under seed=<s>/: the page
+    shows each claim once, its mean, 95 % interval and per-seed values, and "holds in k of n"."""
+    values = {0: 0.9, 1: 0.7, 2: 0.8}
+    paths = []
+    for seed, value in values.items():
+        folder = tmp_path / "results" / "rep" / f"seed={seed}"
+        folder.mkdir(parents=True)
+        paths.append(write_claims(folder / "claims.parquet", [
+            {"stage": "trees", "statement": "joins", "metric": f"share of {seed + 10} (>= 0.75)",
+             "value": value, "holds": value >= 0.75},
+            {"stage": "trees", "statement": "long", "metric": "m", "value": float("nan"),
+             "holds": None}], task="t"))
+    out = tmp_path / "claims.html"
+    table = claims_table(paths, [], out, {}).set_index("claim")
+    joins = table.loc["joins"]
+    # mean 0.8, sd 0.1: half-width t(0.975, 2 df) * 0.1 / sqrt(3) = 4.303 * 0.0577 = 0.2484
+    assert joins["value"] == pytest.approx(0.8)
+    assert joins["ci95"] == "[0.5516, 1.048]"
+    assert joins["per_seed"] == "0: 0.9 +, 1: 0.7 -, 2: 0.8 +"
+    assert joins["verdict"] == "holds in 2 of 3 seeds"
+    assert joins["metric"] == "share of 10 (>= 0.75)"  # the first seed's words
+    assert table.loc["long", "verdict"] == "not testable"
+    page = out.read_text()
+    assert "over 3 seeds (0, 1, 2)" in page and "<th>per_seed</th>" in page
+    assert "0 hold in every seed, 1 in some, 0 in none, 1 untested" in page
+
+
 # The paper configuration's model, BERT-base: 64 value dimensions per head, 12 layers.
 BERT_BASE_D_V, BERT_BASE_LAYERS = 64, 12
 

@@ -1,3 +1,5 @@
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -20,6 +22,7 @@ from attnlab.training import (
     build_tokenizer,
     finetune,
     length_bucket_order,
+    pretrain,
     training_words,
 )
 
@@ -221,3 +224,36 @@ def test_out_of_memory_in_training_names_finetune_batch_size(tmp_path, small_tas
             r"allocate 1.00 GiB\)$")):
         finetune(train, dev, spec, TINY_MODEL, SHORT_TRAINING, CPU, 0, tmp_path / "model")
     assert not (tmp_path / "model").exists()
+
+
+PRETRAIN = {"epochs": 2, "batch_size": 32, "learning_rate": 1e-3, "mask_rate": 0.15}
+
+
+def test_pretrained_start_is_one_vocabulary_and_one_set_of_weights_for_every_task(
+        tmp_path, small_task, single_task):
+    """model.pretrain: one masked-LM model over the union of the tasks' words and text, from
+    which every task's classifier starts, so that head h is the same head in every task."""
+    pair_spec, pair_train, pair_dev = small_task
+    single_task["synthetic"].update(n_train=96, n_dev=32)
+    single_train, single_dev = tmp_path / "single_train.parquet", tmp_path / "single_dev.parquet"
+    prepare_task("syn_sst2", single_task, 0, single_train, single_dev)
+    single_spec = TaskSpec.from_config("syn_sst2", single_task)
+    start = tmp_path / "start"
+    metrics = pretrain([pair_train, single_train], [pair_spec, single_spec], TINY_MODEL, PRETRAIN,
+                       CPU, 0, start)
+    assert metrics["texts"] == 2 * 96 and metrics["epochs"] == 2
+    assert metrics["mlm_loss"] < math.log(metrics["vocabulary"])  # it learned something
+    tokenizer = AutoTokenizer.from_pretrained(start)
+    words = set(training_words(load_split(pair_train, pair_spec), pair_spec)) | set(
+        training_words(load_split(single_train, single_spec), single_spec))
+    assert len(tokenizer) == len(words) + 5  # the special tokens
+    # both tasks' classifiers start from the same encoder weights and vocabulary
+    models = []
+    for spec, train, dev in ((pair_spec, pair_train, pair_dev),
+                             (single_spec, single_train, single_dev)):
+        finetune(train, dev, spec, TINY_MODEL, {**SHORT_TRAINING, "learning_rate": 0.0}, CPU, 0,
+                 tmp_path / spec.name, start=start)
+        models.append(load_file(tmp_path / spec.name / "model.safetensors"))
+    encoder = [key for key in models[0] if key.startswith("bert.")]
+    assert encoder and all(torch.equal(models[0][k], models[1][k]) for k in encoder)
+    assert AutoTokenizer.from_pretrained(tmp_path / "syn_sst2").get_vocab() == tokenizer.get_vocab()

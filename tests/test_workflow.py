@@ -109,9 +109,31 @@ def test_dry_run_plans_one_job_per_task_and_shard():
         "prune_eval": n_tasks,
         "pruning_figures": 1,
         "task_correlation": 1,
+        "quadrature_study": 1,
         **dict.fromkeys(FROM_MODEL, n_tasks),
         **PER_CONFIG,
     }
+
+
+def test_replicate_config_runs_every_seed_dependent_stage_once_per_seed():
+    default = yaml.safe_load((ROOT / "config.yaml").read_text())
+    replicate = yaml.safe_load((ROOT / "config" / "replicate.yaml").read_text())
+    # the default configuration but for its name and seeds
+    assert {key for key in default | replicate
+            if default.get(key) != replicate.get(key)} == {"name", "seeds"}
+    seeds = replicate["seeds"]
+    assert len(seeds) == 5
+    result = snakemake("-n", "--forceall", "--cores", "2", "--configfile", "config/replicate.yaml")
+    counts = job_counts(result.stdout)
+    # everything but the report's pages runs once per seed (each seed's run prepares its data
+    # again, from the same seed: identical data, in seconds); one claims page gathers them all
+    assert {rule: counts[rule] for rule in PER_CONFIG} == PER_CONFIG
+    assert {rule: n // len(seeds) for rule, n in counts.items() if rule not in PER_CONFIG} == {
+        "prepare_data": 3, "finetune": 3, "attribute": 6, "summarise_attributions": 3,
+        "head_importance": 3, "prune_eval": 3, "pruning_figures": 1, "task_correlation": 1,
+        "quadrature_study": 1, **dict.fromkeys(FROM_MODEL, 3)}
+    finetuned = {job.wildcards["name"] for job in jobs_of(result.stdout) if job.rule == "finetune"}
+    assert finetuned == {f"replicate/seed={seed}" for seed in seeds}
 
 
 @pytest.mark.parametrize("configfile, expected", [
@@ -119,18 +141,21 @@ def test_dry_run_plans_one_job_per_task_and_shard():
     ("config/paper.yaml", {
         "download_data": 8, "download_model": 1, "prepare_data": 4, "finetune": 4,
         "attribute": 32, "summarise_attributions": 4, "head_importance": 4, "prune_eval": 4,
-        "pruning_figures": 1, "task_correlation": 1, **dict.fromkeys(FROM_MODEL, 4),
+        "pruning_figures": 1, "task_correlation": 1, "quadrature_study": 1,
+        **dict.fromkeys(FROM_MODEL, 4),
         **PER_CONFIG}),
     ("config/bart-mnli.yaml", {
         "download_data": 2, "download_model": 1, "prepare_data": 1, "finetune": 1,
         "attribute": 8, "summarise_attributions": 1, "head_importance": 1, "prune_eval": 1,
-        "pruning_figures": 1, "task_correlation": 1, **dict.fromkeys(FROM_MODEL, 1),
+        "pruning_figures": 1, "task_correlation": 1, "quadrature_study": 1,
+        **dict.fromkeys(FROM_MODEL, 1),
         **PER_CONFIG}),
     # local files: nothing to download but the model
     ("config/own-model-and-data.yaml", {
         "download_model": 1, "prepare_data": 1, "finetune": 1, "attribute": 1,
         "summarise_attributions": 1, "head_importance": 1, "prune_eval": 1,
-        "pruning_figures": 1, "task_correlation": 1, **dict.fromkeys(FROM_MODEL, 1),
+        "pruning_figures": 1, "task_correlation": 1, "quadrature_study": 1,
+        **dict.fromkeys(FROM_MODEL, 1),
         **PER_CONFIG}),
 ])
 def test_each_configuration_plans_its_whole_dag_without_network(configfile, expected):
@@ -430,10 +455,10 @@ def merged(base: dict, change: dict) -> dict:
 # The report's pages and the target rule follow every change.
 REPORT = {"run_summary": 1, "claims": 1, "all": 1}
 # Everything of one task from fine-tuning on, and the stages gathering all tasks.
-FROM_FINETUNE = {"finetune": 1, "attribute": TINY["attribution"]["shards"], "quadrature_study": 1,
+FROM_FINETUNE = {"finetune": 1, "attribute": TINY["attribution"]["shards"],
                  "summarise_attributions": 1, "head_importance": 1, "prune_eval": 1,
-                 "pruning_figures": 1, "task_correlation": 1, **dict.fromkeys(FROM_MODEL, 1),
-                 **REPORT}
+                 "pruning_figures": 1, "task_correlation": 1, "quadrature_study": 1,
+                 **dict.fromkeys(FROM_MODEL, 1), **REPORT}
 # A change to the config -> the jobs it plans by rule, and the one task they are all of (None:
 # any tasks). Each case is one dry run against the completed tiny run.
 CHANGES = [

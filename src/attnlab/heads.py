@@ -33,6 +33,7 @@ from attnlab.errors import ConfigError
 from attnlab.head_figures import plot_task_correlation
 from attnlab.intervention import Intervention
 from attnlab.outputs import atomic_path
+from attnlab.report import claim  # a claims row; the stages import it from here too
 
 log = logging.getLogger(__name__)
 
@@ -255,16 +256,6 @@ def head_importance(
 # "Strongly correlated" in the paper's sense (its Fig. 5 contrasts a high MNLI–RTE r with a
 # low MNLI–SST-2 r); 0.5 is the usual boundary of a strong Pearson correlation.
 STRONG_R = 0.5
-
-
-def claim(
-    stage: str, statement: str, metric: str, value: float, holds: bool | None
-) -> dict[str, Any]:
-    """One row of a claims table; the verdict follows from `holds`, computed by the caller
-    (None: the data cannot test the claim, e.g. no sequence is long enough)."""
-    verdict = "not testable" if holds is None else "holds" if holds else "does not hold"
-    return {"stage": stage, "claim": statement, "metric": metric, "value": float(value),
-            "verdict": verdict}
 
 
 def task_correlations(importance: pd.DataFrame, method: str = "attribution") -> pd.DataFrame:

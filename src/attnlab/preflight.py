@@ -123,6 +123,10 @@ def check_config(config: dict[str, Any], pretrained: str | None) -> None:
         if not set(pair) <= set(tasks):
             raise ConfigError(f"heads: pair {pair} names a task that is not in tasks "
                               f"({', '.join(tasks)})")
+    if config["model"]["pretrain"]["epochs"] and config["model"]["source"] != "scratch":
+        raise ConfigError(f"model.pretrain.epochs: pre-training is for scratch models only; "
+                          f"model.source is {config['model']['source']!r}, which starts from "
+                          "model.pretrained")
     trees, attribution = config["trees"], config["attribution"]
     # the adaptive rule's first panels take 3 gradient evaluations per scan interval at most
     if attribution["max_steps"] < 3 * attribution["scan_steps"]:

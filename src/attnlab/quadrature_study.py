@@ -149,7 +149,9 @@ def plot_study(reports: dict[str, dict[str, Any]], path: str | os.PathLike) -> N
                 y = max(y, 1e-9)  # an exact 0 has no place on a log scale
                 ax.scatter(x, y, marker=marker, s=60)
                 ax.annotate(name, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
-        row[0].set(xscale="log", yscale="log", title=f"{task}: per-head maximum",
+        # a log scale without a point fails to draw
+        scale = "log" if row[0].collections else "linear"
+        row[0].set(xscale=scale, yscale=scale, title=f"{task}: per-head maximum",
                    xlabel="gradient evaluations per (example, layer)",
                    ylabel="relative error, median")
         row[1].axhline(report["tolerance"], color="grey", linestyle="--", linewidth=1)

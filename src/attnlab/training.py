@@ -21,6 +21,7 @@ from transformers import (
     AutoModelForSequenceClassification,
     AutoTokenizer,
     BertConfig,
+    BertForMaskedLM,
     BertForSequenceClassification,
     BertTokenizer,
     PreTrainedModel,
@@ -85,8 +86,28 @@ def check_lengths(
         tasks.check_lengths(df, spec, tokenizer, model_cfg["max_length"])
 
 
+def scratch_config(
+    model_cfg: dict[str, Any], tokenizer: PreTrainedTokenizerBase, **labels: Any
+) -> BertConfig:
+    """The BERT of model.scratch's sizes over `tokenizer`'s vocabulary."""
+    size = model_cfg["scratch"]
+    return BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=size["hidden"],
+        num_hidden_layers=size["layers"],
+        num_attention_heads=size["heads"],
+        intermediate_size=size["intermediate"],
+        max_position_embeddings=model_cfg["max_length"],
+        hidden_dropout_prob=size.get("dropout", 0.1),
+        attention_probs_dropout_prob=size.get("dropout", 0.1),
+        pad_token_id=tokenizer.pad_token_id,
+        attn_implementation="eager",
+        **labels,
+    )
+
+
 def _build_model(
-    spec: TaskSpec, model_cfg: dict[str, Any], train: pd.DataFrame
+    spec: TaskSpec, model_cfg: dict[str, Any], train: pd.DataFrame, start: str | None = None
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     labels = {
         "num_labels": len(spec.label_names),
@@ -94,22 +115,14 @@ def _build_model(
         "label2id": {name: i for i, name in enumerate(spec.label_names)},
     }
     source = model_cfg["source"]
+    if source == "scratch" and start is not None:
+        # the shared starting point of every task (pretrain): its vocabulary and weights
+        model = BertForSequenceClassification.from_pretrained(
+            start, attn_implementation="eager", **labels)
+        return model, AutoTokenizer.from_pretrained(start)
     if source == "scratch":
-        size = model_cfg["scratch"]
         tokenizer = model_tokenizer(spec, model_cfg, train)
-        config = BertConfig(
-            vocab_size=len(tokenizer),
-            hidden_size=size["hidden"],
-            num_hidden_layers=size["layers"],
-            num_attention_heads=size["heads"],
-            intermediate_size=size["intermediate"],
-            max_position_embeddings=model_cfg["max_length"],
-            hidden_dropout_prob=size.get("dropout", 0.1),
-            attention_probs_dropout_prob=size.get("dropout", 0.1),
-            pad_token_id=tokenizer.pad_token_id,
-            attn_implementation="eager",
-            **labels,
-        )
+        config = scratch_config(model_cfg, tokenizer, **labels)
         return BertForSequenceClassification(config), tokenizer
     name = model_cfg["pretrained"]
     checkpoint_shape(name)  # an unsupported family is refused before any training
@@ -272,18 +285,20 @@ def finetune(
     seed: int,
     out_dir: str | os.PathLike,
     bf16: bool = False,
+    start: str | os.PathLike | None = None,
 ) -> dict[str, Any]:
     """Train a classifier on `train_path`, evaluate on `dev_path`, save model + tokenizer.
 
     `model_cfg` and `train_cfg` are config["model"] and config["finetune"]; a checkpoint of
     source `finetuned` is not trained, only evaluated (its classes put in the task's order).
-    The same config and seed give the same numbers on CPU. `bf16`: train under bfloat16
-    autocast. Returns the run's metrics.
+    A scratch model starts from `start` (the shared checkpoint of `pretrain`) when given. The
+    same config and seed give the same numbers on CPU. `bf16`: train under bfloat16 autocast.
+    Returns the run's metrics.
     """
     started = time.monotonic()
     train_df, dev_df = load_split(train_path, spec), load_split(dev_path, spec)
     torch.manual_seed(seed)  # model initialisation and dropout
-    model, tokenizer = _build_model(spec, model_cfg, train_df)
+    model, tokenizer = _build_model(spec, model_cfg, train_df, start)
     model.to(device)
 
     max_length = model_cfg["max_length"]
@@ -311,3 +326,73 @@ def finetune(
         "device": device_name(device),
         "seconds": round(time.monotonic() - started, 1),
     }
+
+
+def _masked(ids: torch.Tensor, maskable: torch.Tensor, rate: float, mask_id: int,
+            generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """(inputs, labels) of masked-LM: each maskable token replaced by [MASK] with probability
+    `rate` (always [MASK], not BERT's 80/10/10: the vocabulary is tiny and the point is only a
+    shared start), labels -100 where nothing is predicted."""
+    chosen = (torch.rand(ids.shape, generator=generator) < rate) & maskable
+    return ids.masked_fill(chosen, mask_id), ids.masked_fill(~chosen, -100)
+
+
+def pretrain(
+    train_paths: list[str | os.PathLike],
+    specs: list[TaskSpec],
+    model_cfg: dict[str, Any],
+    pretrain_cfg: dict[str, Any],
+    device: torch.device,
+    seed: int,
+    out_dir: str | os.PathLike,
+) -> dict[str, Any]:
+    """The shared starting point of every task (model.pretrain): one word-level vocabulary
+    over all tasks' training words and one scratch BERT trained by masked-LM on all tasks'
+    training text, saved with its tokenizer. Fine-tuned from it (finetune's `start`), head h
+    of one task's model and head h of another's come from the same weights, as in the paper's
+    tasks fine-tuned from one BERT, so their importances can be compared. Returns metrics."""
+    started = time.monotonic()
+    frames = [(load_split(path, spec), spec)
+              for path, spec in zip(train_paths, specs, strict=True)]
+    words = sorted(set().union(*(training_words(df, spec) for df, spec in frames)))
+    tokenizer = build_tokenizer(words)
+    torch.manual_seed(seed)  # initialisation and dropout
+    model = BertForMaskedLM(scratch_config(model_cfg, tokenizer)).to(device)
+    texts: dict[str, list] = {"input_ids": [], "token_type_ids": []}
+    for df, spec in frames:  # encoded as the classifiers see them (segments, special tokens)
+        encoded = tokenizer(*(df[field].tolist() for field in spec.text_fields))
+        for key, values in texts.items():
+            values += encoded[key]
+    batch = tokenizer.pad(texts, return_tensors="pt")
+    ids, attention_mask = batch["input_ids"], batch["attention_mask"]
+    maskable = attention_mask.bool() & ~torch.isin(ids, torch.tensor(tokenizer.all_special_ids))
+    n, size, epochs = len(ids), pretrain_cfg["batch_size"], pretrain_cfg["epochs"]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=pretrain_cfg["learning_rate"],
+                                  weight_decay=0.01)
+    total_steps = epochs * math.ceil(n / size)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, _linear_schedule(max(1, total_steps // 10), total_steps))
+    generator = torch.Generator().manual_seed(seed)  # order and masks
+    log.info("pretrain: masked-LM on %d texts of %d tasks, vocabulary %d, %d epochs",
+             n, len(frames), len(tokenizer), epochs)
+    model.train()
+    for epoch in range(1, epochs + 1):
+        epoch_loss = 0.0
+        for rows in torch.randperm(n, generator=generator).split(size):
+            inputs, labels = _masked(ids[rows], maskable[rows], pretrain_cfg["mask_rate"],
+                                     tokenizer.mask_token_id, generator)
+            loss = model(input_ids=inputs.to(device), labels=labels.to(device),
+                         attention_mask=attention_mask[rows].to(device),
+                         token_type_ids=batch["token_type_ids"][rows].to(device)).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+            epoch_loss += loss.item() * len(rows)
+        log.info("pretrain epoch %d/%d: masked-LM loss %.4f", epoch, epochs, epoch_loss / n)
+    with atomic_path(out_dir) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    return {"mlm_loss": epoch_loss / n, "epochs": epochs, "texts": n, "vocabulary": len(tokenizer),
+            "device": device_name(device), "seconds": round(time.monotonic() - started, 1)}

@@ -38,7 +38,8 @@ rule attribute:
 
 
 # Gathers a task's shards: fails unless every shard is there, then summarises the dump
-# (accuracy, completeness error, size, planted-pair recovery on synthetic tasks).
+# (accuracy, completeness error, size, planted-pair recovery on synthetic tasks) and judges the
+# ground-truth claims of synthetic tasks (attnlab.groundtruth; no rows for other tasks).
 rule summarise_attributions:
     input:
         parts=lambda wildcards: expand(
@@ -51,6 +52,7 @@ rule summarise_attributions:
             category="Attribution",
             labels={"task": "{task}"},
         ),
+        claims="results/{name}/attribution_summary/{task}_claims.parquet",
     params:
         shards=config["attribution"]["shards"],
         tolerance=config["attribution"]["tolerance"],

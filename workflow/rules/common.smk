@@ -98,6 +98,14 @@ except ConfigError as err:
     stop(err, "config error at ")
 
 TASKS = list(config["tasks"])
+# Replication (config `seeds`): each seed is a run of its own, laid out as a one-seed run, in
+# results/<name>/seed=<s>/ (one seed: results/<name>/ itself); rule claims gathers them all.
+# RUNS maps the `name` wildcard of each run to its seed.
+SEEDS = config["seeds"] or [config["seed"]]
+if len(SEEDS) == 1:
+    RUNS = {config["name"]: SEEDS[0]}
+else:
+    RUNS = {f"{config['name']}/seed={seed}": seed for seed in SEEDS}
 SHARDS = range(config["attribution"]["shards"])
 # Rules that run a model declare `gpu=GPU`: one GPU is requested (from SLURM, or from the
 # local `gpu` limit of profiles/local) unless the config pins the CPU. Memory and run time
@@ -107,9 +115,20 @@ GPU = 0 if config["device"] == "cpu" else 1
 # Outputs are results/{name}/...: only this configuration's name matches, so nothing is ever
 # built under another name with this configuration's settings.
 wildcard_constraints:
-    name=re.escape(config["name"]),
+    name="|".join(map(re.escape, [*RUNS, config["name"]])),
     task="|".join(TASKS),
     shard=r"\d+",
+
+
+def run_seed(wildcards):
+    """The seed of a run: model initialisation, training order and every seeded stage."""
+    return RUNS[wildcards.name]
+
+
+def data_seed(wildcards):
+    """The seed of a run's data: config `seed` for every run (each seed sees the same data),
+    unless data_per_seed asks for the run's own."""
+    return run_seed(wildcards) if config["data_per_seed"] else config["seed"]
 
 
 def task_data(wildcards):
@@ -146,8 +165,8 @@ def task_finetune(wildcards):
 
 
 def for_this_run(pattern):
-    """A rule's file pattern for every task and shard of this configuration."""
-    return expand(strip_wildcard_constraints(pattern), name=config["name"], task=TASKS,
+    """A rule's file pattern for every run (seed), task and shard of this configuration."""
+    return expand(strip_wildcard_constraints(pattern), name=list(RUNS), task=TASKS,
                   shard=SHARDS)
 
 

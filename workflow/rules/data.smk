@@ -46,7 +46,7 @@ rule prepare_data:
     params:
         task=task_data,
         model={key: config["model"][key] for key in ("source", "max_length", "truncate")},
-        seed=config["seed"],
+        seed=data_seed,
         code=code_version("training"),
     log:
         "results/{name}/logs/prepare_data/{task}.log",

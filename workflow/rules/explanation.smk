@@ -21,7 +21,7 @@ rule attention_permutation:
         settings={**config["explanation"]["attention_permutation"],
                   "batch_size": config["explanation"]["batch_size"]},
         model={key: config["model"][key] for key in ("max_length", "truncate")},
-        seed=config["seed"],
+        seed=run_seed,
         device=config["device"],
         precision=config["precision"],
         code=code_version("attention_permutation"),
@@ -58,7 +58,7 @@ rule adversarial_attention:
         settings={key: config["explanation"][key]
                   for key in ("batch_size", "adversarial_keys", "adversarial_attention")},
         model={key: config["model"][key] for key in ("max_length", "truncate")},
-        seed=config["seed"],
+        seed=run_seed,
         device=config["device"],
         precision=config["precision"],
         code=code_version("adversarial_attention"),

@@ -16,7 +16,7 @@ rule head_importance:
                for key in ("methods", "importance_examples", "random_seeds", "batch_size")},
         model={key: config["model"][key] for key in ("max_length", "truncate")},
         target=config["attribution"]["target"],
-        seed=config["seed"],
+        seed=run_seed,
         device=config["device"],
         precision=config["precision"],
         code=code_version("heads"),
@@ -66,8 +66,8 @@ rule prune_eval:
 
 rule pruning_figures:
     input:
-        per_layer=expand(rules.prune_eval.output.per_layer, name=config["name"], task=TASKS),
-        global_=expand(rules.prune_eval.output.global_, name=config["name"], task=TASKS),
+        per_layer=expand(rules.prune_eval.output.per_layer, task=TASKS, allow_missing=True),
+        global_=expand(rules.prune_eval.output.global_, task=TASKS, allow_missing=True),
     output:
         per_layer=report(
             "results/{name}/heads/pruning_per_layer.png",
@@ -95,7 +95,7 @@ rule pruning_figures:
 rule task_correlation:
     input:
         importance=expand(
-            rules.head_importance.output.importance, name=config["name"], task=TASKS
+            rules.head_importance.output.importance, task=TASKS, allow_missing=True
         ),
     output:
         table="results/{name}/heads/task_correlation.parquet",

@@ -57,7 +57,7 @@ rule token_identifiability:
         settings={**config["identifiability"]["token_identifiability"],
                   "batch_size": config["identifiability"]["batch_size"]},
         model={key: config["model"][key] for key in ("max_length", "truncate")},
-        seed=config["seed"],
+        seed=run_seed,
         device=config["device"],
         precision=config["precision"],
         code=code_version("token_identifiability"),
@@ -92,7 +92,7 @@ rule token_mixing:
         task=task_data,
         settings=config["identifiability"]["token_mixing"],  # one example at a time
         model={key: config["model"][key] for key in ("max_length", "truncate")},
-        seed=config["seed"],
+        seed=run_seed,
         device=config["device"],
         precision=config["precision"],
         code=code_version("token_mixing"),

@@ -5,7 +5,7 @@
 rule run_summary:
     input:
         unpack(benchmarks_by_rule),
-        finetune_metrics=expand(rules.finetune.output.metrics, name=config["name"], task=TASKS),
+        finetune_metrics=expand(rules.finetune.output.metrics, name=list(RUNS), task=TASKS),
     output:
         page=report(
             "results/{name}/report/run_summary.html",

@@ -32,7 +32,7 @@ rule trees:
         task=task_data,
         trees={key: config["trees"][key]
                for key in ("tau", "normalise", "examples", "example_idx")},
-        seed=config["seed"],
+        seed=run_seed,
         code=code_version("trees"),
     log:
         "results/{name}/logs/trees/{task}.log",
@@ -64,7 +64,7 @@ rule example_views:
         trees={key: config["trees"][key] for key in ("examples", "example_idx", "heatmap_layer")},
         attribution={**ENGINE_SETTINGS, "target": config["attribution"]["target"]},
         model={key: config["model"][key] for key in ("max_length", "truncate")},
-        seed=config["seed"],
+        seed=run_seed,
         device=config["device"],
         precision=config["precision"],
         code=code_version("views"),

@@ -58,7 +58,7 @@ rule attack_eval:
         task=task_data,
         triggers={key: config["triggers"][key] for key in ("top", "random_draws", "batch_size")},
         model={key: config["model"][key] for key in ("max_length", "truncate")},
-        seed=config["seed"],
+        seed=run_seed,
         device=config["device"],
         precision=config["precision"],
         code=code_version("attack"),

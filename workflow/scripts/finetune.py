@@ -20,5 +20,6 @@ with workflow_job(snakemake):
         params.seed,
         snakemake.output.model,
         bf16=precision.bf16,
+        start=snakemake.input.start or None,
     )
     write_json(snakemake.output.metrics, {**metrics, **provenance(dict(params.items()))})

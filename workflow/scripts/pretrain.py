@@ -1,0 +1,20 @@
+"""Snakemake adapter of rule pretrain: the shared starting point of every task's model."""
+
+from attnlab.device import start_model_job
+from attnlab.outputs import provenance, workflow_job, write_json
+from attnlab.tasks import TaskSpec
+from attnlab.training import pretrain
+
+params = snakemake.params
+with workflow_job(snakemake):
+    device, _ = start_model_job(snakemake.threads, params.device, params.precision)
+    metrics = pretrain(
+        snakemake.input.train,
+        [TaskSpec.from_config(task, spec) for task, spec in params.tasks.items()],
+        params.model,
+        params.model["pretrain"],
+        device,
+        params.seed,
+        snakemake.output.model,
+    )
+    write_json(snakemake.output.metrics, {**metrics, **provenance(dict(params.items()))})
