@@ -87,7 +87,7 @@ def jobs(output: str) -> list[tuple[str, str, dict[str, str]]]:
     return [(job.rule, job.fields.get("jobid", ""), job.wildcards) for job in jobs_of(output)]
 
 # The jobs every configuration has once: the report's pages and the target rule.
-PER_CONFIG = {"quadrature_study": 1, "run_summary": 1, "claims": 1, "all": 1}
+PER_CONFIG = {"run_summary": 1, "claims": 1, "all": 1}
 # The per-task stages after attribution: trees, views and triggers (from the dumps and the
 # model), identifiability and explanation (from the fine-tuned model).
 FROM_MODEL = ("trees", "example_views", "mine_triggers", "attack_eval",
