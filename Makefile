@@ -12,8 +12,9 @@ BIN := $(VENV)/bin
 
 .PHONY: run test lint
 
-# The configuration's name: its results go to results/<name>/ (read once the venv exists).
-NAME = $(shell $(BIN)/python -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["name"])' $(CONFIG))
+# The configuration's name: its results go to results/<name>/ (read once the venv exists; make
+# expands it before the recipe runs, so a broken config file is left to the check in `run`).
+NAME = $(shell $(BIN)/python -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["name"])' $(CONFIG) 2>/dev/null)
 REPORT = results/$(NAME)/report.html
 
 # Model jobs ask for gpu=1 and the local profile lets one run at a time, so they never share a
@@ -23,7 +24,10 @@ GPU_SLOTS = $(shell $(BIN)/python -c 'import torch; print(1 if torch.cuda.is_ava
 # --rerun-incomplete: after an interruption, the jobs that did not finish run again (their
 # outputs are never taken as complete); finished ones are kept. The report is rebuilt only when
 # some output is newer than it, so a run with nothing to do does nothing.
+# The config file is read first by attnlab: Snakemake reports a missing file with a traceback
+# and a YAML syntax error without its line.
 run: $(VENV)/installed
+	@$(BIN)/python -m attnlab.preflight $(CONFIG)
 	$(BIN)/snakemake --profile profiles/local --cores $(CORES) --resources gpu=$(GPU_SLOTS) \
 		--configfile $(CONFIG) --rerun-incomplete
 	@if [ -f $(REPORT) ] && [ -z "$$(find results/$(NAME) -newer $(REPORT) -type f | head -n 1)" ]; \

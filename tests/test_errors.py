@@ -16,9 +16,11 @@ from tiny_models import tiny_classifier
 from transformers import GPT2Config, GPT2ForSequenceClassification
 
 from attnlab import models
-from attnlab.errors import TRACEBACK_VARIABLE, ConfigError, one_line_errors
+from attnlab.errors import TRACEBACK_VARIABLE, AttnlabError, ConfigError, one_line_errors
 from attnlab.preflight import MODEL_TYPES
 from attnlab.tasks import read_task
+
+REPO = Path(__file__).resolve().parents[1]
 
 # A local single-sentence task: two small CSV files, written by `local_task`.
 TRAIN_ROWS = [("a good film", 1), ("a bad film", 0), ("a fine film", 1), ("a dull film", 0)]
@@ -176,6 +178,9 @@ CONFIG_MISTAKES = [
                  "model.max_length", id="max_length beyond the model's positions"),
     pytest.param({"model": {"source": "finetuned", "pretrained": "{tmp}/no_weights"}},
                  "model.pretrained", id="a checkpoint without weights"),
+    pytest.param({"model": {"source": "finetuned", "pretrained": "{tmp}/truncated"}},
+                 "model.pretrained: {tmp}/truncated/model.safetensors is damaged",
+                 id="a checkpoint whose weights were cut short"),
 ]
 
 
@@ -184,10 +189,29 @@ CONFIG_MISTAKES = [
 def test_a_config_mistake_stops_the_dry_run_in_one_line(tmp_path, change, key):
     save_checkpoint(tmp_path / "no_weights", "bert", weights=False)
     save_checkpoint(tmp_path / "roberta", "roberta")  # 40 positions; TINY asks for 64
+    weights = Path(save_checkpoint(tmp_path / "truncated", "bert"), "model.safetensors")
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # a cut download
     config = merged(TINY, json.loads(json.dumps(change).replace("{tmp}", str(tmp_path))))
     result = run(tmp_path, config, dry=True)
-    line = assert_one_line(result, f"config error at {key}:")
+    line = assert_one_line(result, f"config error at {key.replace('{tmp}', str(tmp_path))}")
     assert (result.stdout + result.stderr).strip() == line  # nothing else: no header, no File
+
+
+@pytest.mark.parametrize("text, expected", [
+    (None, "cannot be read (No such file or directory)"),
+    ("name: x\ntasks: [a\n", "line 3, column 1: expected ',' or ']'"),
+    ("name: x\n  tasks: 1\n", "line 2, column 8: mapping values are not allowed here"),
+    ("- a list\n", "holds no mapping of config keys"),
+])
+def test_an_unreadable_config_file_stops_make_run_in_one_line(tmp_path, text, expected):
+    configfile = tmp_path / "config.yaml"
+    if text is not None:
+        configfile.write_text(text)
+    # `make run` reads the file before Snakemake, which would show a traceback or no line
+    result = subprocess.run(["make", "run", f"CONFIG={configfile}"], cwd=REPO,
+                            capture_output=True, text=True)
+    assert_one_line(result, f"config error in {configfile}", expected)
+    assert "snakemake" not in result.stdout
 
 
 @pytest.mark.slow
@@ -251,3 +275,10 @@ def test_a_corrupt_input_is_named_with_the_rule_that_rebuilds_it(attributed, dam
                                 f"written by rule {rule}", f"snakemake --forcerun {rule}")
     finally:
         file.write_bytes(whole)
+
+
+def test_a_damaged_model_is_named_when_a_job_loads_it(tmp_path):
+    weights = Path(save_checkpoint(tmp_path / "m", "bert"), "model.safetensors")
+    weights.write_bytes(weights.read_bytes()[:100])
+    with pytest.raises(AttnlabError, match=f"{tmp_path / 'm'}: the model cannot be loaded"):
+        models.load_classifier(tmp_path / "m")

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from torch import nn
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreTrainedModel
 from transformers.masking_utils import create_bidirectional_mask
@@ -138,9 +139,12 @@ def load_classifier(
 ) -> tuple[PreTrainedModel, object]:
     """A classifier and its tokenizer from a hub id or local directory, ready to analyse."""
     local = Path(name_or_path).is_dir()
-    model = AutoModelForSequenceClassification.from_pretrained(
-        str(name_or_path), local_files_only=local
-    )
+    try:
+        model = AutoModelForSequenceClassification.from_pretrained(
+            str(name_or_path), local_files_only=local
+        )
+    except (OSError, SafetensorError) as err:  # missing, unreadable or cut-short files
+        raise AttnlabError(f"{name_or_path}: the model cannot be loaded ({err})") from err
     family_of(model)  # refuse before any other work
     tokenizer = AutoTokenizer.from_pretrained(str(name_or_path), local_files_only=local)
     return prepare_model(model).to(device), tokenizer

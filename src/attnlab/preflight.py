@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attnlab.errors import ConfigError
+import yaml
+
+from attnlab.errors import ConfigError, stop
 
 # The families attnlab.models supports (its FAMILIES; a test keeps the two equal).
 MODEL_TYPES = ("bert", "roberta", "electra", "distilbert", "bart")
@@ -59,12 +62,39 @@ def checkpoint_shape(path: str | Path) -> ModelShape:
     if not any(next(Path(path).glob(pattern), None) for pattern in WEIGHTS):
         raise ConfigError(f"model.pretrained: {path} has no weights (model.safetensors or "
                           "pytorch_model.bin)")
+    for weights in sorted(Path(path).glob("*.safetensors")):
+        damage = safetensors_damage(weights)
+        if damage:
+            raise ConfigError(f"model.pretrained: {weights} is damaged ({damage}); download or "
+                              "save the checkpoint again")
     keys = SIZE_KEYS.get(model_type, BERT_SIZE_KEYS)
     missing = [key for key in keys if not isinstance(cfg.get(key), int)]
     if missing:
         raise ConfigError(f"model.pretrained: {config_file} has no {', '.join(missing)}")
     layers, heads, hidden = (cfg[key] for key in keys)
     return ModelShape(layers, heads, hidden, cfg.get("max_position_embeddings"))
+
+
+def safetensors_damage(path: Path) -> str | None:
+    """What is wrong with the safetensors file `path`, read from its header without loading the
+    tensors (None when nothing is): a file cut short by an interrupted download or copy would
+    otherwise fail only when a job loads it, without naming it."""
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            return f"{size} bytes, shorter than a header"
+        header_size = int.from_bytes(head, "little")
+        try:
+            header = json.loads(f.read(min(header_size, size)))
+            ends = [tensor["data_offsets"][1] for key, tensor in header.items()
+                    if key != "__metadata__"]
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+            return "its header is not readable"
+    expected = 8 + header_size + max(ends, default=0)
+    if size < expected:
+        return f"{size} bytes where its header describes {expected}"
+    return None
 
 
 def model_shape(model: dict[str, Any], pretrained: str | None) -> ModelShape | None:
@@ -154,3 +184,30 @@ def check_config(config: dict[str, Any], pretrained: str | None) -> None:
         _check_layers("trees.heatmap_layer", [trees["heatmap_layer"]], shape)
     _check_layers("explanation.adversarial_attention.layers",
                   config["explanation"]["adversarial_attention"]["layers"] or [], shape)
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """The mapping in the YAML file `path`, or a `ConfigError` naming the file (and the line of
+    a syntax error) — Snakemake itself reports these with a traceback or without the line."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot be read ({err.strerror})") from None
+    try:
+        config = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or "not valid YAML"
+        raise ConfigError(f"{path}{where}: {problem}") from None
+    if not isinstance(config, dict):
+        raise ConfigError(f"{path}: holds no mapping of config keys")
+    return config
+
+
+if __name__ == "__main__":
+    # `python -m attnlab.preflight FILE`: make run checks its config file before Snakemake reads it
+    try:
+        read_config_file(sys.argv[1])
+    except ConfigError as err:
+        stop(err, "config error in ")
