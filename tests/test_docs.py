@@ -1,0 +1,141 @@
+"""The documentation: the generated configuration page is current, the README stays short and
+its Quick start keeps its two commands, no page cites internal material, every relative link
+resolves."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+PAGES = [README, *DOCS]
+# Generated from workflow/schemas/config.schema.yaml: its wording is the schema's, so it is
+# checked for internal references when workflow/ is (see FORBIDDEN below).
+GENERATED = ROOT / "docs" / "configuration.md"
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location(
+        "generate_configuration", ROOT / "docs" / "generate_configuration.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_configuration_page_is_current():
+    generator = _generator()
+    text, _ = generator.generate(yaml.safe_load(generator.SCHEMA.read_text(encoding="utf-8")))
+    assert GENERATED.read_text(encoding="utf-8") == text, (
+        "docs/configuration.md is stale: run python docs/generate_configuration.py")
+
+
+def test_every_schema_key_has_a_description():
+    generator = _generator()
+    _, missing = generator.generate(yaml.safe_load(generator.SCHEMA.read_text(encoding="utf-8")))
+    assert missing == []
+
+
+def test_configuration_page_lists_every_default_key():
+    # every key of the default configuration has its row
+    text = GENERATED.read_text(encoding="utf-8")
+    config = yaml.safe_load((ROOT / "config.yaml").read_text(encoding="utf-8"))
+
+    def paths(node, prefix):
+        for key, value in node.items():
+            path = f"{prefix}.{key}" if prefix else key
+            if prefix == "tasks":
+                path = "tasks.<task>"
+            yield path
+            if isinstance(value, dict):
+                yield from paths(value, path)
+
+    for path in paths(config, ""):
+        assert f"| `{path}` |" in text, path
+
+
+def test_readme_is_short():
+    assert len(README.read_text(encoding="utf-8").splitlines()) <= 200
+
+
+def _section(text: str, title: str) -> str:
+    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", text, re.M | re.S)
+    assert match, f"no section '## {title}'"
+    return match.group(1)
+
+
+def _code_lines(section: str) -> list[str]:
+    """The command lines of a section: indented code blocks and fenced blocks."""
+    lines, fenced = [], False
+    for line in section.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif fenced or line.startswith("    "):
+            if line.strip():
+                lines.append(line.strip())
+    return lines
+
+
+def test_quick_start_holds_exactly_the_two_commands():
+    section = _section(README.read_text(encoding="utf-8"), "Quick start")
+    assert _code_lines(section) == ["make run", "make test"]
+
+
+# Internal material the public documentation must not cite. Only README.md and docs/ are
+# checked for now (docs/configuration.md repeats the schema's wording, so it is checked with
+# workflow/). To check the code too, widen the pages to every text file of README.md, docs/,
+# src/, workflow/, config/, config.yaml, results/README.md and tests/, or run
+#   grep -rnIiE 'poster|/shared/|(^|[^a-z_])seeds/|notes/methods\.md' README.md docs src \
+#       workflow config config.yaml results/README.md tests --exclude=test_docs.py
+FORBIDDEN = re.compile(r"poster|/shared/|(?<![a-z_])seeds/|notes/methods\.md", re.I)
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if p != GENERATED], ids=lambda p: p.name)
+def test_no_internal_references(page):
+    hits = [f"{page.name}:{n}: {line.strip()}"
+            for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)
+            if FORBIDDEN.search(line)]
+    assert hits == []
+
+
+LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _anchors(page: Path) -> set[str]:
+    """GitHub's heading anchors of a Markdown page."""
+    seen: dict[str, int] = {}
+    anchors = set()
+    fenced = False
+    for line in page.read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        match = None if fenced else re.match(r"#{1,6} (.*)", line)
+        if match:
+            slug = re.sub(r"[^\w\- ]", "", match.group(1).strip().lower()).replace(" ", "-")
+            n = seen.get(slug, 0)
+            seen[slug] = n + 1
+            anchors.add(slug if n == 0 else f"{slug}-{n}")
+    return anchors
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_relative_links_resolve(page):
+    text = page.read_text(encoding="utf-8")
+    text = re.sub(r"`[^`\n]*`", "", text)  # links inside code spans are not links
+    broken = []
+    for match in LINK.finditer(text):
+        target = match.group(1) or match.group(2)
+        if re.match(r"[a-z][a-z0-9+.-]*:", target):  # http:, https:, mailto:
+            continue
+        path, _, anchor = target.partition("#")
+        file = (page.parent / path).resolve() if path else page
+        if not file.exists():
+            broken.append(target)
+        elif anchor and file.suffix == ".md" and anchor not in _anchors(file):
+            broken.append(target)
+    assert broken == []
