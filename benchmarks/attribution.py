@@ -51,8 +51,9 @@ from transformers import BertConfig, BertForSequenceClassification
 
 from attnlab import models
 from attnlab.attribution import Attribution, _softmax, attribute, quadrature
+from attnlab.attribution_shards import attribute_shard, example_row
 from attnlab.device import EncoderShape, set_precision
-from attnlab.dumps import SCHEMA, attribute_shard, example_row, read_dump
+from attnlab.dumps import SCHEMA, read_dump
 from attnlab.intervention import Intervention
 from attnlab.tasks import TaskSpec
 from attnlab.training import build_tokenizer

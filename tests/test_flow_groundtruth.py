@@ -19,9 +19,9 @@ import torch
 from conftest import DEFAULT_CONFIG
 
 from attnlab.attack import attack_eval
-from attnlab.dumps import attribute_shard
+from attnlab.attribution_shards import attribute_shard
+from attnlab.information_flow import trees_stage
 from attnlab.tasks import TaskSpec
-from attnlab.trees import trees_stage
 from attnlab.triggers import mine_triggers
 
 NAME = "syn_sst2"

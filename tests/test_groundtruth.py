@@ -20,7 +20,8 @@ import pytest
 import torch
 from conftest import DEFAULT_CONFIG
 
-from attnlab.dumps import attribute_shard, summarise_task
+from attnlab.attribution_shards import attribute_shard
+from attnlab.attribution_summary import summarise_task
 from attnlab.groundtruth import RECOVERY_BAR, TIE_MARGIN, recovery_claims
 from attnlab.tasks import TaskSpec
 

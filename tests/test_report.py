@@ -19,6 +19,7 @@ from attnlab import (
     token_identifiability,
     token_mixing,
 )
+from attnlab.claims import claim
 from attnlab.report import claims_table, load_findings, run_summary, stage_times
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,7 +64,7 @@ def test_run_summary_page_holds_times_models_versions_and_config(tmp_path):
 
 
 def write_claims(path: Path, rows: list[dict], task: str | None = None) -> Path:
-    frame = pd.DataFrame([heads.claim(**row) for row in rows])
+    frame = pd.DataFrame([claim(**row) for row in rows])
     if task:
         frame.insert(0, "task", task)
     frame.to_parquet(path)

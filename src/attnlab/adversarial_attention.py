@@ -34,10 +34,11 @@ from tqdm import tqdm
 from transformers import PreTrainedModel
 
 from attnlab import examples, models, tasks
+from attnlab.claims import claim, log_claims
 from attnlab.divergences import jensen_shannon, total_variation
 from attnlab.explanation_figures import plot_adversarial
-from attnlab.heads import claim, write_table
 from attnlab.intervention import Intervention
+from attnlab.outputs import write_task_tables
 
 log = logging.getLogger(__name__)
 
@@ -314,10 +315,8 @@ def analyse_task(
                                             seed))
     attention = pd.concat(frames, ignore_index=True)
     table = pd.DataFrame(claims(keys, attention, attention_cfg["epsilon"]))
-    for name, frame in (("key_table", keys), ("attention_table", attention), ("claims", table)):
-        frame.insert(0, "task", spec.name)
-        write_table(frame, out[name], provenance)
+    write_task_tables(spec.name, {"key_table": keys, "attention_table": attention,
+                                  "claims": table}, out, provenance)
     plot_adversarial(keys, attention, attention_cfg["epsilon"], out["figure"])
-    for row in table.itertuples():
-        log.info("%s: %s: %.4g -> %s", spec.name, row.claim, row.value, row.verdict)
+    log_claims(table, spec.name)
     return table

@@ -23,10 +23,11 @@ from tqdm import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from attnlab import examples, models, tasks
+from attnlab.claims import claim, log_claims
 from attnlab.divergences import total_variation
 from attnlab.explanation_figures import plot_attention_permutation
-from attnlab.heads import claim, write_table
 from attnlab.intervention import Intervention
+from attnlab.outputs import write_task_tables
 
 log = logging.getLogger(__name__)
 
@@ -187,10 +188,7 @@ def analyse_task(
     table = permutation_table(model, tokenizer, inputs, cfg["permutations"], seed,
                               cfg["batch_size"])
     verdicts = pd.DataFrame(claims(table))
-    for name, frame in (("table", table), ("claims", verdicts)):
-        frame.insert(0, "task", spec.name)
-        write_table(frame, out[name], provenance)
+    write_task_tables(spec.name, {"table": table, "claims": verdicts}, out, provenance)
     plot_attention_permutation(table, summary(table), out["figure"])
-    for row in verdicts.itertuples():
-        log.info("%s: %s: %.4g -> %s", spec.name, row.claim, row.value, row.verdict)
+    log_claims(verdicts, spec.name)
     return verdicts

@@ -21,6 +21,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from attnlab.errors import CorruptFileError, one_line_errors
@@ -75,6 +77,29 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
     text = json.dumps(_strict(obj), indent=2, sort_keys=True, default=str, allow_nan=False)
     with atomic_path(path) as tmp:
         tmp.write_text(text + "\n")
+
+
+def write_table(df: pd.DataFrame, path: str | os.PathLike, meta: dict[str, Any]) -> None:
+    """Write a table to zstd Parquet atomically, with `meta` (provenance) under `attnlab`."""
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    table = table.replace_schema_metadata(
+        {**(table.schema.metadata or {}), b"attnlab": json.dumps(meta, default=str).encode()}
+    )
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp, compression="zstd")
+
+
+def write_task_tables(
+    task: str,
+    tables: dict[str, pd.DataFrame],
+    out: dict[str, str | os.PathLike],
+    provenance: dict[str, Any],
+) -> None:
+    """Write each of a task's tables to out[its name], with the task as its first column (added
+    to the frame itself, so that what is drawn from it afterwards has the column too)."""
+    for name, table in tables.items():
+        table.insert(0, "task", task)
+        write_table(table, out[name], provenance)
 
 
 def _attnlab_imports(module: str) -> set[str]:

@@ -24,8 +24,9 @@ from tqdm import tqdm
 from transformers import PreTrainedModel
 
 from attnlab import examples, models, tasks
-from attnlab.heads import claim, write_table
+from attnlab.claims import claim, log_claims
 from attnlab.identifiability_figures import plot_token_identifiability
+from attnlab.outputs import write_task_tables
 
 log = logging.getLogger(__name__)
 
@@ -212,10 +213,7 @@ def analyse_task(
              len(dev["input_ids"]))
     rates = identifiability_rates(train_states, dev_states, cfg, seed)
     table = pd.DataFrame(claims(rates))
-    for name, frame in (("rates", rates), ("claims", table)):
-        frame.insert(0, "task", spec.name)
-        write_table(frame, out[name], provenance)
+    write_task_tables(spec.name, {"rates": rates, "claims": table}, out, provenance)
     plot_token_identifiability(rates, out["figure"])
-    for row in table.itertuples():
-        log.info("%s: %s: %.4g -> %s", spec.name, row.claim, row.value, row.verdict)
+    log_claims(table, spec.name)
     return table

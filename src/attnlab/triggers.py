@@ -29,8 +29,9 @@ import torch
 from transformers import AutoTokenizer
 
 from attnlab import synthetic, tasks
-from attnlab.dumps import attribute_shard, read_dump
-from attnlab.heads import write_table
+from attnlab.attribution_shards import attribute_shard
+from attnlab.dumps import read_dump
+from attnlab.outputs import write_table
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ rule attribute:
         model={key: config["model"][key] for key in ("max_length", "truncate")},
         device=config["device"],
         precision=config["precision"],
-        code=code_version("dumps"),
+        code=code_version("attribution_shards"),
     log:
         "results/{name}/logs/attribute/{task}/shard={shard}.log",
     benchmark:
@@ -56,7 +56,7 @@ rule summarise_attributions:
     params:
         shards=config["attribution"]["shards"],
         tolerance=config["attribution"]["tolerance"],
-        code=code_version("dumps"),
+        code=code_version("attribution_summary"),
     log:
         "results/{name}/logs/summarise_attributions/{task}.log",
     benchmark:

@@ -33,7 +33,7 @@ rule trees:
         trees={key: config["trees"][key]
                for key in ("tau", "normalise", "examples", "example_idx")},
         seed=run_seed,
-        code=code_version("trees"),
+        code=code_version("information_flow"),
     log:
         "results/{name}/logs/trees/{task}.log",
     benchmark:

@@ -1,7 +1,7 @@
 """Snakemake adapter of rule attribute: attribute one shard of a task's dev split."""
 
+from attnlab.attribution_shards import attribute_shard
 from attnlab.device import start_model_job
-from attnlab.dumps import attribute_shard
 from attnlab.outputs import provenance, workflow_job, write_json
 from attnlab.tasks import TaskSpec
 
