@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
-from snakemake.utils import validate
+
+from attnlab.config import load_config
 
 # Before any test module imports transformers or datasets, which read it at import time.
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -61,8 +61,7 @@ def config_path() -> Path:
 
 
 # config.yaml as the workflow reads it: with the schema's defaults filled in
-DEFAULT_CONFIG = yaml.safe_load((ROOT / "config.yaml").read_text())
-validate(DEFAULT_CONFIG, str(ROOT / "workflow/schemas/config.schema.yaml"), set_default=True)
+DEFAULT_CONFIG = load_config(ROOT / "config.yaml")
 
 # The tests of scientific outcomes must hold on any CPU, not only where they were tuned. To
 # check that here, train the default models down another float path: with more threads
