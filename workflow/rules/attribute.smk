@@ -19,10 +19,8 @@ rule attribute:
     params:
         task=task_spec,
         attribution=config["attribution"],
-        # tokenization settings only: the model itself is the input
-        model={key: config["model"][key] for key in ("max_length", "truncate")},
-        device=config["device"],
-        precision=config["precision"],
+        model=TOKENIZATION,
+        **DEVICE_PARAMS,
         code=code_version("attribution_shards"),
     log:
         "results/{name}/logs/attribute/{task}/shard={shard}.log",
@@ -84,9 +82,8 @@ rule quadrature_study:
     params:
         tasks={task: config["tasks"][task] for task in TASKS},
         attribution=config["attribution"],
-        model={key: config["model"][key] for key in ("max_length", "truncate")},
-        device=config["device"],
-        precision=config["precision"],
+        model=TOKENIZATION,
+        **DEVICE_PARAMS,
         code=code_version("quadrature_study"),
     log:
         "results/{name}/logs/quadrature_study.log",

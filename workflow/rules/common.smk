@@ -55,6 +55,10 @@ if len(SEEDS) == 1:
 else:
     RUNS = {f"{config['name']}/seed={seed}": seed for seed in SEEDS}
 SHARDS = range(config["attribution"]["shards"])
+# Params shared by the rules that run a trained model: its tokenization settings (the model
+# itself is an input) and where and in which precision it runs.
+TOKENIZATION = {key: config["model"][key] for key in ("max_length", "truncate")}
+DEVICE_PARAMS = {key: config[key] for key in ("device", "precision")}
 # Rules that run a model declare `gpu=GPU`: one GPU is requested (from SLURM, or from the
 # local `gpu` limit of profiles/local) unless the config pins the CPU. Memory and run time
 # depend on the scale of the configuration and the machine, so they live in the profiles.
