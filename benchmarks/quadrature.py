@@ -42,7 +42,8 @@ def main() -> None:
                          f"run `make run CONFIG={args.config}` first")
     report = {
         task: study(results / "finetune" / task / "model", results / "data" / task / "dev.parquet",
-                    TaskSpec.from_config(task, task_cfg), attribution_cfg=config["attribution"],
+                    spec=TaskSpec.from_config(task,
+                                              task_cfg), attribution_cfg=config["attribution"],
                     model_cfg=config["model"], examples=args.examples,
                     device=torch.device("cpu"))
         for task, task_cfg in config["tasks"].items()

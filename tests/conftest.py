@@ -85,10 +85,10 @@ def _train_default_task(name: str, folder: Path) -> dict:
     prepare_task(name, task, DEFAULT_CONFIG["seed"], folder / "train.parquet",
                  folder / "dev.parquet")
     return finetune(
-        folder / "train.parquet", folder / "dev.parquet", TaskSpec.from_config(name, task),
-        {"truncate": False, **DEFAULT_CONFIG["model"]},
-        {**DEFAULT_CONFIG["finetune"], **task.get("finetune", {})},
-        torch.device("cpu"), TRAIN_SEED, folder / "model",
+        folder / "train.parquet", folder / "dev.parquet", spec=TaskSpec.from_config(name, task),
+        model_cfg={"truncate": False, **DEFAULT_CONFIG["model"]},
+        train_cfg={**DEFAULT_CONFIG["finetune"], **task.get("finetune", {})},
+        device=torch.device("cpu"), seed=TRAIN_SEED, out_dir=folder / "model",
     )
 
 

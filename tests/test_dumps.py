@@ -227,8 +227,9 @@ MODEL_CFG = {"max_length": 64, "truncate": False}
 
 def run_shard(tiny_shard, path, cfg=SHARD_CFG, **kwargs):
     spec, model_dir, dev = tiny_shard
-    return attribute_shard(model_dir, dev, spec, cfg, MODEL_CFG, 0, 1, torch.device("cpu"), path,
-                           {}, **kwargs)
+    return attribute_shard(model_dir, dev, spec=spec, attribution_cfg=cfg, model_cfg=MODEL_CFG,
+                           shard=0, n_shards=1, device=torch.device("cpu"), out_path=path,
+                           provenance={}, **kwargs)
 
 
 def test_shard_with_auto_batch_size_takes_the_cpu_default(tiny_shard, tmp_path):

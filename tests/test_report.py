@@ -55,8 +55,9 @@ def test_run_summary_page_holds_times_models_versions_and_config(tmp_path):
     metrics.write_text('{"device": "cpu (1 threads)", "dev_accuracy": 0.8125, "epochs": 3}')
     config = {"name": "paper", "finetune": {"learning_rate": 5e-5}}
     out = tmp_path / "run_summary.html"
-    run_summary(config, {"finetune": [write_benchmark(tmp_path / "f.tsv", 2.0, "300.0")]},
-                [metrics], out)
+    run_summary(config,
+                benchmarks={"finetune": [write_benchmark(tmp_path / "f.tsv", 2.0, "300.0")]},
+                finetune_metrics=[metrics], out=out)
     page = out.read_text()
     for expected in ("Run summary: paper", "finetune", "cpu (1 threads)", "0.8125",
                      "transformers", "learning_rate: 5.0e-05"):
@@ -87,7 +88,7 @@ def test_claims_sit_beside_the_papers_findings(tmp_path):
         {"stage": "trees", "claim": "trees are shallow", "paper": "Fig. 6"},
     ]}))
     out = tmp_path / "claims.html"
-    table = claims_table(paths, [findings], out, {"code_version": "abc"})
+    table = claims_table(paths, findings_paths=[findings], out=out, origin={"code_version": "abc"})
 
     by_row = table.set_index(["stage", "task", "claim"])["paper"]
     assert by_row["per_layer", "mnli", low["statement"]] == "barely hurts"
@@ -105,7 +106,7 @@ def test_claims_sit_beside_the_papers_findings(tmp_path):
 def test_without_papers_the_page_has_no_paper_column(tmp_path):
     path = write_claims(tmp_path / "c.parquet", [
         {"stage": "global", "statement": "s", "metric": "m", "value": 1.0, "holds": True}])
-    claims_table([path], [], tmp_path / "claims.html", {})
+    claims_table([path], findings_paths=[], out=tmp_path / "claims.html", origin={})
     assert "<th>paper</th>" not in (tmp_path / "claims.html").read_text()
 
 
@@ -123,7 +124,7 @@ def test_claims_over_seeds_give_mean_interval_and_k_of_n(tmp_path):
             {"stage": "trees", "statement": "long", "metric": "m", "value": float("nan"),
              "holds": None}], task="t"))
     out = tmp_path / "claims.html"
-    table = claims_table(paths, [], out, {}).set_index("claim")
+    table = claims_table(paths, findings_paths=[], out=out, origin={}).set_index("claim")
     joins = table.loc["joins"]
     # mean 0.8, sd 0.1: half-width t(0.975, 2 df) * 0.1 / sqrt(3) = 4.303 * 0.0577 = 0.2484
     assert joins["value"] == pytest.approx(0.8)

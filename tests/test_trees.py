@@ -159,9 +159,9 @@ def test_unknown_example_to_render_fails_before_anything_is_written(tmp_path):
            ("edges", "trees", "claims", "summary", "sizes", "figures")}
     spec = TaskSpec("t", ("sentence",), ("neg", "pos"))
     with pytest.raises(ValueError, match=r"trees.example_idx: \[999\] are not attributed dev"):
-        information_flow.trees_stage([tmp_path / "part.parquet"], spec,
-                          {"tau": 0.4, "normalise": "layer", "examples": 1,
-                           "example_idx": [999]}, 0, out, {})
+        information_flow.trees_stage([tmp_path / "part.parquet"], spec=spec,
+                          trees_cfg={"tau": 0.4, "normalise": "layer", "examples": 1,
+                           "example_idx": [999]}, seed=0, out=out, provenance={})
     assert not (tmp_path / "out").exists()
 
 

@@ -276,6 +276,7 @@ def claims(keys: pd.DataFrame, attention: pd.DataFrame, epsilon: float) -> list[
 
 def analyse_task(
     model_dir: str | os.PathLike,
+    *,
     train_path: str | os.PathLike,
     dev_path: str | os.PathLike,
     spec: tasks.TaskSpec,

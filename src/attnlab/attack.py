@@ -198,6 +198,7 @@ def attack_claims(summary: pd.DataFrame, triggers: pd.DataFrame, top: int) -> li
 
 def attack_eval(
     model_dir: str | os.PathLike,
+    *,
     dev_path: str | os.PathLike,
     triggers_path: str | os.PathLike,
     source_path: str | os.PathLike,

@@ -120,6 +120,7 @@ def shard_rows(n_examples: int, shard: int, n_shards: int) -> range:
 def attribute_shard(
     model_dir: str | os.PathLike,
     dev_path: str | os.PathLike,
+    *,
     spec: tasks.TaskSpec,
     attribution_cfg: dict[str, Any],
     model_cfg: dict[str, Any],

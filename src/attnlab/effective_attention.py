@@ -194,6 +194,7 @@ def claims(per_head: pd.DataFrame, mass: pd.DataFrame, d_v: int) -> list[dict[st
 
 def analyse_task(
     model_dir: str | os.PathLike,
+    *,
     dev_path: str | os.PathLike,
     spec: tasks.TaskSpec,
     cfg: dict[str, Any],

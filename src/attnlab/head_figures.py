@@ -32,6 +32,7 @@ def plot_global(curves: pd.DataFrame, path: str | os.PathLike) -> None:
 
 
 def pruning_figures(
+    *,
     per_layer_paths: list[str | os.PathLike],
     global_paths: list[str | os.PathLike],
     per_layer_png: str | os.PathLike,

@@ -134,6 +134,7 @@ def importance_table(
 
 def head_importance(
     model_dir: str | os.PathLike,
+    *,
     dev_path: str | os.PathLike,
     dump_paths: list[str | os.PathLike],
     spec: tasks.TaskSpec,
@@ -211,6 +212,7 @@ def cross_task_claims(
 
 def task_correlation(
     importance_paths: list[str | os.PathLike],
+    *,
     similar: list[list[str]],
     dissimilar: list[list[str]],
     out: dict[str, str | os.PathLike],

@@ -98,6 +98,7 @@ def tree_claims(trees: pd.DataFrame) -> list[dict[str, Any]]:
 
 def trees_stage(
     dump_paths: list[str | os.PathLike],
+    *,
     spec: TaskSpec,
     trees_cfg: dict[str, Any],
     seed: int,

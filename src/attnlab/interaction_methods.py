@@ -107,6 +107,7 @@ def score_example(
 
 def analyse_task(
     model_dir: str | os.PathLike,
+    *,
     dev_path: str | os.PathLike,
     dump_paths: list[str | os.PathLike],
     spec: tasks.TaskSpec,

@@ -184,6 +184,7 @@ def global_claims(curves: pd.DataFrame) -> list[dict[str, Any]]:
 
 def prune_eval(
     model_dir: str | os.PathLike,
+    *,
     dev_path: str | os.PathLike,
     dump_paths: list[str | os.PathLike],
     importance_path: str | os.PathLike,

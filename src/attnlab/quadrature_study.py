@@ -88,7 +88,7 @@ def reference_head_maxima(model_dir: str | os.PathLike, dev: pd.DataFrame, spec:
     return maxima[0], float(np.abs(maxima[0] - maxima[1]).max() / np.abs(maxima[0]).max())
 
 
-def study(model_dir: str | os.PathLike, dev_path: str | os.PathLike, spec: tasks.TaskSpec, *,
+def study(model_dir: str | os.PathLike, dev_path: str | os.PathLike, *, spec: tasks.TaskSpec,
           attribution_cfg: dict[str, Any], model_cfg: dict[str, Any], examples: int,
           device: torch.device, panels: int = 64, min_delta: float = 0.05) -> dict[str, Any]:
     """Every rule of RULES against the reference on the first `examples` dev examples."""
@@ -111,7 +111,9 @@ def study(model_dir: str | os.PathLike, dev_path: str | os.PathLike, spec: tasks
                    **({"tolerance": setting} if rule == "adaptive" else {"steps": int(setting)})}
             path = Path(tmp) / f"{rule_name(rule, setting)}.parquet"
             start = time.perf_counter()
-            attribute_shard(model_dir, dev_path, spec, cfg, model_cfg, 0, 1, device, path, {})
+            attribute_shard(model_dir, dev_path, spec=spec, attribution_cfg=cfg,
+                            model_cfg=model_cfg, shard=0, n_shards=1, device=device,
+                            out_path=path, provenance={})
             seconds[rule, setting] += (time.perf_counter() - start) / 2
         for rule, setting in RULES:
             dump, _ = read_dump(Path(tmp) / f"{rule_name(rule, setting)}.parquet")

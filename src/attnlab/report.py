@@ -109,6 +109,7 @@ def stage_times(benchmarks: dict[str, list[str | os.PathLike]]) -> pd.DataFrame:
 
 def run_summary(
     config: dict[str, Any],
+    *,
     benchmarks: dict[str, list[str | os.PathLike]],
     finetune_metrics: list[str | os.PathLike],
     out: str | os.PathLike,
@@ -155,6 +156,7 @@ def load_findings(paths: list[str | os.PathLike]) -> pd.DataFrame:
 
 def claims_table(
     claims_paths: list[str | os.PathLike],
+    *,
     findings_paths: list[str | os.PathLike],
     out: str | os.PathLike,
     origin: dict[str, Any],

@@ -188,6 +188,7 @@ def claims(rates: pd.DataFrame) -> list[dict[str, Any]]:
 
 def analyse_task(
     model_dir: str | os.PathLike,
+    *,
     train_path: str | os.PathLike,
     dev_path: str | os.PathLike,
     spec: tasks.TaskSpec,

@@ -180,6 +180,7 @@ def claims(tokens: pd.DataFrame, offsets: pd.DataFrame) -> list[dict[str, Any]]:
 
 def analyse_task(
     model_dir: str | os.PathLike,
+    *,
     dev_path: str | os.PathLike,
     spec: tasks.TaskSpec,
     cfg: dict[str, Any],

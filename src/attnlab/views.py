@@ -117,6 +117,7 @@ of the planted pair (synthetic tasks) are outlined in red.</p>
 
 def example_views(
     model_dir: str | os.PathLike,
+    *,
     dev_path: str | os.PathLike,
     dump_paths: list[str | os.PathLike],
     tree_figures: str | os.PathLike,

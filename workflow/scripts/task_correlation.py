@@ -7,8 +7,8 @@ with workflow_job(snakemake):
     params = snakemake.params
     task_correlation(
         snakemake.input.importance,
-        params.pairs["similar_pairs"],
-        params.pairs["dissimilar_pairs"],
-        dict(snakemake.output.items()),
-        provenance(dict(params.items())),
+        similar=params.pairs["similar_pairs"],
+        dissimilar=params.pairs["dissimilar_pairs"],
+        out=dict(snakemake.output.items()),
+        provenance=provenance(dict(params.items())),
     )

@@ -8,9 +8,9 @@ with workflow_job(snakemake):
     params = snakemake.params
     trees_stage(
         snakemake.input.parts,
-        TaskSpec.from_config(snakemake.wildcards.task, params.task),
-        params.trees,
-        params.seed,
-        dict(snakemake.output.items()),
-        provenance(dict(params.items())),
+        spec=TaskSpec.from_config(snakemake.wildcards.task, params.task),
+        trees_cfg=params.trees,
+        seed=params.seed,
+        out=dict(snakemake.output.items()),
+        provenance=provenance(dict(params.items())),
     )
