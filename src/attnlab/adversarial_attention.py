@@ -1,5 +1,5 @@
-"""Adversarial keys (poster 003) and adversarial attention (Jain & Wallace 2019), methods.md §6:
-can very different attention give the same prediction?
+"""Adversarial keys (Drozdyuk et al.) and adversarial attention (Jain & Wallace 2019; see
+docs/methods.md): can very different attention give the same prediction?
 
 Adversarial keys. One MLP (hidden layer of cfg["hidden"] units, ReLU), shared by all layers,
 maps each layer's keys (all heads side by side, d_model per token) to adversarial keys in the
@@ -7,7 +7,7 @@ forward pass. It is trained on training sentences with
 
     loss = α · CE(original prediction, prediction with adversarial keys) − (1 − α) · min(D, cap)
 
-D = ‖K − K_adv‖_F / ‖K‖_F over the layers' real tokens (the poster's distance term, made
+D = ‖K − K_adv‖_F / ‖K‖_F over the layers' real tokens (Drozdyuk et al.'s distance term, made
 relative and capped so that it cannot grow without bound and drown the first term). On dev
 examples we report whether the prediction is unchanged, D per layer, and the Jensen–Shannon
 divergence (JSD) between the original attention and the attention the adversarial keys give.
@@ -52,7 +52,7 @@ LARGE_JSD = 0.1
 
 
 class KeyAdversary(nn.Module):
-    """The poster's MLP from keys to adversarial keys, applied to every layer's keys."""
+    """Drozdyuk et al.'s MLP from keys to adversarial keys, applied to every layer's keys."""
 
     def __init__(self, d_model: int, hidden: int):
         super().__init__()
@@ -250,7 +250,7 @@ def adversarial_attention(
 
 
 def claims(keys: pd.DataFrame, attention: pd.DataFrame, epsilon: float) -> list[dict[str, Any]]:
-    """The poster's and Jain & Wallace's statements, judged on one task's tables."""
+    """Drozdyuk et al.'s and Jain & Wallace's statements, judged on one task's tables."""
     agreement = keys.drop_duplicates("example")["same_prediction"].mean()
     per_example = keys.groupby("example")[["key_distance", "jsd"]].mean()
     distance, key_jsd = per_example["key_distance"].median(), per_example["jsd"].mean()

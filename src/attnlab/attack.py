@@ -1,4 +1,4 @@
-"""Attacking a model with its mined triggers (Hao et al. 2021 §6, methods.md §4).
+"""Attacking a model with its mined triggers (Hao et al. 2021 §6, docs/methods.md).
 
 Each of a class's top triggers is inserted into every dev example: its tokens go into the same
 segment at the same relative position as in its source example. With r the relative

@@ -1,4 +1,4 @@
-"""Attention permutation (Jain & Wallace 2019; poster 003; methods.md §6): does the model's
+"""Attention permutation (Jain & Wallace 2019; Drozdyuk et al.; docs/methods.md): does the model's
 output depend on which token each attention weight sits on?
 
 For one layer at a time, and for all layers together, every head's weights are shuffled over
@@ -32,7 +32,7 @@ from attnlab.outputs import write_task_tables
 log = logging.getLogger(__name__)
 
 ALL_LAYERS = "all"
-# The poster: permuting the first layer costs about 6 accuracy points; the claim holds when at
+# Drozdyuk et al.: permuting the first layer costs about 6 accuracy points; the claim holds when at
 # least half of that is lost.
 POSTER_FIRST_LAYER_DROP = 0.06
 # "Barely matters": at most one accuracy point, the noise of one model on a few hundred examples
@@ -149,7 +149,7 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def claims(table: pd.DataFrame) -> list[dict[str, Any]]:
-    """The poster's statements on attention permutation, judged on one task's table."""
+    """Drozdyuk et al.'s statements on attention permutation, judged on one task's table."""
     stage = "attention_permutation"
     change = summary(table).set_index("permuted")["accuracy_change"]
     first_drop = -change["0"]

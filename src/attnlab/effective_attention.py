@@ -1,4 +1,4 @@
-"""Effective attention (Brunner et al. 2020 §3, methods.md §5): how much of an attention map the
+"""Effective attention (Brunner et al. 2020 §3, docs/methods.md): how much of an attention map the
 head's output actually depends on.
 
 A head outputs A·T, T the value vectors of the n real tokens (n × d_v, T = E W^V + b; padding

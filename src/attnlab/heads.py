@@ -1,4 +1,4 @@
-"""Head importance (Hao et al. 2021 §4, methods.md §2): how much each attention head matters.
+"""Head importance (Hao et al. 2021 §4, docs/methods.md): how much each attention head matters.
 
 Five methods score every head (layer l, head h) over the first N held-out dev examples:
 

@@ -1,4 +1,4 @@
-"""Head pruning without re-training (Hao et al. 2021 §4, methods.md §2), and the paper's claims.
+"""Head pruning without re-training (Hao et al. 2021 §4, docs/methods.md), and the paper's claims.
 
 * Per-layer effectiveness (paper Fig. 3): rank the heads within each layer by each example's
   own attr_max (or attn_max) and mask k of them in every layer at once, lowest or highest first.

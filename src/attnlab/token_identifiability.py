@@ -1,4 +1,4 @@
-"""Token identifiability (Brunner et al. 2020 §4, methods.md §5): can a hidden token still be
+"""Token identifiability (Brunner et al. 2020 §4, docs/methods.md): can a hidden token still be
 traced back to the input token at its position?
 
 For each layer l (0 = the input embeddings x = e^0) a map g_l from hidden tokens e^l_i back to

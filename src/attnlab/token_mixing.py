@@ -1,4 +1,4 @@
-"""Hidden token attribution (Brunner et al. 2020 §5, methods.md §5): how much each input token
+"""Hidden token attribution (Brunner et al. 2020 §5, docs/methods.md): how much each input token
 contributes to each hidden token.
 
 The contribution of input token i to hidden token j at layer l is

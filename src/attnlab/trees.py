@@ -1,4 +1,4 @@
-"""Attribution trees (Hao et al. 2021 §5, Algorithm 1; methods.md §3): how information flows
+"""Attribution trees (Hao et al. 2021 §5, Algorithm 1; docs/methods.md): how information flows
 from the input tokens up to [CLS], read from the attribution dumps.
 
 Per layer l, the head-summed attribution a^l = Σ_h Attr_h(A^l) is divided by a reference

@@ -1,5 +1,5 @@
 """Adversarial triggers from over-confident attribution patterns (Hao et al. 2021 §6,
-methods.md §4): mining them.
+docs/methods.md): mining them.
 
 The first `source_examples` examples of the source split are attributed to `target` (the
 official code: the predicted label) by the same engine and writer as the dev dumps. In each

@@ -1,4 +1,4 @@
-# Is attention explanation? (Jain & Wallace 2019, poster 003, methods.md section 6): attention
+# Is attention explanation? (Jain & Wallace 2019, Drozdyuk et al., docs/methods.md): attention
 # permutation, adversarial keys and adversarial attention on each task's fine-tuned model, each
 # with its tables, the claims judged on them, and a figure.
 

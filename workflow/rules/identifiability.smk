@@ -1,4 +1,4 @@
-# On Identifiability in Transformers (Brunner et al. 2020, methods.md section 5): effective
+# On Identifiability in Transformers (Brunner et al. 2020, docs/methods.md): effective
 # attention, token identifiability and token mixing of each task's fine-tuned model, each
 # with its tables, the paper's claims judged on them, and a figure.
 
