@@ -16,6 +16,7 @@ from attnlab import (
     effective_attention,
     heads,
     pruning,
+    task_correlation,
     token_identifiability,
     token_mixing,
 )
@@ -173,7 +174,7 @@ def library_claims(tasks: list[str], similar: list[list[str]], dissimilar: list[
                           "jsd": 0.2}])
     adversarial = pd.DataFrame([{"layer": layer, "jsd": 0.2} for layer in layers])
     claims = (pruning.per_layer_claims(per_layer) + pruning.global_claims(global_)
-              + heads.cross_task_claims(pd.DataFrame(pairs), similar, dissimilar)
+              + task_correlation.cross_task_claims(pd.DataFrame(pairs), similar, dissimilar)
               + attack.attack_claims(attack_summary, no_planted, top=3)
               + effective_attention.claims(per_head, mass, BERT_BASE_D_V)
               + token_identifiability.claims(rates) + token_mixing.claims(tokens, offsets)

@@ -25,6 +25,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from attnlab import _EXPORTS
 from attnlab.errors import CorruptFileError, one_line_errors
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -108,7 +109,8 @@ def _attnlab_imports(module: str) -> set[str]:
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module == "attnlab":
-            found.update(alias.name for alias in node.names)
+            # a module, or a public name of the package: then the module that defines it
+            found.update(_EXPORTS.get(alias.name, alias.name) for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("attnlab."):
             found.add(node.module.split(".")[1])
         elif isinstance(node, ast.Import):
@@ -116,14 +118,11 @@ def _attnlab_imports(module: str) -> set[str]:
     return {name for name in found if (PACKAGE_DIR / f"{name}.py").exists()}
 
 
-def code_version(*modules: str) -> str:
-    """A short hash of the source of the named library modules and every attnlab module they
-    import, directly or not (of the whole package when none is named).
-
-    Snakemake cannot see edits inside a package, so each rule passes this as a param and
-    reruns when the code it runs changes, and only then.
-    """
-    todo = list(modules) or [p.stem for p in PACKAGE_DIR.glob("*.py")]
+def code_closure(*modules: str) -> set[str]:
+    """The named library modules and every attnlab module they import, directly or not. The
+    package's __init__ is not among them: its exports are imported lazily, from the modules
+    that define them."""
+    todo = list(modules)
     closure: set[str] = set()
     while todo:
         name = todo.pop()
@@ -133,6 +132,17 @@ def code_version(*modules: str) -> str:
             raise ValueError(f"code_version: no module attnlab.{name}")
         closure.add(name)
         todo.extend(_attnlab_imports(name))
+    return closure
+
+
+def code_version(*modules: str) -> str:
+    """A short hash of the source of the named library modules and every attnlab module they
+    import, directly or not (of the whole package when none is named).
+
+    Snakemake cannot see edits inside a package, so each rule passes this as a param and
+    reruns when the code it runs changes, and only then.
+    """
+    closure = code_closure(*modules) if modules else {p.stem for p in PACKAGE_DIR.glob("*.py")}
     digest = hashlib.sha256()
     for name in sorted(closure):
         digest.update(name.encode() + b"\0" + (PACKAGE_DIR / f"{name}.py").read_bytes())

@@ -105,7 +105,7 @@ rule task_correlation:
         ),
     params:
         pairs={key: config["heads"][key] for key in ("similar_pairs", "dissimilar_pairs")},
-        code=code_version("heads"),
+        code=code_version("task_correlation"),
     log:
         "results/{name}/logs/task_correlation.log",
     benchmark:
