@@ -51,8 +51,9 @@ from transformers import BertConfig, BertForSequenceClassification
 
 from attnlab import models
 from attnlab.attribution import Attribution, _softmax, attribute, quadrature
+from attnlab.attribution_shards import attribute_shard, example_row
 from attnlab.device import EncoderShape, set_precision
-from attnlab.dumps import SCHEMA, attribute_shard, example_row, read_dump
+from attnlab.dumps import SCHEMA, read_dump
 from attnlab.intervention import Intervention
 from attnlab.tasks import TaskSpec
 from attnlab.training import build_tokenizer
@@ -168,8 +169,10 @@ def end_to_end(model, config: BertConfig, args: argparse.Namespace, device: torc
         model_cfg = {"max_length": args.tokens, "truncate": False}
         reset_peak_memory(device)
         start = time.perf_counter()
-        summary = attribute_shard(model_dir, dev_path, spec, cfg, model_cfg, 0, 1, device,
-                                  folder / "dump.parquet", {}, bf16=precision == "bf16")
+        summary = attribute_shard(model_dir, dev_path, spec=spec, attribution_cfg=cfg,
+                                  model_cfg=model_cfg, shard=0, n_shards=1, device=device,
+                                  out_path=folder / "dump.parquet", provenance={},
+                                  bf16=precision == "bf16")
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         seconds = time.perf_counter() - start
@@ -191,8 +194,9 @@ def end_to_end(model, config: BertConfig, args: argparse.Namespace, device: torc
         }
         if precision != "fp32":
             set_precision("fp32", device)
-            attribute_shard(model_dir, dev_path, spec, cfg, model_cfg, 0, 1, device,
-                            folder / "fp32.parquet", {})
+            attribute_shard(model_dir, dev_path, spec=spec, attribution_cfg=cfg,
+                            model_cfg=model_cfg, shard=0, n_shards=1, device=device,
+                            out_path=folder / "fp32.parquet", provenance={})
             set_precision(args.precision, device)
             exact, _ = read_dump(folder / "fp32.parquet")
             maxima = [np.stack(d["attr_max"]) for d in (dump, exact)]

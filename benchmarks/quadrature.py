@@ -18,9 +18,8 @@ import json
 from pathlib import Path
 
 import torch
-import yaml
-from snakemake.utils import validate
 
+from attnlab.config import load_config
 from attnlab.quadrature_study import plot_study, study
 from attnlab.tasks import TaskSpec
 
@@ -34,8 +33,7 @@ def main() -> None:
     parser.add_argument("--figure", default=str(ROOT / "benchmarks/results/quadrature.png"))
     args = parser.parse_args()
     torch.set_num_threads(1)  # as the workflow's attribute jobs run (threads: 1)
-    config = yaml.safe_load(Path(args.config).read_text())
-    validate(config, str(ROOT / "workflow/schemas/config.schema.yaml"))  # fills the defaults
+    config = load_config(args.config)  # as the workflow reads it: defaults filled in
     results = ROOT / "results" / config["name"]
     missing = [task for task in config["tasks"]
                if not (results / "finetune" / task / "model").is_dir()]
@@ -44,7 +42,8 @@ def main() -> None:
                          f"run `make run CONFIG={args.config}` first")
     report = {
         task: study(results / "finetune" / task / "model", results / "data" / task / "dev.parquet",
-                    TaskSpec.from_config(task, task_cfg), attribution_cfg=config["attribution"],
+                    spec=TaskSpec.from_config(task,
+                                              task_cfg), attribution_cfg=config["attribution"],
                     model_cfg=config["model"], examples=args.examples,
                     device=torch.device("cpu"))
         for task, task_cfg in config["tasks"].items()

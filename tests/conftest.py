@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
-from snakemake.utils import validate
+
+from attnlab.config import load_config
 
 # Before any test module imports transformers or datasets, which read it at import time.
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -61,8 +61,7 @@ def config_path() -> Path:
 
 
 # config.yaml as the workflow reads it: with the schema's defaults filled in
-DEFAULT_CONFIG = yaml.safe_load((ROOT / "config.yaml").read_text())
-validate(DEFAULT_CONFIG, str(ROOT / "workflow/schemas/config.schema.yaml"), set_default=True)
+DEFAULT_CONFIG = load_config(ROOT / "config.yaml")
 
 # The tests of scientific outcomes must hold on any CPU, not only where they were tuned. To
 # check that here, train the default models down another float path: with more threads
@@ -86,10 +85,10 @@ def _train_default_task(name: str, folder: Path) -> dict:
     prepare_task(name, task, DEFAULT_CONFIG["seed"], folder / "train.parquet",
                  folder / "dev.parquet")
     return finetune(
-        folder / "train.parquet", folder / "dev.parquet", TaskSpec.from_config(name, task),
-        {"truncate": False, **DEFAULT_CONFIG["model"]},
-        {**DEFAULT_CONFIG["finetune"], **task.get("finetune", {})},
-        torch.device("cpu"), TRAIN_SEED, folder / "model",
+        folder / "train.parquet", folder / "dev.parquet", spec=TaskSpec.from_config(name, task),
+        model_cfg={"truncate": False, **DEFAULT_CONFIG["model"]},
+        train_cfg={**DEFAULT_CONFIG["finetune"], **task.get("finetune", {})},
+        device=torch.device("cpu"), seed=TRAIN_SEED, out_dir=folder / "model",
     )
 
 

@@ -1,4 +1,4 @@
-"""The attribution engine (methods.md §1) against its defining properties and an independent
+"""The attribution engine (docs/methods.md) against its defining properties and an independent
 brute-force reference."""
 
 from __future__ import annotations

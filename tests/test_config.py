@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from snakemake.utils import validate
+
+from attnlab.config import SCHEMA, validate_config
 
 ROOT = Path(__file__).resolve().parents[1]
-SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 
 
 def default_config() -> dict:
@@ -35,7 +35,7 @@ def dry_run(config: dict, tmp_path: Path) -> subprocess.CompletedProcess:
 
 def test_default_config_validates_and_gets_defaults():
     config = default_config()
-    validate(config, str(SCHEMA))  # snakemake's own validator, which fills defaults
+    validate_config(config)  # as the workflow does: the defaults are filled in
     assert config["attribution"]["edge_min_fraction"] == 0.1
     assert config["attribution"]["max_examples"] is None
     assert config["model"]["truncate"] is False
@@ -49,7 +49,7 @@ def test_defaults_fill_a_minimal_config():
         "source": "synthetic", "synthetic": {"kind": "single2"},
         "text_fields": ["sentence"], "label_names": ["neg", "pos"],
     }}}
-    validate(config, str(SCHEMA))
+    validate_config(config)
     assert config["seed"] == 0 and config["device"] == "auto" and config["precision"] == "fp32"
     assert config["model"]["scratch"] == {
         "layers": 4, "heads": 4, "hidden": 64, "intermediate": 128, "dropout": 0.1

@@ -10,18 +10,12 @@ import torch
 from conftest import DEFAULT_CONFIG
 from transformers import BertConfig, BertForSequenceClassification
 
-from attnlab import dumps
+from attnlab import attribution_shards
 from attnlab.attribution import Attribution
+from attnlab.attribution_shards import attribute_shard, example_row, shard_rows
+from attnlab.attribution_summary import summarise_task
 from attnlab.device import CPU_BATCH_SIZE
-from attnlab.dumps import (
-    attribute_shard,
-    example_row,
-    read_dump,
-    read_task_dump,
-    shard_rows,
-    summarise_task,
-    write_dump,
-)
+from attnlab.dumps import read_dump, read_task_dump, write_dump
 from attnlab.errors import ConfigError
 from attnlab.tasks import TaskSpec, load_split, prepare_task
 from attnlab.training import build_tokenizer, training_words
@@ -233,8 +227,9 @@ MODEL_CFG = {"max_length": 64, "truncate": False}
 
 def run_shard(tiny_shard, path, cfg=SHARD_CFG, **kwargs):
     spec, model_dir, dev = tiny_shard
-    return attribute_shard(model_dir, dev, spec, cfg, MODEL_CFG, 0, 1, torch.device("cpu"), path,
-                           {}, **kwargs)
+    return attribute_shard(model_dir, dev, spec=spec, attribution_cfg=cfg, model_cfg=MODEL_CFG,
+                           shard=0, n_shards=1, device=torch.device("cpu"), out_path=path,
+                           provenance={}, **kwargs)
 
 
 def test_shard_with_auto_batch_size_takes_the_cpu_default(tiny_shard, tmp_path):
@@ -265,7 +260,7 @@ def test_out_of_memory_in_a_shard_names_attribution_batch_size(tiny_shard, tmp_p
     def out_of_memory(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 9.00 GiB. GPU 0 ...")
 
-    monkeypatch.setattr(dumps, "attribute", out_of_memory)
+    monkeypatch.setattr(attribution_shards, "attribute", out_of_memory)
     with pytest.raises(ConfigError, match=(
             r"^out of GPU memory attributing task syn_mnli \(32 rows per pass, up to \d+ tokens\) "
             r"with attribution.batch_size=auto: lower it to an integer that fits \(CUDA out of "

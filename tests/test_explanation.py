@@ -174,24 +174,26 @@ def test_adversarial_layer_out_of_range_fails_in_one_line_before_any_work(tmp_pa
     out = {k: tmp_path / f"{k}.out" for k in ("key_table", "attention_table", "claims",
                                                "figure")}
     with pytest.raises(ValueError) as error:
-        aa.analyse_task(model_dir, tmp_path / "no_train.parquet", tmp_path / "no_dev.parquet",
-                        None, cfg, {}, 0, torch.device("cpu"), out, {})
+        aa.analyse_task(model_dir, train_path=tmp_path / "no_train.parquet",
+                        dev_path=tmp_path / "no_dev.parquet",
+                        spec=None, cfg=cfg, model_cfg={}, seed=0, device=torch.device("cpu"),
+                        out=out, provenance={})
     assert str(error.value) == ("explanation.adversarial_attention.layers: layer 3 is out of "
                                 "range; the model has 3 layers (0..2)")
     assert not any(path.exists() for path in out.values())
 
 
+NOTHING = {"spec": None, "cfg": {}, "model_cfg": {}, "device": torch.device("cpu"), "out": {},
+           "provenance": {}}
 ANALYSES = {
     "effective_attention": lambda m, p: effective_attention.analyse_task(
-        m, p, None, {}, {}, torch.device("cpu"), {}, {}),
+        m, dev_path=p, **NOTHING),
     "token_identifiability": lambda m, p: token_identifiability.analyse_task(
-        m, p, p, None, {}, {}, 0, torch.device("cpu"), {}, {}),
-    "token_mixing": lambda m, p: token_mixing.analyse_task(
-        m, p, None, {}, {}, 0, torch.device("cpu"), {}, {}),
-    "attention_permutation": lambda m, p: ap.analyse_task(
-        m, p, None, {}, {}, 0, torch.device("cpu"), {}, {}),
+        m, train_path=p, dev_path=p, seed=0, **NOTHING),
+    "token_mixing": lambda m, p: token_mixing.analyse_task(m, dev_path=p, seed=0, **NOTHING),
+    "attention_permutation": lambda m, p: ap.analyse_task(m, dev_path=p, seed=0, **NOTHING),
     "adversarial_attention": lambda m, p: aa.analyse_task(
-        m, p, p, None, {}, {}, 0, torch.device("cpu"), {}, {}),
+        m, train_path=p, dev_path=p, seed=0, **NOTHING),
 }
 
 

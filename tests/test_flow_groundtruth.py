@@ -19,9 +19,9 @@ import torch
 from conftest import DEFAULT_CONFIG
 
 from attnlab.attack import attack_eval
-from attnlab.dumps import attribute_shard
+from attnlab.attribution_shards import attribute_shard
+from attnlab.information_flow import trees_stage
 from attnlab.tasks import TaskSpec
-from attnlab.trees import trees_stage
 from attnlab.triggers import mine_triggers
 
 NAME = "syn_sst2"
@@ -37,20 +37,25 @@ def stages(default_task_model, tmp_path_factory):
     model = {"truncate": False, **DEFAULT_CONFIG["model"]}
     attribution, triggers = DEFAULT_CONFIG["attribution"], DEFAULT_CONFIG["triggers"]
     dump = folder / "dump.parquet"
-    attribute_shard(trained / "model", trained / "dev.parquet", spec, attribution, model, 0, 1,
-                    CPU, dump, {})
+    attribute_shard(trained / "model", trained / "dev.parquet", spec=spec,
+                    attribution_cfg=attribution, model_cfg=model, shard=0, n_shards=1,
+                    device=CPU, out_path=dump, provenance={})
     out = {name: folder / f"trees_{name}" for name in
            ("edges", "trees", "claims", "summary", "sizes", "figures")}
-    tree_claims = trees_stage([dump], spec, DEFAULT_CONFIG["trees"], DEFAULT_CONFIG["seed"], out,
-                              {})
+    tree_claims = trees_stage([dump], spec=spec, trees_cfg=DEFAULT_CONFIG["trees"],
+                              seed=DEFAULT_CONFIG["seed"], out=out,
+                              provenance={})
     mined = {name: folder / f"{name}.parquet" for name in ("source", "patterns", "triggers")}
-    mine_triggers(trained / "model", trained / "train.parquet", spec, task, triggers, attribution,
-                  model, CPU, mined, {})
-    attack_claims = attack_eval(trained / "model", trained / "dev.parquet", mined["triggers"],
-                                mined["source"], spec, triggers, model, DEFAULT_CONFIG["seed"],
-                                CPU, {"table": folder / "attack.parquet",
+    mine_triggers(trained / "model", source_path=trained / "train.parquet", spec=spec,
+                  task_cfg=task, triggers_cfg=triggers, attribution_cfg=attribution,
+                  model_cfg=model, device=CPU, out=mined, provenance={})
+    attack_claims = attack_eval(trained / "model", dev_path=trained / "dev.parquet",
+                                triggers_path=mined["triggers"],
+                                source_path=mined["source"], spec=spec, triggers_cfg=triggers,
+                                model_cfg=model, seed=DEFAULT_CONFIG["seed"],
+                                device=CPU, out={"table": folder / "attack.parquet",
                                       "claims": folder / "attack_claims.parquet",
-                                      "figure": folder / "attack.png"}, {})
+                                      "figure": folder / "attack.png"}, provenance={})
     claims = pd.concat([tree_claims, attack_claims], ignore_index=True)
     print(claims[["claim", "value", "verdict"]].to_string())  # the numbers (pytest -s)
     return claims.set_index("claim")["value"]

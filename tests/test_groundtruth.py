@@ -20,7 +20,8 @@ import pytest
 import torch
 from conftest import DEFAULT_CONFIG
 
-from attnlab.dumps import attribute_shard, summarise_task
+from attnlab.attribution_shards import attribute_shard
+from attnlab.attribution_summary import summarise_task
 from attnlab.groundtruth import RECOVERY_BAR, TIE_MARGIN, recovery_claims
 from attnlab.tasks import TaskSpec
 
@@ -36,9 +37,10 @@ def trained(request, default_task_model):
     folder, metrics = default_task_model(name)
     dump = folder / "ground_truth_dump.parquet"
     attribute_shard(folder / "model", folder / "dev.parquet",
-                    TaskSpec.from_config(name, DEFAULT_CONFIG["tasks"][name]), ATTRIBUTION,
-                    {"truncate": False, **DEFAULT_CONFIG["model"]}, 0, 1, torch.device("cpu"),
-                    dump, {})
+                    spec=TaskSpec.from_config(name, DEFAULT_CONFIG["tasks"][name]),
+                    attribution_cfg=ATTRIBUTION,
+                    model_cfg={"truncate": False, **DEFAULT_CONFIG["model"]}, shard=0, n_shards=1,
+                    device=torch.device("cpu"), out_path=dump, provenance={})
     return name, metrics, summarise_task([dump], 1, tolerance=ATTRIBUTION["tolerance"])
 
 

@@ -13,7 +13,7 @@ import torch
 from test_config import default_config, dry_run
 from tiny_models import tiny_batch, tiny_classifier
 
-from attnlab import heads, models
+from attnlab import examples, heads, models, task_correlation
 from attnlab.intervention import Intervention
 
 LENGTHS = (9, 6, 8, 7, 9, 5)
@@ -56,8 +56,8 @@ def test_all_ones_mask_is_bit_identical_to_no_mask():
         per_example = torch.ones(len(LENGTHS), 3, 4)
         assert torch.equal(models.logits(model, batch, Intervention(head_mask=per_example)),
                            plain)
-        assert torch.equal(heads.predict(model, tiny_batch("bert", LENGTHS), per_example, 4),
-                           heads.predict(model, tiny_batch("bert", LENGTHS), None, 4))
+        assert torch.equal(examples.predict(model, tiny_batch("bert", LENGTHS), per_example, 4),
+                           examples.predict(model, tiny_batch("bert", LENGTHS), None, 4))
 
 
 def _loss(model, batch, gates):
@@ -137,11 +137,11 @@ def test_importance_table_is_tidy_and_dump_methods_average_the_dump():
 
 def test_fewer_held_out_examples_than_requested_uses_all_and_says_so(caplog):
     with caplog.at_level(logging.WARNING, logger="attnlab"):
-        assert heads.held_out(200, 6) == 6
+        assert examples.held_out(200, 6) == 6
     assert "200 held-out examples requested but only 6 attributed; using 6" in caplog.text
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="attnlab"):
-        assert heads.held_out(200, 300) == 200
+        assert examples.held_out(200, 300) == 200
     assert caplog.text == ""
 
 
@@ -153,20 +153,20 @@ def test_task_correlation_and_cross_task_claims():
     importance = pd.concat([pd.DataFrame({"task": t, "method": "attribution", "layer": layers,
                                           "head": head_index, "importance": v})
                             for t, v in vectors.items()])
-    correlations = heads.task_correlations(importance)
+    correlations = task_correlation.task_correlations(importance)
     assert list(zip(correlations["task_a"], correlations["task_b"], strict=True)) == [
         ("a", "b"), ("a", "c"), ("b", "c")]
     r_ab = correlations["r"].iloc[0]
     assert r_ab == pytest.approx(np.corrcoef(vectors["a"], vectors["b"])[0, 1])
-    verdicts = [c["verdict"] for c in heads.cross_task_claims(correlations, [["a", "b"]],
+    verdicts = [c["verdict"] for c in task_correlation.cross_task_claims(correlations, [["a", "b"]],
                                                                [["c", "a"]])]
     assert verdicts == ["holds", "holds", "holds"]
     # swap the roles: the claims built to hold now fail
-    flipped = [c["verdict"] for c in heads.cross_task_claims(correlations, [["a", "c"]],
+    flipped = [c["verdict"] for c in task_correlation.cross_task_claims(correlations, [["a", "c"]],
                                                               [["b", "a"]])]
     assert flipped == ["does not hold"] * 3
     with pytest.raises(ValueError, match="'a' and 'x'"):
-        heads.cross_task_claims(correlations, [["a", "x"]], [])
+        task_correlation.cross_task_claims(correlations, [["a", "x"]], [])
 
 
 def test_unknown_importance_method_fails_config_validation(tmp_path):

@@ -50,7 +50,7 @@ def test_a_split_is_fetched_to_parquet(tmp_path, monkeypatch):
     splits = {"train": glue_like(5), "validation": glue_like(3)}
     folder = write_hub_folder(tmp_path / "glue", splits)
     out = tmp_path / "resources" / "validation.parquet"
-    assert fetch_dataset_split(str(folder), "rte", "validation", out) == 3
+    assert fetch_dataset_split(str(folder), name="rte", split="validation", out=out) == 3
     pd.testing.assert_frame_equal(pd.read_parquet(out), glue_like(3))
     assert [p.name for p in out.parent.iterdir()] == ["validation.parquet"]
 
@@ -58,7 +58,7 @@ def test_a_split_is_fetched_to_parquet(tmp_path, monkeypatch):
 def test_no_network_is_one_line_naming_the_split_and_the_way_out(tmp_path):
     out = tmp_path / "resources" / "train.parquet"
     with pytest.raises(FetchError) as info:
-        fetch_dataset_split("nyu-mll/glue", "rte", "train", out)
+        fetch_dataset_split("nyu-mll/glue", name="rte", split="train", out=out)
     message = str(info.value)
     assert "\n" not in message
     assert "could not fetch dataset nyu-mll/glue (rte), split train" in message

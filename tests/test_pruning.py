@@ -9,7 +9,7 @@ import pytest
 import torch
 from tiny_models import tiny_batch, tiny_classifier
 
-from attnlab import heads, models, pruning
+from attnlab import examples, heads, models, pruning
 from attnlab.intervention import Intervention
 
 
@@ -49,7 +49,7 @@ def test_curves_are_accuracies_of_the_masked_model():
     importance = heads.importance_table(model, batch, arrays, ["attribution", "random"], 2, 0)
     global_ = pruning.global_curves(model, batch, importance, [0, 50, 100], batch_size=4)
     assert len(global_) == 3 * 3  # attribution, random seeds 0 and 1
-    full = heads.accuracy(model, batch)
+    full = examples.accuracy(model, batch)
     assert (global_.loc[global_["percent"] == 0, "accuracy"] == full).all()
     assert (global_.loc[global_["percent"] == 100, "heads_masked"] == 12).all()
 

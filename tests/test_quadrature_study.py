@@ -18,7 +18,7 @@ def test_adaptive_rule_meets_its_tolerance_and_the_reference_on_a_trained_model(
     name = "syn_sst2"
     folder, _ = default_task_model(name)
     report = study(folder / "model", folder / "dev.parquet",
-                   TaskSpec.from_config(name, DEFAULT_CONFIG["tasks"][name]),
+                   spec=TaskSpec.from_config(name, DEFAULT_CONFIG["tasks"][name]),
                    attribution_cfg=DEFAULT_CONFIG["attribution"],
                    model_cfg={"truncate": False, **DEFAULT_CONFIG["model"]}, examples=12,
                    device=torch.device("cpu"))

@@ -16,9 +16,11 @@ from attnlab import (
     effective_attention,
     heads,
     pruning,
+    task_correlation,
     token_identifiability,
     token_mixing,
 )
+from attnlab.claims import claim
 from attnlab.report import claims_table, load_findings, run_summary, stage_times
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,8 +56,9 @@ def test_run_summary_page_holds_times_models_versions_and_config(tmp_path):
     metrics.write_text('{"device": "cpu (1 threads)", "dev_accuracy": 0.8125, "epochs": 3}')
     config = {"name": "paper", "finetune": {"learning_rate": 5e-5}}
     out = tmp_path / "run_summary.html"
-    run_summary(config, {"finetune": [write_benchmark(tmp_path / "f.tsv", 2.0, "300.0")]},
-                [metrics], out)
+    run_summary(config,
+                benchmarks={"finetune": [write_benchmark(tmp_path / "f.tsv", 2.0, "300.0")]},
+                finetune_metrics=[metrics], out=out)
     page = out.read_text()
     for expected in ("Run summary: paper", "finetune", "cpu (1 threads)", "0.8125",
                      "transformers", "learning_rate: 5.0e-05"):
@@ -63,7 +66,7 @@ def test_run_summary_page_holds_times_models_versions_and_config(tmp_path):
 
 
 def write_claims(path: Path, rows: list[dict], task: str | None = None) -> Path:
-    frame = pd.DataFrame([heads.claim(**row) for row in rows])
+    frame = pd.DataFrame([claim(**row) for row in rows])
     if task:
         frame.insert(0, "task", task)
     frame.to_parquet(path)
@@ -86,7 +89,7 @@ def test_claims_sit_beside_the_papers_findings(tmp_path):
         {"stage": "trees", "claim": "trees are shallow", "paper": "Fig. 6"},
     ]}))
     out = tmp_path / "claims.html"
-    table = claims_table(paths, [findings], out, {"code_version": "abc"})
+    table = claims_table(paths, findings_paths=[findings], out=out, origin={"code_version": "abc"})
 
     by_row = table.set_index(["stage", "task", "claim"])["paper"]
     assert by_row["per_layer", "mnli", low["statement"]] == "barely hurts"
@@ -104,7 +107,7 @@ def test_claims_sit_beside_the_papers_findings(tmp_path):
 def test_without_papers_the_page_has_no_paper_column(tmp_path):
     path = write_claims(tmp_path / "c.parquet", [
         {"stage": "global", "statement": "s", "metric": "m", "value": 1.0, "holds": True}])
-    claims_table([path], [], tmp_path / "claims.html", {})
+    claims_table([path], findings_paths=[], out=tmp_path / "claims.html", origin={})
     assert "<th>paper</th>" not in (tmp_path / "claims.html").read_text()
 
 
@@ -122,7 +125,7 @@ def test_claims_over_seeds_give_mean_interval_and_k_of_n(tmp_path):
             {"stage": "trees", "statement": "long", "metric": "m", "value": float("nan"),
              "holds": None}], task="t"))
     out = tmp_path / "claims.html"
-    table = claims_table(paths, [], out, {}).set_index("claim")
+    table = claims_table(paths, findings_paths=[], out=out, origin={}).set_index("claim")
     joins = table.loc["joins"]
     # mean 0.8, sd 0.1: half-width t(0.975, 2 df) * 0.1 / sqrt(3) = 4.303 * 0.0577 = 0.2484
     assert joins["value"] == pytest.approx(0.8)
@@ -171,7 +174,7 @@ def library_claims(tasks: list[str], similar: list[list[str]], dissimilar: list[
                           "jsd": 0.2}])
     adversarial = pd.DataFrame([{"layer": layer, "jsd": 0.2} for layer in layers])
     claims = (pruning.per_layer_claims(per_layer) + pruning.global_claims(global_)
-              + heads.cross_task_claims(pd.DataFrame(pairs), similar, dissimilar)
+              + task_correlation.cross_task_claims(pd.DataFrame(pairs), similar, dissimilar)
               + attack.attack_claims(attack_summary, no_planted, top=3)
               + effective_attention.claims(per_head, mass, BERT_BASE_D_V)
               + token_identifiability.claims(rates) + token_mixing.claims(tokens, offsets)

@@ -67,7 +67,8 @@ def test_training_words_follow_the_tokenizer(small_task):
 def test_short_run_is_reproducible_and_reloads(tmp_path, small_task):
     spec, train, dev = small_task
     runs = [
-        finetune(train, dev, spec, TINY_MODEL, SHORT_TRAINING, CPU, 3, tmp_path / f"model{i}")
+        finetune(train, dev, spec=spec, model_cfg=TINY_MODEL, train_cfg=SHORT_TRAINING, device=CPU,
+                 seed=3, out_dir=tmp_path / f"model{i}")
         for i in range(2)
     ]
     for key in ("dev_accuracy", "train_loss", "steps", "n_train", "n_dev"):
@@ -90,8 +91,9 @@ def test_short_run_is_reproducible_and_reloads(tmp_path, small_task):
 def test_training_stops_after_the_first_epoch_below_stop_loss(tmp_path, small_task, stop_loss,
                                                               epochs):
     spec, train, dev = small_task
-    metrics = finetune(train, dev, spec, TINY_MODEL, {**SHORT_TRAINING, "stop_loss": stop_loss},
-                       CPU, 0, tmp_path / "model")
+    metrics = finetune(train, dev, spec=spec, model_cfg=TINY_MODEL,
+                       train_cfg={**SHORT_TRAINING, "stop_loss": stop_loss},
+                       device=CPU, seed=0, out_dir=tmp_path / "model")
     # 96 examples in batches of 16: 6 steps per epoch
     assert (metrics["epochs"], metrics["steps"]) == (epochs, 6 * epochs)
 
@@ -99,8 +101,9 @@ def test_training_stops_after_the_first_epoch_below_stop_loss(tmp_path, small_ta
 def test_another_seed_gives_other_weights(tmp_path, small_task):
     spec, train, dev = small_task
     for seed in (0, 1):
-        finetune(train, dev, spec, TINY_MODEL, {**SHORT_TRAINING, "epochs": 1}, CPU, seed,
-                 tmp_path / f"seed{seed}")
+        finetune(train, dev, spec=spec, model_cfg=TINY_MODEL,
+                 train_cfg={**SHORT_TRAINING, "epochs": 1}, device=CPU, seed=seed,
+                 out_dir=tmp_path / f"seed{seed}")
     first, second = (load_file(tmp_path / f"seed{s}" / "model.safetensors") for s in (0, 1))
     assert not all(torch.equal(first[k], second[k]) for k in first)
 
@@ -110,7 +113,8 @@ def test_bf16_trains_under_autocast_and_keeps_float32_weights(tmp_path, small_ta
     spec, train, dev = small_task
     short = {**SHORT_TRAINING, "epochs": 1}
     for bf16 in (False, True):
-        finetune(train, dev, spec, TINY_MODEL, short, CPU, 0, tmp_path / f"bf16={bf16}", bf16=bf16)
+        finetune(train, dev, spec=spec, model_cfg=TINY_MODEL, train_cfg=short, device=CPU, seed=0,
+                 out_dir=tmp_path / f"bf16={bf16}", bf16=bf16)
     fp32, bf16 = (load_file(tmp_path / f"bf16={b}" / "model.safetensors") for b in (False, True))
     assert all(weight.dtype == torch.float32 for weight in bf16.values())
     assert not all(torch.equal(fp32[k], bf16[k]) for k in fp32)  # bfloat16 rounding took effect
@@ -148,7 +152,8 @@ def test_a_finetuned_checkpoint_is_evaluated_as_published(tmp_path, small_task, 
     BertForSequenceClassification(config).save_pretrained(published)
     tokenizer.save_pretrained(published)
     model_cfg = {**TINY_MODEL, "source": "finetuned", "pretrained": str(published)}
-    metrics = finetune(train, dev, spec, model_cfg, SHORT_TRAINING, CPU, 0, tmp_path / "out")
+    metrics = finetune(train, dev, spec=spec, model_cfg=model_cfg, train_cfg=SHORT_TRAINING,
+                       device=CPU, seed=0, out_dir=tmp_path / "out")
     assert (metrics["epochs"], metrics["steps"], metrics["n_train"]) == (0, 0, 0)
 
     before, after = (load_file(p / "model.safetensors") for p in (published, tmp_path / "out"))
@@ -203,10 +208,12 @@ def test_a_batch_padded_to_its_longest_example_gives_the_same_loss_and_gradients
 def test_length_buckets_train_reproducibly(tmp_path, small_task):
     spec, train, dev = small_task
     bucketed = {**SHORT_TRAINING, "length_buckets": True}
-    runs = [finetune(train, dev, spec, TINY_MODEL, bucketed, CPU, 3, tmp_path / f"m{i}")
+    runs = [finetune(train, dev, spec=spec, model_cfg=TINY_MODEL, train_cfg=bucketed, device=CPU,
+                     seed=3, out_dir=tmp_path / f"m{i}")
             for i in range(2)]
     assert runs[0]["train_loss"] == runs[1]["train_loss"] and runs[0]["steps"] == 2 * 6
-    plain = finetune(train, dev, spec, TINY_MODEL, SHORT_TRAINING, CPU, 3, tmp_path / "plain")
+    plain = finetune(train, dev, spec=spec, model_cfg=TINY_MODEL, train_cfg=SHORT_TRAINING,
+                     device=CPU, seed=3, out_dir=tmp_path / "plain")
     assert plain["train_loss"] != runs[0]["train_loss"]  # other batches: other numbers
     assert abs(plain["train_loss"] - runs[0]["train_loss"]) < 0.1
 
@@ -222,7 +229,8 @@ def test_out_of_memory_in_training_names_finetune_batch_size(tmp_path, small_tas
             r"^out of GPU memory fine-tuning task syn_mnli \(up to \d+ tokens\) with "
             r"finetune.batch_size=16: lower it \(e.g. 8\) \(CUDA out of memory. Tried to "
             r"allocate 1.00 GiB\)$")):
-        finetune(train, dev, spec, TINY_MODEL, SHORT_TRAINING, CPU, 0, tmp_path / "model")
+        finetune(train, dev, spec=spec, model_cfg=TINY_MODEL, train_cfg=SHORT_TRAINING, device=CPU,
+                 seed=0, out_dir=tmp_path / "model")
     assert not (tmp_path / "model").exists()
 
 
@@ -239,8 +247,9 @@ def test_pretrained_start_is_one_vocabulary_and_one_set_of_weights_for_every_tas
     prepare_task("syn_sst2", single_task, 0, single_train, single_dev)
     single_spec = TaskSpec.from_config("syn_sst2", single_task)
     start = tmp_path / "start"
-    metrics = pretrain([pair_train, single_train], [pair_spec, single_spec], TINY_MODEL, PRETRAIN,
-                       CPU, 0, start)
+    metrics = pretrain([pair_train, single_train], specs=[pair_spec, single_spec],
+                       model_cfg=TINY_MODEL, pretrain_cfg=PRETRAIN,
+                       device=CPU, seed=0, out_dir=start)
     assert metrics["texts"] == 2 * 96 and metrics["epochs"] == 2
     assert metrics["mlm_loss"] < math.log(metrics["vocabulary"])  # it learned something
     tokenizer = AutoTokenizer.from_pretrained(start)
@@ -251,8 +260,9 @@ def test_pretrained_start_is_one_vocabulary_and_one_set_of_weights_for_every_tas
     models = []
     for spec, train, dev in ((pair_spec, pair_train, pair_dev),
                              (single_spec, single_train, single_dev)):
-        finetune(train, dev, spec, TINY_MODEL, {**SHORT_TRAINING, "learning_rate": 0.0}, CPU, 0,
-                 tmp_path / spec.name, start=start)
+        finetune(train, dev, spec=spec, model_cfg=TINY_MODEL,
+                 train_cfg={**SHORT_TRAINING, "learning_rate": 0.0}, device=CPU, seed=0,
+                 out_dir=tmp_path / spec.name, start=start)
         models.append(load_file(tmp_path / spec.name / "model.safetensors"))
     encoder = [key for key in models[0] if key.startswith("bert.")]
     assert encoder and all(torch.equal(models[0][k], models[1][k]) for k in encoder)

@@ -12,8 +12,9 @@ import torch
 from test_config import default_config, dry_run
 from test_dumps import CFG, random_result
 
-from attnlab import trees
-from attnlab.dumps import example_row, write_dump
+from attnlab import examples, information_flow, trees
+from attnlab.attribution_shards import example_row
+from attnlab.dumps import write_dump
 from attnlab.flow_figures import plot_tree_sizes
 from attnlab.tasks import TaskSpec
 
@@ -126,9 +127,9 @@ def test_layers_cut_by_the_edge_cap_are_named():
     assert trees.incomplete_layers(row, 3, 0.1, "layer") == [0, 1]
     assert trees.incomplete_layers(row, 3, 0.99, "layer") == []
     row.update(label=0, pred=0, tokens=["w"] * 8, planted_i=None, planted_j=None)
-    _, table = trees.tree_tables(pd.DataFrame([row]), 3, 0.1, "layer")
+    _, table = information_flow.tree_tables(pd.DataFrame([row]), 3, 0.1, "layer")
     assert table["incomplete_layers"].tolist() == [2]
-    assert trees.size_summary(table)["incomplete_trees"] == 1
+    assert information_flow.size_summary(table)["incomplete_trees"] == 1
 
 
 def test_tree_table_keeps_a_row_for_an_empty_tree():
@@ -140,11 +141,11 @@ def test_tree_table_keeps_a_row_for_an_empty_tree():
         row.update(idx=10 + b, label=0, pred=0, tokens=[f"w{k}" for k in range(row["n_tokens"])],
                    planted_i=1, planted_j=2)
         rows.append(row)
-    edges, table = trees.tree_tables(pd.DataFrame(rows), 3, 0.4, "layer")
+    edges, table = information_flow.tree_tables(pd.DataFrame(rows), 3, 0.4, "layer")
     empty = table.set_index("example").loc[11]
     assert empty["edges"] == 0 and empty["nodes"] == 1 and not empty["joins_planted"]
     assert set(edges.loc[edges["example"] == 11, "kind"]) == {"root"}  # [CLS] -> top node only
-    summary = trees.size_summary(table)
+    summary = information_flow.size_summary(table)
     assert summary["examples"] == 2 and summary["empty_trees"] >= 1
 
 
@@ -158,9 +159,9 @@ def test_unknown_example_to_render_fails_before_anything_is_written(tmp_path):
            ("edges", "trees", "claims", "summary", "sizes", "figures")}
     spec = TaskSpec("t", ("sentence",), ("neg", "pos"))
     with pytest.raises(ValueError, match=r"trees.example_idx: \[999\] are not attributed dev"):
-        trees.trees_stage([tmp_path / "part.parquet"], spec,
-                          {"tau": 0.4, "normalise": "layer", "examples": 1,
-                           "example_idx": [999]}, 0, out, {})
+        information_flow.trees_stage([tmp_path / "part.parquet"], spec=spec,
+                          trees_cfg={"tau": 0.4, "normalise": "layer", "examples": 1,
+                           "example_idx": [999]}, seed=0, out=out, provenance={})
     assert not (tmp_path / "out").exists()
 
 
@@ -169,22 +170,22 @@ def test_tree_claim_counts_only_correct_examples_with_ground_truth():
         "correct": [True, True, True, True, True, False, True],
         "joins_planted": pd.array([True, True, True, True, False, True, None], dtype="boolean"),
     })
-    (claim,) = trees.tree_claims(table)
+    (claim,) = information_flow.tree_claims(table)
     assert claim["value"] == pytest.approx(0.8) and claim["verdict"] == "holds"
     table.loc[0, "joins_planted"] = False
-    assert trees.tree_claims(table)[0]["verdict"] == "does not hold"
-    assert trees.tree_claims(table.assign(joins_planted=pd.NA).astype(
+    assert information_flow.tree_claims(table)[0]["verdict"] == "does not hold"
+    assert information_flow.tree_claims(table.assign(joins_planted=pd.NA).astype(
         {"joins_planted": "boolean"})) == []  # real data: no ground-truth claim
 
 
 def test_sample_is_seeded_and_includes_the_chosen_examples():
     available = list(range(100, 140))
-    first = trees.sample_examples(available, 3, [137], seed=0)
-    assert first == trees.sample_examples(available, 3, [137], seed=0)
+    first = examples.sample_examples(available, 3, [137], seed=0)
+    assert first == examples.sample_examples(available, 3, [137], seed=0)
     assert len(first) == 4 and 137 in first and first == sorted(first)
-    assert first != trees.sample_examples(available, 3, [137], seed=1)
+    assert first != examples.sample_examples(available, 3, [137], seed=1)
     with pytest.raises(ValueError, match=r"trees.example_idx: \[5\] are not attributed"):
-        trees.sample_examples(available, 3, [5], seed=0)
+        examples.sample_examples(available, 3, [5], seed=0)
 
 
 @pytest.mark.parametrize("tau, expected", [

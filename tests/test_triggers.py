@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import BertConfig, BertForSequenceClassification
 
-from attnlab import attack, heads, models, tasks, triggers
+from attnlab import attack, examples, models, tasks, triggers
 
 SEGMENTS = [-1, 0, 0, 0, -1, 1, 1, -1]  # [CLS] a a a [SEP] b b [SEP]
 
@@ -159,7 +159,7 @@ def test_attack_accuracies_are_those_of_the_attacked_inputs(tokenizer):
     assert len(table) == 2 * 3  # (trigger, random) x gold class
     by_hand = dev.assign(premise=dev["premise"] + " mt0", hypothesis=dev["hypothesis"] + " mu0")
     inputs = tasks.encode(by_hand, spec, tokenizer, 64)
-    predicted = heads.predict(model, inputs).argmax(-1).numpy()
+    predicted = examples.predict(model, inputs).argmax(-1).numpy()
     rows = table[table["variant"] == "trigger"].set_index("gold_class")
     for c in range(3):
         gold = dev["label"].to_numpy() == c

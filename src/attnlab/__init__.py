@@ -1,3 +1,37 @@
-"""attnlab: what self-attention does, measured (Hao et al. 2021; Brunner et al. 2020)."""
+"""attnlab: what self-attention does, measured (Hao et al. 2021; Brunner et al. 2020).
+
+The public API, importable from the package itself::
+
+    from attnlab import load_classifier, encoded_examples, attribute, tree_from_matrix
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
+
+# Each public name and the module that defines it. They are imported on first use
+# (`__getattr__`), not here: an import of any attnlab module runs this file first, and importing
+# every module here would make each workflow job load all of them (matplotlib, networkx, ...).
+# The rules' code hashes (`attnlab.outputs.code_version`) follow the imports written in the
+# modules, so they stay those of each rule's own modules either way.
+_EXPORTS = {
+    "attribute": "attribution",
+    "Attribution": "attribution",
+    "load_classifier": "models",
+    "encoded_examples": "examples",
+    "load_config": "config",
+    "validate_config": "config",
+    "tree_from_matrix": "trees",
+    "head_importance": "heads",
+    "importance_table": "heads",
+}
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'attnlab' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"attnlab.{_EXPORTS[name]}"), name)

@@ -1,5 +1,5 @@
-"""Adversarial keys (poster 003) and adversarial attention (Jain & Wallace 2019), methods.md §6:
-can very different attention give the same prediction?
+"""Adversarial keys (Drozdyuk et al.) and adversarial attention (Jain & Wallace 2019; see
+docs/methods.md): can very different attention give the same prediction?
 
 Adversarial keys. One MLP (hidden layer of cfg["hidden"] units, ReLU), shared by all layers,
 maps each layer's keys (all heads side by side, d_model per token) to adversarial keys in the
@@ -7,7 +7,7 @@ forward pass. It is trained on training sentences with
 
     loss = α · CE(original prediction, prediction with adversarial keys) − (1 − α) · min(D, cap)
 
-D = ‖K − K_adv‖_F / ‖K‖_F over the layers' real tokens (the poster's distance term, made
+D = ‖K − K_adv‖_F / ‖K‖_F over the layers' real tokens (Drozdyuk et al.'s distance term, made
 relative and capped so that it cannot grow without bound and drown the first term). On dev
 examples we report whether the prediction is unchanged, D per layer, and the Jensen–Shannon
 divergence (JSD) between the original attention and the attention the adversarial keys give.
@@ -34,10 +34,11 @@ from tqdm import tqdm
 from transformers import PreTrainedModel
 
 from attnlab import examples, models, tasks
+from attnlab.claims import claim, log_claims
 from attnlab.divergences import jensen_shannon, total_variation
 from attnlab.explanation_figures import plot_adversarial
-from attnlab.heads import claim, write_table
 from attnlab.intervention import Intervention
+from attnlab.outputs import write_task_tables
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ LARGE_JSD = 0.1
 
 
 class KeyAdversary(nn.Module):
-    """The poster's MLP from keys to adversarial keys, applied to every layer's keys."""
+    """Drozdyuk et al.'s MLP from keys to adversarial keys, applied to every layer's keys."""
 
     def __init__(self, d_model: int, hidden: int):
         super().__init__()
@@ -249,7 +250,7 @@ def adversarial_attention(
 
 
 def claims(keys: pd.DataFrame, attention: pd.DataFrame, epsilon: float) -> list[dict[str, Any]]:
-    """The poster's and Jain & Wallace's statements, judged on one task's tables."""
+    """Drozdyuk et al.'s and Jain & Wallace's statements, judged on one task's tables."""
     agreement = keys.drop_duplicates("example")["same_prediction"].mean()
     per_example = keys.groupby("example")[["key_distance", "jsd"]].mean()
     distance, key_jsd = per_example["key_distance"].median(), per_example["jsd"].mean()
@@ -275,6 +276,7 @@ def claims(keys: pd.DataFrame, attention: pd.DataFrame, epsilon: float) -> list[
 
 def analyse_task(
     model_dir: str | os.PathLike,
+    *,
     train_path: str | os.PathLike,
     dev_path: str | os.PathLike,
     spec: tasks.TaskSpec,
@@ -314,10 +316,8 @@ def analyse_task(
                                             seed))
     attention = pd.concat(frames, ignore_index=True)
     table = pd.DataFrame(claims(keys, attention, attention_cfg["epsilon"]))
-    for name, frame in (("key_table", keys), ("attention_table", attention), ("claims", table)):
-        frame.insert(0, "task", spec.name)
-        write_table(frame, out[name], provenance)
+    write_task_tables(spec.name, {"key_table": keys, "attention_table": attention,
+                                  "claims": table}, out, provenance)
     plot_adversarial(keys, attention, attention_cfg["epsilon"], out["figure"])
-    for row in table.itertuples():
-        log.info("%s: %s: %.4g -> %s", spec.name, row.claim, row.value, row.verdict)
+    log_claims(table, spec.name)
     return table

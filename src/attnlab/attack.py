@@ -1,4 +1,4 @@
-"""Attacking a model with its mined triggers (Hao et al. 2021 §6, methods.md §4).
+"""Attacking a model with its mined triggers (Hao et al. 2021 §6, docs/methods.md).
 
 Each of a class's top triggers is inserted into every dev example: its tokens go into the same
 segment at the same relative position as in its source example. With r the relative
@@ -23,11 +23,12 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from attnlab import heads, tasks
+from attnlab import examples, tasks
+from attnlab.claims import claim, claims_frame, log_claims
 from attnlab.dumps import read_dump
-from attnlab.flow_figures import plot_attack
-from attnlab.heads import claim, write_table
 from attnlab.models import load_classifier
+from attnlab.outputs import write_task_tables
+from attnlab.trigger_figures import plot_attack
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +83,8 @@ def attacked_split(dev: pd.DataFrame, spec: tasks.TaskSpec, tokens: list[str],
 def predictions(model, df: pd.DataFrame, spec: tasks.TaskSpec, tokenizer,
                 model_cfg: dict[str, Any], batch_size: int) -> np.ndarray:
     """Predicted class of every example of a split."""
-    inputs = tasks.encode(df, spec, tokenizer, model_cfg["max_length"], model_cfg["truncate"])
-    return heads.predict(model, inputs, None, batch_size).argmax(dim=-1).numpy()
+    inputs = examples.encoded_frame(df, spec, tokenizer, model_cfg)
+    return examples.predict(model, inputs, None, batch_size).argmax(dim=-1).numpy()
 
 
 def class_accuracy(labels: np.ndarray, predicted: np.ndarray, n_classes: int) -> list[dict]:
@@ -197,6 +198,7 @@ def attack_claims(summary: pd.DataFrame, triggers: pd.DataFrame, top: int) -> li
 
 def attack_eval(
     model_dir: str | os.PathLike,
+    *,
     dev_path: str | os.PathLike,
     triggers_path: str | os.PathLike,
     source_path: str | os.PathLike,
@@ -223,15 +225,11 @@ def attack_eval(
     table = attack_table(model, dev, spec, tokenizer, triggers, pool, triggers_cfg, model_cfg,
                          seed)
     summary = other_class_summary(table, list(spec.label_names))
-    claims = pd.DataFrame(attack_claims(summary, triggers, triggers_cfg["top"]),
-                          columns=["stage", "claim", "metric", "value", "verdict"])
-    for name, frame in (("table", table), ("claims", claims)):
-        frame.insert(0, "task", spec.name)
-        write_table(frame, out[name], provenance)
+    claims = claims_frame(attack_claims(summary, triggers, triggers_cfg["top"]))
+    write_task_tables(spec.name, {"table": table, "claims": claims}, out, provenance)
     plot_attack(summary, out["figure"])
     for row in summary.itertuples():
         log.info("%s: other classes %.3f -> %.3f (random tokens %.3f)", row.trigger, row.before,
                  row.trigger_after, row.random_after)
-    for row in claims.itertuples():
-        log.info("%s: %.4f -> %s", row.claim, row.value, row.verdict)
+    log_claims(claims, spec.name)
     return claims

@@ -1,4 +1,4 @@
-"""Attention permutation (Jain & Wallace 2019; poster 003; methods.md §6): does the model's
+"""Attention permutation (Jain & Wallace 2019; Drozdyuk et al.; docs/methods.md): does the model's
 output depend on which token each attention weight sits on?
 
 For one layer at a time, and for all layers together, every head's weights are shuffled over
@@ -23,15 +23,16 @@ from tqdm import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from attnlab import examples, models, tasks
+from attnlab.claims import claim, log_claims
 from attnlab.divergences import total_variation
 from attnlab.explanation_figures import plot_attention_permutation
-from attnlab.heads import claim, write_table
 from attnlab.intervention import Intervention
+from attnlab.outputs import write_task_tables
 
 log = logging.getLogger(__name__)
 
 ALL_LAYERS = "all"
-# The poster: permuting the first layer costs about 6 accuracy points; the claim holds when at
+# Drozdyuk et al.: permuting the first layer costs about 6 accuracy points; the claim holds when at
 # least half of that is lost.
 POSTER_FIRST_LAYER_DROP = 0.06
 # "Barely matters": at most one accuracy point, the noise of one model on a few hundred examples
@@ -148,7 +149,7 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def claims(table: pd.DataFrame) -> list[dict[str, Any]]:
-    """The poster's statements on attention permutation, judged on one task's table."""
+    """Drozdyuk et al.'s statements on attention permutation, judged on one task's table."""
     stage = "attention_permutation"
     change = summary(table).set_index("permuted")["accuracy_change"]
     first_drop = -change["0"]
@@ -168,6 +169,7 @@ def claims(table: pd.DataFrame) -> list[dict[str, Any]]:
 
 def analyse_task(
     model_dir: str | os.PathLike,
+    *,
     dev_path: str | os.PathLike,
     spec: tasks.TaskSpec,
     cfg: dict[str, Any],
@@ -187,10 +189,7 @@ def analyse_task(
     table = permutation_table(model, tokenizer, inputs, cfg["permutations"], seed,
                               cfg["batch_size"])
     verdicts = pd.DataFrame(claims(table))
-    for name, frame in (("table", table), ("claims", verdicts)):
-        frame.insert(0, "task", spec.name)
-        write_table(frame, out[name], provenance)
+    write_task_tables(spec.name, {"table": table, "claims": verdicts}, out, provenance)
     plot_attention_permutation(table, summary(table), out["figure"])
-    for row in verdicts.itertuples():
-        log.info("%s: %s: %.4g -> %s", spec.name, row.claim, row.value, row.verdict)
+    log_claims(verdicts, spec.name)
     return verdicts

@@ -1,4 +1,4 @@
-"""Effective attention (Brunner et al. 2020 §3, methods.md §5): how much of an attention map the
+"""Effective attention (Brunner et al. 2020 §3, docs/methods.md): how much of an attention map the
 head's output actually depends on.
 
 A head outputs A·T, T the value vectors of the n real tokens (n × d_v, T = E W^V + b; padding
@@ -32,9 +32,10 @@ from tqdm import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from attnlab import examples, models, synthetic, tasks
-from attnlab.heads import claim, write_table
+from attnlab.claims import claim, log_claims
 from attnlab.identifiability_figures import plot_effective_attention
 from attnlab.intervention import Intervention
+from attnlab.outputs import write_task_tables
 
 log = logging.getLogger(__name__)
 
@@ -193,6 +194,7 @@ def claims(per_head: pd.DataFrame, mass: pd.DataFrame, d_v: int) -> list[dict[st
 
 def analyse_task(
     model_dir: str | os.PathLike,
+    *,
     dev_path: str | os.PathLike,
     spec: tasks.TaskSpec,
     cfg: dict[str, Any],
@@ -212,10 +214,7 @@ def analyse_task(
     per_head, mass = analyse_examples(model, tokenizer, inputs, cfg["batch_size"])
     table = pd.DataFrame(claims(per_head, mass, d_v))
     meta = {**provenance, "d_v": d_v}
-    for name, frame in (("heads", per_head), ("tokens", mass), ("claims", table)):
-        frame.insert(0, "task", spec.name)
-        write_table(frame, out[name], meta)
+    write_task_tables(spec.name, {"heads": per_head, "tokens": mass, "claims": table}, out, meta)
     plot_effective_attention(per_head, mass, d_v, out["figure"])
-    for row in table.itertuples():
-        log.info("%s: %s: %.4g -> %s", spec.name, row.claim, row.value, row.verdict)
+    log_claims(table, spec.name)
     return table

@@ -1,16 +1,25 @@
 """A task's examples as a model sees them: the first n of a split, tokenized; in batches; the
-positions of special tokens. Shared by the stages that run a fine-tuned model on a split."""
+positions of special tokens; the model's predictions and accuracy on them; which of them a
+stage uses. Shared by the stages that run a fine-tuned model on a split."""
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
+import pandas as pd
 import torch
-from transformers import PreTrainedTokenizerBase
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from attnlab import models
+from attnlab.errors import ConfigError
+from attnlab.intervention import Intervention
 from attnlab.tasks import TaskSpec, encode, load_split
+
+log = logging.getLogger(__name__)
 
 
 def encoded_examples(
@@ -23,7 +32,16 @@ def encoded_examples(
     """The first `n` examples (all when None) of a split, tokenized for the model as `encode`
     does with config["model"]'s max_length and truncate."""
     df = load_split(path, spec)
-    df = df.iloc[:n] if n is not None else df
+    return encoded_frame(df.iloc[:n] if n is not None else df, spec, tokenizer, model_cfg)
+
+
+def encoded_frame(
+    df: pd.DataFrame,
+    spec: TaskSpec,
+    tokenizer: PreTrainedTokenizerBase,
+    model_cfg: dict[str, Any],
+) -> dict[str, torch.Tensor]:
+    """The examples (rows) of a split already read, tokenized as `encoded_examples` does."""
     return encode(df, spec, tokenizer, model_cfg["max_length"], model_cfg.get("truncate", False))
 
 
@@ -45,3 +63,53 @@ def batches(
         width = int(inputs["attention_mask"][rows].sum(dim=1).max())
         yield rows, {k: (v[rows, :width] if v.dim() == 2 else v[rows]).to(device)
                      for k, v in inputs.items()}
+
+
+def predict(
+    model: PreTrainedModel,
+    inputs: dict[str, torch.Tensor],
+    head_mask: torch.Tensor | None = None,
+    batch_size: int = 64,
+) -> torch.Tensor:
+    """Logits (N, C) of every example; head_mask is (L, H) for all examples or (N, L, H)."""
+    device = next(model.parameters()).device
+    out = []
+    with torch.no_grad():
+        for rows, batch in batches(inputs, batch_size, device):
+            mask = None
+            if head_mask is not None:
+                mask = (head_mask if head_mask.dim() == 2 else head_mask[rows]).to(device)
+            out.append(models.logits(model, batch, Intervention(head_mask=mask)))
+    return torch.cat(out).cpu()
+
+
+def accuracy(
+    model: PreTrainedModel,
+    inputs: dict[str, torch.Tensor],
+    head_mask: torch.Tensor | None = None,
+    batch_size: int = 64,
+) -> float:
+    """Share of examples whose prediction is the gold label."""
+    predictions = predict(model, inputs, head_mask, batch_size).argmax(dim=-1)
+    return float((predictions == inputs["labels"]).double().mean())
+
+
+def held_out(n_requested: int, n_available: int) -> int:
+    """How many examples to score heads on: the requested number, or all there are."""
+    if n_available < n_requested:
+        log.warning("head importance: %d held-out examples requested but only %d attributed; "
+                    "using %d", n_requested, n_available, n_available)
+    return min(n_requested, n_available)
+
+
+def sample_examples(available: list[int], n: int, chosen: list[int], seed: int) -> list[int]:
+    """The examples to render: `chosen` (dataset idx values; each must be available) and `n`
+    others drawn with `seed`, in dataset order."""
+    missing = sorted(set(chosen) - set(available))
+    if missing:
+        raise ConfigError(f"trees.example_idx: {missing} are not attributed dev examples "
+                         f"(idx {min(available)}..{max(available)})")
+    rest = [i for i in available if i not in set(chosen)]
+    drawn = np.random.default_rng(seed).choice(len(rest), size=min(n, len(rest)), replace=False)
+    picked = set(chosen) | {rest[k] for k in drawn}
+    return [i for i in available if i in picked]

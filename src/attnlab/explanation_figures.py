@@ -1,28 +1,21 @@
-"""Figures of the explanation stage (Jain & Wallace 2019; poster 003): attention permutation and
-adversarial keys / attention. One figure per task and analysis."""
+"""Figures of the explanation stage (Jain & Wallace 2019; Drozdyuk et al.): attention
+permutation and adversarial keys / attention. One figure per task and analysis."""
 
 from __future__ import annotations
 
-import logging
 import os
 
-import matplotlib
+import matplotlib.pyplot as plt
+import pandas as pd
+import seaborn as sns
 
-matplotlib.use("Agg")  # files only: jobs run without a display
-# seaborn puts layer numbers on categorical axes; matplotlib logs that at INFO for every panel
-logging.getLogger("matplotlib.category").setLevel(logging.WARNING)
-
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
-
-from attnlab.head_figures import save_figure  # noqa: E402
+from attnlab.figures import save_figure
 
 
 def plot_attention_permutation(
     table: pd.DataFrame, summary: pd.DataFrame, path: str | os.PathLike
 ) -> None:
-    """Jain & Wallace Fig. 2 and the poster: per permuted layer, the distribution over examples
+    """Jain & Wallace Fig. 2 and Drozdyuk et al.: per permuted layer, the distribution over examples
     of the median output TVD, and the accuracy change."""
     figure, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     order = list(summary["permuted"])
@@ -43,7 +36,7 @@ def plot_attention_permutation(
 def plot_adversarial(
     keys: pd.DataFrame, attention: pd.DataFrame, epsilon: float, path: str | os.PathLike
 ) -> None:
-    """The poster's adversarial keys (per layer: relative key distance and JSD of the attention
+    """Drozdyuk et al.'s adversarial keys (per layer: relative key distance and JSD of the attention
     they give; agreement in the title) and Jain & Wallace's adversarial attention (per layer:
     JSD reached with output TVD <= epsilon)."""
     figure, axes = plt.subplots(1, 3, figsize=(14, 3.8))

@@ -1,21 +1,16 @@
-"""Figures of the information-flow and trigger stages: attribution trees, tree sizes,
-attention-vs-attribution heatmaps and the trigger attack."""
+"""Figures of the information-flow stages: attribution trees, tree sizes and
+attention-vs-attribution heatmaps."""
 
 from __future__ import annotations
 
 import os
 from typing import TYPE_CHECKING
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")  # files only: jobs run without a display
-
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
-
-from attnlab.head_figures import save_figure  # noqa: E402
+from attnlab.figures import save_figure
 
 if TYPE_CHECKING:
     from attnlab.trees import Tree
@@ -137,35 +132,5 @@ def plot_heatmaps(row: pd.Series, attention: np.ndarray, attribution: np.ndarray
     figure.suptitle(f"example {row['idx']}, layer {layer}: gold "
                     f"{_class_name(label_names, int(row['label']))}, predicted "
                     f"{_class_name(label_names, int(row['pred']))}", fontsize=10)
-    figure.tight_layout()
-    save_figure(figure, path)
-
-
-def plot_attack(summary: pd.DataFrame, path: str | os.PathLike) -> None:
-    """Accuracy on the examples of the other classes before and after inserting each mined
-    trigger, and after inserting random tokens at the same positions.
-
-    summary: one row per trigger with columns trigger, before, trigger_after, random_after.
-    """
-    if summary.empty:  # no pattern passed the mining's filters
-        figure, ax = plt.subplots(figsize=(5.0, 2.0))
-        ax.text(0.5, 0.5, "no triggers were mined", ha="center", va="center")
-        ax.set_axis_off()
-        save_figure(figure, path)
-        return
-    long = summary.melt(id_vars="trigger", value_vars=["before", "trigger_after", "random_after"],
-                        var_name="input", value_name="accuracy")
-    long["input"] = long["input"].map({"before": "unchanged", "trigger_after": "with trigger",
-                                       "random_after": "with random tokens"})
-    figure, ax = plt.subplots(figsize=(max(5.0, 0.9 * len(summary) + 2), 3.6))
-    sns.barplot(data=long, x="trigger", y="accuracy", hue="input", ax=ax,
-                palette=["0.6", "tab:red", "tab:blue"])
-    ax.set_ylim(0, 1.05)
-    ax.set_xlabel("")
-    ax.set_ylabel("accuracy on the other classes")
-    ax.tick_params(axis="x", labelrotation=30, labelsize=8)
-    for label in ax.get_xticklabels():
-        label.set_horizontalalignment("right")
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # clear of the bars
     figure.tight_layout()
     save_figure(figure, path)

@@ -6,7 +6,7 @@ from typing import Any
 
 import pandas as pd
 
-from attnlab.report import claim
+from attnlab.claims import claim
 
 
 def _joins(i: int, j: int, a: int, b: int) -> bool:

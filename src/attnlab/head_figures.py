@@ -4,23 +4,12 @@ from __future__ import annotations
 
 import os
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
 
-matplotlib.use("Agg")  # files only: jobs run without a display
-
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
-
-from attnlab.outputs import atomic_path  # noqa: E402
-
-
-def save_figure(figure: plt.Figure, path: str | os.PathLike) -> None:
-    """Write `figure` as a PNG, atomically, and close it."""
-    with atomic_path(path) as tmp:
-        figure.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
-    plt.close(figure)
+from attnlab.figures import save_figure
 
 
 def plot_per_layer(curves: pd.DataFrame, path: str | os.PathLike) -> None:
@@ -43,6 +32,7 @@ def plot_global(curves: pd.DataFrame, path: str | os.PathLike) -> None:
 
 
 def pruning_figures(
+    *,
     per_layer_paths: list[str | os.PathLike],
     global_paths: list[str | os.PathLike],
     per_layer_png: str | os.PathLike,

@@ -1,4 +1,4 @@
-"""Head importance (Hao et al. 2021 §4, methods.md §2): how much each attention head matters.
+"""Head importance (Hao et al. 2021 §4, docs/methods.md): how much each attention head matters.
 
 Five methods score every head (layer l, head h) over the first N held-out dev examples:
 
@@ -15,80 +15,24 @@ its output is A·V, so a factor ξ on A is a factor ξ on the head's output.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 from transformers import PreTrainedModel
 
 from attnlab import examples, models, tasks
-from attnlab.dumps import read_task_dump
 from attnlab.errors import ConfigError
-from attnlab.head_figures import plot_task_correlation
+from attnlab.head_inputs import DUMP_COLUMNS, load_task, warn_if_pred_target
 from attnlab.intervention import Intervention
-from attnlab.outputs import atomic_path
-from attnlab.report import claim  # a claims row; the stages import it from here too
+from attnlab.outputs import write_table
 
 log = logging.getLogger(__name__)
 
 METHODS = ("attribution", "attention", "taylor", "accuracy_difference", "random")
-# The dump column each dump-based method averages.
-DUMP_COLUMNS = {"attribution": "attr_max", "attention": "attn_max"}
-
-
-def write_table(df: pd.DataFrame, path: str | os.PathLike, meta: dict[str, Any]) -> None:
-    """Write a table to zstd Parquet atomically, with `meta` (provenance) under `attnlab`."""
-    table = pa.Table.from_pandas(df, preserve_index=False)
-    table = table.replace_schema_metadata(
-        {**(table.schema.metadata or {}), b"attnlab": json.dumps(meta, default=str).encode()}
-    )
-    with atomic_path(path) as tmp:
-        pq.write_table(table, tmp, compression="zstd")
-
-
-def dump_scores(dump: pd.DataFrame, column: str, n_layers: int, n_heads: int) -> np.ndarray:
-    """A per-head dump column (attr_max or attn_max) as an (N, L, H) array."""
-    return np.stack(dump[column].to_numpy()).reshape(len(dump), n_layers, n_heads)
-
-
-def predict(
-    model: PreTrainedModel,
-    inputs: dict[str, torch.Tensor],
-    head_mask: torch.Tensor | None = None,
-    batch_size: int = 64,
-) -> torch.Tensor:
-    """Logits (N, C) of every example; head_mask is (L, H) for all examples or (N, L, H)."""
-    device = next(model.parameters()).device
-    out = []
-    with torch.no_grad():
-        for rows, batch in examples.batches(inputs, batch_size, device):
-            mask = None
-            if head_mask is not None:
-                mask = (head_mask if head_mask.dim() == 2 else head_mask[rows]).to(device)
-            out.append(models.logits(model, batch, Intervention(head_mask=mask)))
-    return torch.cat(out).cpu()
-
-
-def accuracy(
-    model: PreTrainedModel,
-    inputs: dict[str, torch.Tensor],
-    head_mask: torch.Tensor | None = None,
-    batch_size: int = 64,
-) -> float:
-    """Share of examples whose prediction is the gold label."""
-    predictions = predict(model, inputs, head_mask, batch_size).argmax(dim=-1)
-    return float((predictions == inputs["labels"]).double().mean())
-
-
-def head_shape(model: PreTrainedModel) -> tuple[int, int]:
-    """(L, H): analysed layers and heads per layer."""
-    return models.num_layers(model), model.config.num_attention_heads
 
 
 def taylor_gradients(
@@ -101,7 +45,7 @@ def taylor_gradients(
     """
     device = next(model.parameters()).device
     dtype = next(model.parameters()).dtype
-    n_layers, n_heads = head_shape(model)
+    n_layers, n_heads = models.head_shape(model)
     out = []
     for _, batch in examples.batches(inputs, batch_size, device):
         gates = torch.ones(len(batch["labels"]), n_layers, n_heads, dtype=dtype, device=device,
@@ -126,14 +70,14 @@ def accuracy_difference_importance(
     model: PreTrainedModel, inputs: dict[str, torch.Tensor], batch_size: int = 64
 ) -> np.ndarray:
     """acc(all heads) − acc(head h masked), one head at a time: (L, H)."""
-    n_layers, n_heads = head_shape(model)
-    full = accuracy(model, inputs, batch_size=batch_size)
+    n_layers, n_heads = models.head_shape(model)
+    full = examples.accuracy(model, inputs, batch_size=batch_size)
     scores = np.zeros((n_layers, n_heads))
     for layer in range(n_layers):
         for head in range(n_heads):
             mask = torch.ones(n_layers, n_heads)
             mask[layer, head] = 0
-            scores[layer, head] = full - accuracy(model, inputs, mask, batch_size)
+            scores[layer, head] = full - examples.accuracy(model, inputs, mask, batch_size)
     return scores
 
 
@@ -167,7 +111,7 @@ def importance_table(
     `dump_arrays` holds the (N, L, H) attr_max / attn_max of the same examples, in order.
     Columns: method, seed (random only), layer, head, importance.
     """
-    n_layers, n_heads = head_shape(model)
+    n_layers, n_heads = models.head_shape(model)
     frames = []
     for method in methods:
         if method in DUMP_COLUMNS:
@@ -186,46 +130,9 @@ def importance_table(
     return pd.concat(frames, ignore_index=True)
 
 
-def held_out(n_requested: int, n_available: int) -> int:
-    """How many examples to score heads on: the requested number, or all there are."""
-    if n_available < n_requested:
-        log.warning("head importance: %d held-out examples requested but only %d attributed; "
-                    "using %d", n_requested, n_available, n_available)
-    return min(n_requested, n_available)
-
-
-def warn_if_pred_target(target: str) -> None:
-    """The paper ranks heads by gold-label attributions; say so when the dumps are not that."""
-    if target == "pred":
-        log.warning("attribution.target is 'pred': head rankings use attributions to the "
-                    "predicted label, not the gold label as in the paper")
-
-
-def load_task(
-    model_dir: str | os.PathLike,
-    dev_path: str | os.PathLike,
-    dump_paths: list[str | os.PathLike],
-    spec: tasks.TaskSpec,
-    model_cfg: dict[str, Any],
-    device: torch.device,
-) -> tuple[PreTrainedModel, dict[str, torch.Tensor], pd.DataFrame, dict[str, np.ndarray]]:
-    """A task's model, encoded dev split, dump and dump arrays (the dump covers a dev prefix)."""
-    model, tokenizer = models.load_classifier(model_dir, device)
-    dev = tasks.load_split(dev_path, spec)
-    dump, meta = read_task_dump(dump_paths)
-    if (meta["n_layers"], meta["n_heads"]) != head_shape(model):
-        raise ValueError(f"dump has {meta['n_layers']}x{meta['n_heads']} heads, the model "
-                         f"{head_shape(model)}: rerun attribute")
-    if "idx" in dev and not np.array_equal(dump["idx"], dev["idx"].iloc[: len(dump)]):
-        raise ValueError("attribution dump rows are not the first dev examples in order")
-    inputs = tasks.encode(dev, spec, tokenizer, model_cfg["max_length"], model_cfg["truncate"])
-    arrays = {m: dump_scores(dump, c, meta["n_layers"], meta["n_heads"])
-              for m, c in DUMP_COLUMNS.items()}
-    return model, inputs, dump, arrays
-
-
 def head_importance(
     model_dir: str | os.PathLike,
+    *,
     dev_path: str | os.PathLike,
     dump_paths: list[str | os.PathLike],
     spec: tasks.TaskSpec,
@@ -242,7 +149,7 @@ def head_importance(
     warn_if_pred_target(target)
     model, inputs, dump, arrays = load_task(model_dir, dev_path, dump_paths, spec, model_cfg,
                                             device)
-    n = held_out(heads_cfg["importance_examples"], len(dump))
+    n = examples.held_out(heads_cfg["importance_examples"], len(dump))
     inputs = {k: v[:n] for k, v in inputs.items()}
     arrays = {m: a[:n] for m, a in arrays.items()}
     log.info("task %s: head importance by %s over %d examples", spec.name,
@@ -251,74 +158,3 @@ def head_importance(
                              heads_cfg["random_seeds"], seed, heads_cfg["batch_size"])
     table.insert(0, "task", spec.name)
     write_table(table, out_path, {**provenance, "examples": n})
-
-
-# "Strongly correlated" in the paper's sense (its Fig. 5 contrasts a high MNLI–RTE r with a
-# low MNLI–SST-2 r); 0.5 is the usual boundary of a strong Pearson correlation.
-STRONG_R = 0.5
-
-
-def task_correlations(importance: pd.DataFrame, method: str = "attribution") -> pd.DataFrame:
-    """Pearson r between the head-importance vectors of every pair of tasks (task_a < task_b in
-    the order of first appearance): columns task_a, task_b, r, heads."""
-    wide = (importance[importance["method"] == method]
-            .pivot_table(index=["layer", "head"], columns="task", values="importance", sort=False))
-    if wide.isna().any().any():
-        raise ValueError("task_correlation: the tasks' models have different numbers of heads")
-    names = list(wide.columns)
-    rows = [{"task_a": a, "task_b": b, "r": float(np.corrcoef(wide[a], wide[b])[0, 1]),
-             "heads": len(wide)}
-            for i, a in enumerate(names) for b in names[i + 1:]]
-    return pd.DataFrame(rows, columns=["task_a", "task_b", "r", "heads"])
-
-
-def _pair_r(correlations: pd.DataFrame, pair: list[str]) -> float:
-    a, b = pair
-    hit = correlations[((correlations["task_a"] == a) & (correlations["task_b"] == b))
-                       | ((correlations["task_a"] == b) & (correlations["task_b"] == a))]
-    if hit.empty:
-        raise ConfigError(f"heads pairs: no correlation of tasks {a!r} and {b!r} (are both tasks?)")
-    return float(hit["r"].iloc[0])
-
-
-def cross_task_claims(
-    correlations: pd.DataFrame, similar: list[list[str]], dissimilar: list[list[str]]
-) -> list[dict[str, Any]]:
-    """The paper's Fig. 5 statements on the configured similar and dissimilar task pairs."""
-    similar_r = {"–".join(p): _pair_r(correlations, p) for p in similar}
-    dissimilar_r = {"–".join(p): _pair_r(correlations, p) for p in dissimilar}
-    claims = [claim("task_correlation", f"similar tasks {pair} correlate strongly",
-                    f"Pearson r of attribution importance (holds if >= {STRONG_R})", r,
-                    r >= STRONG_R) for pair, r in similar_r.items()]
-    claims += [claim("task_correlation", f"dissimilar tasks {pair} correlate weakly",
-                     f"Pearson r of attribution importance (holds if < {STRONG_R})", r,
-                     r < STRONG_R) for pair, r in dissimilar_r.items()]
-    if similar_r and dissimilar_r:
-        gap = min(similar_r.values()) - max(dissimilar_r.values())
-        claims.append(claim("task_correlation", "similar tasks correlate more than dissimilar ones",
-                            "lowest r of a similar pair minus highest r of a dissimilar pair "
-                            "(holds if > 0)", gap, gap > 0))
-    return claims
-
-
-def task_correlation(
-    importance_paths: list[str | os.PathLike],
-    similar: list[list[str]],
-    dissimilar: list[list[str]],
-    out: dict[str, str | os.PathLike],
-    provenance: dict[str, Any],
-) -> pd.DataFrame:
-    """Correlate attribution head importance across tasks, judge the cross-task claims, write
-    out["table"] and out["claims"] (Parquet) and the figure out["figure"]; returns the claims."""
-    importance = pd.concat([pd.read_parquet(p) for p in importance_paths], ignore_index=True)
-    if "attribution" not in set(importance["method"]):
-        raise ConfigError("task_correlation needs 'attribution' in heads.methods")
-    correlations = task_correlations(importance)
-    claims = pd.DataFrame(cross_task_claims(correlations, similar, dissimilar),
-                          columns=["stage", "claim", "metric", "value", "verdict"])
-    write_table(correlations, out["table"], provenance)
-    write_table(claims, out["claims"], provenance)
-    plot_task_correlation(importance, correlations, out["figure"])
-    for row in claims.itertuples():
-        log.info("%s: %.4f -> %s", row.claim, row.value, row.verdict)
-    return claims

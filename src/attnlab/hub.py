@@ -39,7 +39,7 @@ def _cause(err: BaseException) -> str:
     return f"{type(err).__name__}: {lines[0]}" if lines else type(err).__name__
 
 
-def fetch_dataset_split(path: str, name: str | None, split: str, out: str | os.PathLike) -> int:
+def fetch_dataset_split(path: str, *, name: str | None, split: str, out: str | os.PathLike) -> int:
     """Download one split of a hub dataset (`path`, configuration `name`) to Parquet at `out`.
 
     Returns the number of rows.

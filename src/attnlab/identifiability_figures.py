@@ -3,20 +3,13 @@ identifiability, token mixing. One figure per task and analysis."""
 
 from __future__ import annotations
 
-import logging
 import os
 
-import matplotlib
+import matplotlib.pyplot as plt
+import pandas as pd
+import seaborn as sns
 
-matplotlib.use("Agg")  # files only: jobs run without a display
-# seaborn puts layer numbers on categorical axes; matplotlib logs that at INFO for every panel
-logging.getLogger("matplotlib.category").setLevel(logging.WARNING)
-
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
-
-from attnlab.head_figures import save_figure  # noqa: E402
+from attnlab.figures import save_figure
 
 
 def plot_effective_attention(

@@ -29,9 +29,9 @@ import pandas as pd
 import torch
 from transformers import PreTrainedModel
 
+from attnlab.claims import claim
 from attnlab.edge_occlusion import masked_f, off_diagonal
 from attnlab.example_capture import Captured
-from attnlab.heads import claim
 
 RANDOM = "random"
 ANY = "any"  # the ground-truth scope "the strongest edge of some layer"

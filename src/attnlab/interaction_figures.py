@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import os
 
-import matplotlib
+import matplotlib.pyplot as plt
+import pandas as pd
+import seaborn as sns
 
-matplotlib.use("Agg")  # files only: jobs run without a display
-
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
-
-from attnlab.head_figures import save_figure  # noqa: E402
-from attnlab.interaction_eval import ALL, ANY, RANDOM  # noqa: E402
+from attnlab.figures import save_figure
+from attnlab.interaction_eval import ALL, ANY, RANDOM
 
 
 def plot_ground_truth(summary: pd.DataFrame, task: str, path: str | os.PathLike) -> None:

@@ -30,12 +30,13 @@ import torch
 from tqdm import tqdm
 from transformers import PreTrainedModel
 
-from attnlab import attention_graph, attention_norms, models, tasks
+from attnlab import attention_graph, attention_norms, examples, models, tasks
+from attnlab.claims import log_claims
 from attnlab.dumps import read_task_dump
 from attnlab.edge_gradients import attattr_from_dump, attention_x_gradient
 from attnlab.edge_occlusion import occlusion
 from attnlab.example_capture import Captured, capture
-from attnlab.heads import write_table
+from attnlab.html_pages import write_tables_page
 from attnlab.interaction_eval import (
     RANDOM,
     claims,
@@ -47,7 +48,7 @@ from attnlab.interaction_eval import (
     leaderboard,
 )
 from attnlab.interaction_figures import plot_deletion, plot_ground_truth
-from attnlab.report import write_tables_page
+from attnlab.outputs import write_table, write_task_tables
 from attnlab.value_zeroing import normalise_rows, value_zeroing
 
 log = logging.getLogger(__name__)
@@ -106,6 +107,7 @@ def score_example(
 
 def analyse_task(
     model_dir: str | os.PathLike,
+    *,
     dev_path: str | os.PathLike,
     dump_paths: list[str | os.PathLike],
     spec: tasks.TaskSpec,
@@ -131,7 +133,7 @@ def analyse_task(
     dump = dump.iloc[: cfg["examples"]] if cfg["examples"] else dump
     dev = dev.loc[dump.index].reset_index(drop=True)
     dump = dump.reset_index(drop=True)
-    encoded = tasks.encode(dev, spec, tokenizer, model_cfg["max_length"], model_cfg["truncate"])
+    encoded = examples.encoded_frame(dev, spec, tokenizer, model_cfg)
     log.info("task %s: %d examples (flow: %d), %d layers x %d heads", spec.name, len(dump),
              min(cfg["flow_examples"], len(dump)), meta["n_layers"], meta["n_heads"])
     seconds: dict[str, float] = defaultdict(float)
@@ -179,10 +181,8 @@ def analyse_task(
         lambda m: seconds[m] / counts[m] if counts.get(m) else float("nan"))
     table = pd.DataFrame(claims(truth_summary, deletion))
     write_table(pd.DataFrame(score_rows), out["scores"], provenance)
-    for name, frame in (("ground_truth", truth_summary), ("deletion", deletion),
-                        ("claims", table)):
-        frame.insert(0, "task", spec.name)
-        write_table(frame, out[name], provenance)
+    write_task_tables(spec.name, {"ground_truth": truth_summary, "deletion": deletion,
+                                  "claims": table}, out, provenance)
     timings = pd.DataFrame([{"step": step, "seconds": s} for step, s in seconds.items()])
     write_tables_page(out["leaderboard"], f"Interaction methods: {spec.name}", [
         ("Leaderboard", "planted_*: the strongest edge of some layer against the planted pair "
@@ -199,7 +199,5 @@ def analyse_task(
     plot_deletion(curves, deletion, spec.name, out["deletion_figure"])
     for step, s in seconds.items():
         log.info("%s: %.1f s", step, s)
-    for claim_row in table.itertuples():
-        log.info("%s: %s: %.4g -> %s", spec.name, claim_row.claim, claim_row.value,
-                 claim_row.verdict)
+    log_claims(table, spec.name)
     return table

@@ -176,6 +176,11 @@ def num_layers(model: PreTrainedModel) -> int:
     return len(layer_stack(model))
 
 
+def head_shape(model: PreTrainedModel) -> tuple[int, int]:
+    """(L, H): analysed layers and heads per layer."""
+    return num_layers(model), model.config.num_attention_heads
+
+
 def embed(model: PreTrainedModel, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
     """Hidden states entering layer 0, the input embeddings x = e^0 (every family)."""
     return family_of(model).embed(model, inputs)

@@ -21,8 +21,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 
+from attnlab import _EXPORTS
 from attnlab.errors import CorruptFileError, one_line_errors
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -77,13 +80,37 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
         tmp.write_text(text + "\n")
 
 
+def write_table(df: pd.DataFrame, path: str | os.PathLike, meta: dict[str, Any]) -> None:
+    """Write a table to zstd Parquet atomically, with `meta` (provenance) under `attnlab`."""
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    table = table.replace_schema_metadata(
+        {**(table.schema.metadata or {}), b"attnlab": json.dumps(meta, default=str).encode()}
+    )
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp, compression="zstd")
+
+
+def write_task_tables(
+    task: str,
+    tables: dict[str, pd.DataFrame],
+    out: dict[str, str | os.PathLike],
+    provenance: dict[str, Any],
+) -> None:
+    """Write each of a task's tables to out[its name], with the task as its first column (added
+    to the frame itself, so that what is drawn from it afterwards has the column too)."""
+    for name, table in tables.items():
+        table.insert(0, "task", task)
+        write_table(table, out[name], provenance)
+
+
 def _attnlab_imports(module: str) -> set[str]:
     """The attnlab modules that `module` imports directly."""
     tree = ast.parse((PACKAGE_DIR / f"{module}.py").read_text())
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module == "attnlab":
-            found.update(alias.name for alias in node.names)
+            # a module, or a public name of the package: then the module that defines it
+            found.update(_EXPORTS.get(alias.name, alias.name) for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("attnlab."):
             found.add(node.module.split(".")[1])
         elif isinstance(node, ast.Import):
@@ -91,14 +118,11 @@ def _attnlab_imports(module: str) -> set[str]:
     return {name for name in found if (PACKAGE_DIR / f"{name}.py").exists()}
 
 
-def code_version(*modules: str) -> str:
-    """A short hash of the source of the named library modules and every attnlab module they
-    import, directly or not (of the whole package when none is named).
-
-    Snakemake cannot see edits inside a package, so each rule passes this as a param and
-    reruns when the code it runs changes, and only then.
-    """
-    todo = list(modules) or [p.stem for p in PACKAGE_DIR.glob("*.py")]
+def code_closure(*modules: str) -> set[str]:
+    """The named library modules and every attnlab module they import, directly or not. The
+    package's __init__ is not among them: its exports are imported lazily, from the modules
+    that define them."""
+    todo = list(modules)
     closure: set[str] = set()
     while todo:
         name = todo.pop()
@@ -108,6 +132,17 @@ def code_version(*modules: str) -> str:
             raise ValueError(f"code_version: no module attnlab.{name}")
         closure.add(name)
         todo.extend(_attnlab_imports(name))
+    return closure
+
+
+def code_version(*modules: str) -> str:
+    """A short hash of the source of the named library modules and every attnlab module they
+    import, directly or not (of the whole package when none is named).
+
+    Snakemake cannot see edits inside a package, so each rule passes this as a param and
+    reruns when the code it runs changes, and only then.
+    """
+    closure = code_closure(*modules) if modules else {p.stem for p in PACKAGE_DIR.glob("*.py")}
     digest = hashlib.sha256()
     for name in sorted(closure):
         digest.update(name.encode() + b"\0" + (PACKAGE_DIR / f"{name}.py").read_bytes())

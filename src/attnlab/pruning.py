@@ -1,4 +1,4 @@
-"""Head pruning without re-training (Hao et al. 2021 §4, methods.md §2), and the paper's claims.
+"""Head pruning without re-training (Hao et al. 2021 §4, docs/methods.md), and the paper's claims.
 
 * Per-layer effectiveness (paper Fig. 3): rank the heads within each layer by each example's
   own attr_max (or attn_max) and mask k of them in every layer at once, lowest or highest first.
@@ -19,7 +19,10 @@ import pandas as pd
 import torch
 from transformers import PreTrainedModel
 
-from attnlab import heads, tasks
+from attnlab import examples, tasks
+from attnlab.claims import claim, log_claims
+from attnlab.head_inputs import load_task, warn_if_pred_target
+from attnlab.outputs import write_task_tables
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +81,7 @@ def per_layer_curves(
         scores = torch.from_numpy(dump_arrays[ranking])
         for order in ORDERS:
             for k in range(scores.shape[-1] + 1):
-             logits = heads.predict(model, inputs, per_layer_mask(scores, k, order), batch_size)
+             logits = examples.predict(model, inputs, per_layer_mask(scores, k, order), batch_size)
              rows.append({
                  "ranking": ranking, "order": order, "k": k,
                  "accuracy": float((logits.argmax(-1) == inputs["labels"]).double().mean()),
@@ -106,7 +109,7 @@ def global_curves(
             rows.append({
              "method": method, "seed": seed, "percent": percent,
              "heads_masked": int((mask == 0).sum()),
-             "accuracy": heads.accuracy(model, inputs, mask, batch_size),
+             "accuracy": examples.accuracy(model, inputs, mask, batch_size),
             })
     return pd.DataFrame(rows).astype({"seed": "Int64"})
 
@@ -122,17 +125,17 @@ def per_layer_claims(curves: pd.DataFrame) -> list[dict[str, Any]]:
     low_vs_high = mean["attribution", "lowest"] - mean["attribution", "highest"]
     attr_vs_attn = mean["attention", "highest"] - mean["attribution", "highest"]
     return [
-        heads.claim(
+        claim(
             "per_layer", "pruning low-attribution heads barely hurts",
             f"accuracy drop with {half} of {n_heads} heads per layer pruned, lowest "
             f"attribution first (holds if <= {LOW_PRUNE_TOLERANCE})",
             drop, drop <= LOW_PRUNE_TOLERANCE),
-        heads.claim(
+        claim(
             "per_layer", "pruning high-attribution heads hurts more than low-attribution ones",
             f"mean accuracy over k=1..{n_heads - 1}, lowest-first minus highest-first "
             f"(holds if >= {CURVE_GAP})",
             low_vs_high, low_vs_high >= CURVE_GAP),
-        heads.claim(
+        claim(
             "per_layer", "pruning high-attribution heads hurts more than high-attention ones",
             f"mean accuracy over k=1..{n_heads - 1}, highest attention first minus highest "
             f"attribution first (holds if >= {CURVE_GAP})",
@@ -158,20 +161,20 @@ def global_claims(curves: pd.DataFrame) -> list[dict[str, Any]]:
     claims = []
     if "taylor" in methods:
         gap = area["attribution"] - area["taylor"]
-        claims.append(heads.claim(
+        claims.append(claim(
             "global", "attribution is competitive with taylor",
             f"area under accuracy-vs-fraction-pruned, attribution minus taylor "
             f"(holds if >= -{AUC_MARGIN})", gap, gap >= -AUC_MARGIN))
     if "random" in methods:
         gap = area["attribution"] - area["random"]
-        claims.append(heads.claim(
+        claims.append(claim(
             "global", "attribution beats a random head order",
             f"area under accuracy-vs-fraction-pruned, attribution minus random (mean of seeds; "
             f"holds if >= {CURVE_GAP})", gap, gap >= CURVE_GAP))
     at = curves[curves["method"] == "attribution"].set_index("percent")["accuracy"]
     if 0 in at.index and 90 in at.index:
         retention = at[90] / at[0] if at[0] > 0 else 0.0
-        claims.append(heads.claim(
+        claims.append(claim(
             "global", "keeping 10% of heads (by attribution) keeps most of the accuracy",
             f"accuracy with 90% of heads pruned / accuracy with all heads (holds if >= "
             f"{PAPER_RETENTION:.3f}, the paper's MNLI 60/84)",
@@ -181,6 +184,7 @@ def global_claims(curves: pd.DataFrame) -> list[dict[str, Any]]:
 
 def prune_eval(
     model_dir: str | os.PathLike,
+    *,
     dev_path: str | os.PathLike,
     dump_paths: list[str | os.PathLike],
     importance_path: str | os.PathLike,
@@ -198,9 +202,9 @@ def prune_eval(
     global pruning on the whole dev split. Writes out["per_layer"], out["global"],
     out["claims"] (Parquet, with provenance); returns the claims.
     """
-    heads.warn_if_pred_target(target)
-    model, inputs, dump, arrays = heads.load_task(model_dir, dev_path, dump_paths, spec,
-                                               model_cfg, device)
+    warn_if_pred_target(target)
+    model, inputs, dump, arrays = load_task(model_dir, dev_path, dump_paths, spec, model_cfg,
+                                            device)
     batch_size = heads_cfg["batch_size"]
     attributed = {k: v[: len(dump)] for k, v in inputs.items()}
     log.info("task %s: per-layer pruning on %d attributed examples", spec.name, len(dump))
@@ -209,9 +213,7 @@ def prune_eval(
     log.info("task %s: global pruning on %d dev examples", spec.name, len(inputs["labels"]))
     global_ = global_curves(model, inputs, importance, heads_cfg["prune_percents"], batch_size)
     claims = pd.DataFrame(per_layer_claims(per_layer) + global_claims(global_))
-    for name, table in (("per_layer", per_layer), ("global", global_), ("claims", claims)):
-        table.insert(0, "task", spec.name)
-        heads.write_table(table, out[name], provenance)
-    for claim in claims.itertuples():
-        log.info("%s: %s: %.4f -> %s", spec.name, claim.claim, claim.value, claim.verdict)
+    write_task_tables(spec.name, {"per_layer": per_layer, "global": global_, "claims": claims},
+                      out, provenance)
+    log_claims(claims, spec.name)
     return claims

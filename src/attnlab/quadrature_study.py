@@ -31,9 +31,11 @@ import torch
 
 from attnlab import tasks
 from attnlab.attribution import attribute, composite_gauss_legendre
+from attnlab.attribution_shards import attribute_shard
 from attnlab.device import CPU_BATCH_SIZE, attribution_batch_size
-from attnlab.dumps import attribute_shard, completeness_errors, read_dump
-from attnlab.head_figures import save_figure
+from attnlab.dumps import completeness_errors, read_dump
+from attnlab.examples import encoded_frame
+from attnlab.figures import save_figure
 from attnlab.models import load_classifier
 
 # (rule, steps of a fixed rule or tolerance of the adaptive one)
@@ -69,8 +71,8 @@ def reference_head_maxima(model_dir: str | os.PathLike, dev: pd.DataFrame, spec:
     """Per-head maxima (B, L, H) of the converged reference, and their largest change when the
     panel count is halved, relative to the largest maximum (the reference's own error)."""
     model, tokenizer = load_classifier(model_dir, device)
-    inputs = {key: value.to(device) for key, value in tasks.encode(
-        dev, spec, tokenizer, model_cfg["max_length"], model_cfg["truncate"]).items()}
+    inputs = {key: value.to(device)
+              for key, value in encoded_frame(dev, spec, tokenizer, model_cfg).items()}
     # the reference's hundreds of nodes per example: 8 times attribution.batch_size rows per
     # pass (on a CPU 8 x its auto default); auto on a GPU fills its memory already (counting
     # an example's state per row, more than the study's few examples hold)
@@ -86,7 +88,7 @@ def reference_head_maxima(model_dir: str | os.PathLike, dev: pd.DataFrame, spec:
     return maxima[0], float(np.abs(maxima[0] - maxima[1]).max() / np.abs(maxima[0]).max())
 
 
-def study(model_dir: str | os.PathLike, dev_path: str | os.PathLike, spec: tasks.TaskSpec, *,
+def study(model_dir: str | os.PathLike, dev_path: str | os.PathLike, *, spec: tasks.TaskSpec,
           attribution_cfg: dict[str, Any], model_cfg: dict[str, Any], examples: int,
           device: torch.device, panels: int = 64, min_delta: float = 0.05) -> dict[str, Any]:
     """Every rule of RULES against the reference on the first `examples` dev examples."""
@@ -109,11 +111,13 @@ def study(model_dir: str | os.PathLike, dev_path: str | os.PathLike, spec: tasks
                    **({"tolerance": setting} if rule == "adaptive" else {"steps": int(setting)})}
             path = Path(tmp) / f"{rule_name(rule, setting)}.parquet"
             start = time.perf_counter()
-            attribute_shard(model_dir, dev_path, spec, cfg, model_cfg, 0, 1, device, path, {})
+            attribute_shard(model_dir, dev_path, spec=spec, attribution_cfg=cfg,
+                            model_cfg=model_cfg, shard=0, n_shards=1, device=device,
+                            out_path=path, provenance={})
             seconds[rule, setting] += (time.perf_counter() - start) / 2
         for rule, setting in RULES:
             dump, _ = read_dump(Path(tmp) / f"{rule_name(rule, setting)}.parquet")
-            delta, error = completeness_errors(dump)
+            delta, error, _ = completeness_errors(dump)
             n_layers = delta.shape[1]
             maxima = np.stack(dump["attr_max"].to_numpy()).reshape(len(dump), n_layers, -1)
             head_error = (np.abs(maxima - reference).max(-1)

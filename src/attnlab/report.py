@@ -4,7 +4,7 @@
   and dev accuracy of every fine-tuned model, the library and package versions, and the
   configuration with its defaults filled in.
 * Claims: the claims tables of every stage in one table (each a paper's statement judged on
-  this run, see `claim`), with what the paper states beside each claim when the
+  this run, see `attnlab.claims`), with what the paper states beside each claim when the
   configuration names the paper (`report.papers`, files in workflow/report/findings/). A run
   over several seeds (config `seeds`) shows each claim once: its metric's mean and 95 %
   interval over the seeds, the value of every seed, and "holds in k of n seeds".
@@ -25,26 +25,8 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from attnlab.outputs import atomic_path, provenance
-
-STYLE = """<style>
-body { font-family: sans-serif; font-size: 14px; margin: 1em; }
-table { border-collapse: collapse; margin-bottom: 1.5em; }
-th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left; vertical-align: top; }
-th { background: #f0f0f0; }
-pre { background: #f7f7f7; padding: 8px; }
-</style>"""
-
-
-def claim(
-    stage: str, statement: str, metric: str, value: float, holds: bool | None
-) -> dict[str, Any]:
-    """One row of a claims table; the verdict follows from `holds`, computed by the caller
-    (None: the data cannot test the claim, e.g. no sequence is long enough)."""
-    verdict = "not testable" if holds is None else "holds" if holds else "does not hold"
-    return {"stage": stage, "claim": statement, "metric": metric, "value": float(value),
-            "verdict": verdict}
-
+from attnlab.html_pages import page, table_html, write_page
+from attnlab.outputs import provenance
 
 # A seed's outputs are in results/<name>/seed=<s>/ (config `seeds`).
 SEED_FOLDER = re.compile(r"(?:^|/)seed=(\d+)/")
@@ -102,32 +84,8 @@ def over_seeds(claims: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[*keys, "metric", "value", "ci95", "per_seed", "verdict"])
 
 
-def _page(title: str, sections: list[tuple[str, str]]) -> str:
-    body = "".join(f"<h2>{html.escape(head)}</h2>\n{content}\n" for head, content in sections)
-    return (f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}"
-            f"</title>{STYLE}</head>\n<body><h1>{html.escape(title)}</h1>\n{body}</body></html>\n")
-
-
-def _write_page(path: str | os.PathLike, page: str) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_text(page)
-
-
 def _provenance(origin: dict[str, Any]) -> str:
     return f"<pre>{html.escape(json.dumps(origin, indent=2, sort_keys=True, default=str))}</pre>"
-
-
-def _table(frame: pd.DataFrame) -> str:
-    return frame.to_html(index=False, na_rep="—", float_format=lambda x: f"{x:.4g}",
-                         border=0)
-
-
-def write_tables_page(
-    path: str | os.PathLike, title: str, sections: list[tuple[str, str, pd.DataFrame]]
-) -> None:
-    """An HTML page of tables, each under its heading with a note (HTML) above it."""
-    _write_page(path, _page(title, [(head, f"<p>{note}</p>" + _table(frame))
-                                    for head, note, frame in sections]))
 
 
 def stage_times(benchmarks: dict[str, list[str | os.PathLike]]) -> pd.DataFrame:
@@ -151,6 +109,7 @@ def stage_times(benchmarks: dict[str, list[str | os.PathLike]]) -> pd.DataFrame:
 
 def run_summary(
     config: dict[str, Any],
+    *,
     benchmarks: dict[str, list[str | os.PathLike]],
     finetune_metrics: list[str | os.PathLike],
     out: str | os.PathLike,
@@ -175,13 +134,13 @@ def run_summary(
     sections = [
         ("Wall time per stage",
          "<p>Summed over the stage's jobs, which may have run in parallel; from the "
-         "<code>benchmark:</code> files in <code>benchmarks/</code>.</p>" + _table(times)),
-        ("Fine-tuned models (device, dev accuracy)", _table(models)),
-        ("Versions", _table(versions)),
+         "<code>benchmark:</code> files in <code>benchmarks/</code>.</p>" + table_html(times)),
+        ("Fine-tuned models (device, dev accuracy)", table_html(models)),
+        ("Versions", table_html(versions)),
         ("Configuration (defaults filled in)",
          f"<pre>{html.escape(yaml.safe_dump(config, sort_keys=False))}</pre>"),
     ]
-    _write_page(out, _page(f"Run summary: {config['name']}", sections))
+    write_page(out, page(f"Run summary: {config['name']}", sections))
 
 
 def load_findings(paths: list[str | os.PathLike]) -> pd.DataFrame:
@@ -197,6 +156,7 @@ def load_findings(paths: list[str | os.PathLike]) -> pd.DataFrame:
 
 def claims_table(
     claims_paths: list[str | os.PathLike],
+    *,
     findings_paths: list[str | os.PathLike],
     out: str | os.PathLike,
     origin: dict[str, Any],
@@ -246,10 +206,10 @@ def claims_table(
         heading, how = "Every stage's claims, judged on this run", ""
     shown = table if findings_paths else table.drop(columns=["paper", "source"])
     note = "; <i>paper</i> is what the paper states" if findings_paths else ""
-    _write_page(out, _page("Claims", [
+    write_page(out, page("Claims", [
         (heading,
          f"<p>{html.escape(counts)}. Each metric names the threshold of its verdict{note}."
-         f"{how}</p>" + _table(shown)),
+         f"{how}</p>" + table_html(shown)),
         ("Provenance", _provenance(origin)),
     ]))
     return table

@@ -194,6 +194,7 @@ def read_task(
 
 def write_task(
     spec: TaskSpec,
+    *,
     train: pd.DataFrame,
     dev: pd.DataFrame,
     train_out: str | os.PathLike,
@@ -228,7 +229,7 @@ def prepare_task(
     Parquet files it was downloaded to (`attnlab.hub`). Returns rows and label counts per split.
     """
     spec, train, dev = read_task(name, cfg, seed, fetched)
-    return write_task(spec, train, dev, train_out, dev_out)
+    return write_task(spec, train=train, dev=dev, train_out=train_out, dev_out=dev_out)
 
 
 def _texts(df: pd.DataFrame, spec: TaskSpec) -> list[list[str]]:

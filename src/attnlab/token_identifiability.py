@@ -1,4 +1,4 @@
-"""Token identifiability (Brunner et al. 2020 §4, methods.md §5): can a hidden token still be
+"""Token identifiability (Brunner et al. 2020 §4, docs/methods.md): can a hidden token still be
 traced back to the input token at its position?
 
 For each layer l (0 = the input embeddings x = e^0) a map g_l from hidden tokens e^l_i back to
@@ -24,8 +24,9 @@ from tqdm import tqdm
 from transformers import PreTrainedModel
 
 from attnlab import examples, models, tasks
-from attnlab.heads import claim, write_table
+from attnlab.claims import claim, log_claims
 from attnlab.identifiability_figures import plot_token_identifiability
+from attnlab.outputs import write_task_tables
 
 log = logging.getLogger(__name__)
 
@@ -187,6 +188,7 @@ def claims(rates: pd.DataFrame) -> list[dict[str, Any]]:
 
 def analyse_task(
     model_dir: str | os.PathLike,
+    *,
     train_path: str | os.PathLike,
     dev_path: str | os.PathLike,
     spec: tasks.TaskSpec,
@@ -212,10 +214,7 @@ def analyse_task(
              len(dev["input_ids"]))
     rates = identifiability_rates(train_states, dev_states, cfg, seed)
     table = pd.DataFrame(claims(rates))
-    for name, frame in (("rates", rates), ("claims", table)):
-        frame.insert(0, "task", spec.name)
-        write_table(frame, out[name], provenance)
+    write_task_tables(spec.name, {"rates": rates, "claims": table}, out, provenance)
     plot_token_identifiability(rates, out["figure"])
-    for row in table.itertuples():
-        log.info("%s: %s: %.4g -> %s", spec.name, row.claim, row.value, row.verdict)
+    log_claims(table, spec.name)
     return table

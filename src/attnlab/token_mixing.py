@@ -1,4 +1,4 @@
-"""Hidden token attribution (Brunner et al. 2020 §5, methods.md §5): how much each input token
+"""Hidden token attribution (Brunner et al. 2020 §5, docs/methods.md): how much each input token
 contributes to each hidden token.
 
 The contribution of input token i to hidden token j at layer l is
@@ -32,8 +32,9 @@ from tqdm import tqdm
 from transformers import PreTrainedModel
 
 from attnlab import examples, models, tasks
-from attnlab.heads import claim, write_table
+from attnlab.claims import claim, log_claims
 from attnlab.identifiability_figures import plot_token_mixing
+from attnlab.outputs import write_task_tables
 
 log = logging.getLogger(__name__)
 
@@ -179,6 +180,7 @@ def claims(tokens: pd.DataFrame, offsets: pd.DataFrame) -> list[dict[str, Any]]:
 
 def analyse_task(
     model_dir: str | os.PathLike,
+    *,
     dev_path: str | os.PathLike,
     spec: tasks.TaskSpec,
     cfg: dict[str, Any],
@@ -198,10 +200,8 @@ def analyse_task(
     tokens, offsets = analyse_examples(model, inputs, cfg["exact_max_tokens"], cfg["probes"],
                                        cfg["vjp_batch"], seed)
     table = pd.DataFrame(claims(tokens, offsets))
-    for name, frame in (("tokens", tokens), ("offsets", offsets), ("claims", table)):
-        frame.insert(0, "task", spec.name)
-        write_table(frame, out[name], provenance)
+    write_task_tables(spec.name, {"tokens": tokens, "offsets": offsets, "claims": table},
+                      out, provenance)
     plot_token_mixing(tokens, offsets, out["figure"])
-    for row in table.itertuples():
-        log.info("%s: %s: %.4g -> %s", spec.name, row.claim, row.value, row.verdict)
+    log_claims(table, spec.name)
     return table

@@ -278,6 +278,7 @@ def _train(
 def finetune(
     train_path: str | os.PathLike,
     dev_path: str | os.PathLike,
+    *,
     spec: TaskSpec,
     model_cfg: dict[str, Any],
     train_cfg: dict[str, Any],
@@ -339,6 +340,7 @@ def _masked(ids: torch.Tensor, maskable: torch.Tensor, rate: float, mask_id: int
 
 def pretrain(
     train_paths: list[str | os.PathLike],
+    *,
     specs: list[TaskSpec],
     model_cfg: dict[str, Any],
     pretrain_cfg: dict[str, Any],

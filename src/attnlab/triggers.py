@@ -1,5 +1,5 @@
 """Adversarial triggers from over-confident attribution patterns (Hao et al. 2021 §6,
-methods.md §4): mining them.
+docs/methods.md): mining them.
 
 The first `source_examples` examples of the source split are attributed to `target` (the
 official code: the predicted label) by the same engine and writer as the dev dumps. In each
@@ -29,8 +29,9 @@ import torch
 from transformers import AutoTokenizer
 
 from attnlab import synthetic, tasks
-from attnlab.dumps import attribute_shard, read_dump
-from attnlab.heads import write_table
+from attnlab.attribution_shards import attribute_shard
+from attnlab.dumps import read_dump
+from attnlab.outputs import write_table
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +133,7 @@ def planted_triggers(task_cfg: dict[str, Any], tokenizer) -> dict[int, set[str]]
 
 def mine_triggers(
     model_dir: str | os.PathLike,
+    *,
     source_path: str | os.PathLike,
     spec: tasks.TaskSpec,
     task_cfg: dict[str, Any],
@@ -148,8 +150,9 @@ def mine_triggers(
     source_cfg = {**attribution_cfg, "target": triggers_cfg["target"],
                   "max_examples": triggers_cfg["source_examples"], "keep_full": False,
                   "top_pairs": max(2, attribution_cfg["top_pairs"])}
-    attribute_shard(model_dir, source_path, spec, source_cfg, model_cfg, 0, 1, device,
-                    out["source"], provenance)
+    attribute_shard(model_dir, source_path, spec=spec, attribution_cfg=source_cfg,
+                    model_cfg=model_cfg, shard=0, n_shards=1, device=device,
+                    out_path=out["source"], provenance=provenance)
     dump, meta = read_dump(out["source"])
     patterns = patterns_table(dump, meta["n_layers"], meta["n_heads"], triggers_cfg)
     tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)

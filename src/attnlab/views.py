@@ -25,10 +25,11 @@ from attnlab.attribution import PANEL_NODES, attribute, engine_options
 from attnlab.device import attribution_batch_size
 from attnlab.dumps import read_task_dump
 from attnlab.errors import ConfigError
+from attnlab.examples import encoded_frame, sample_examples
 from attnlab.flow_figures import plot_heatmaps
 from attnlab.models import load_classifier
 from attnlab.outputs import atomic_path
-from attnlab.trees import planted_pair, sample_examples
+from attnlab.trees import planted_pair
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +117,7 @@ of the planted pair (synthetic tasks) are outlined in red.</p>
 
 def example_views(
     model_dir: str | os.PathLike,
+    *,
     dev_path: str | os.PathLike,
     dump_paths: list[str | os.PathLike],
     tree_figures: str | os.PathLike,
@@ -137,8 +139,7 @@ def example_views(
     dev = dev.set_index("idx", drop=False) if "idx" in dev else dev
     if len(rows):  # trees.examples may be 0 and example_idx empty: an empty page
         model, tokenizer = load_classifier(model_dir, device)
-        encoded = tasks.encode(dev.loc[rows["idx"]], spec, tokenizer, model_cfg["max_length"],
-                               model_cfg["truncate"])
+        encoded = encoded_frame(dev.loc[rows["idx"]], spec, tokenizer, model_cfg)
         rows_per_pass = attribution_batch_size(
             attribution_cfg["batch_size"], model.config, encoded["input_ids"].shape[1], device,
             panels=attribution_cfg["max_steps"] // PANEL_NODES)

@@ -19,11 +19,9 @@ rule attribute:
     params:
         task=task_spec,
         attribution=config["attribution"],
-        # tokenization settings only: the model itself is the input
-        model={key: config["model"][key] for key in ("max_length", "truncate")},
-        device=config["device"],
-        precision=config["precision"],
-        code=code_version("dumps"),
+        model=TOKENIZATION,
+        **DEVICE_PARAMS,
+        code=code_version("attribution_shards"),
     log:
         "results/{name}/logs/attribute/{task}/shard={shard}.log",
     benchmark:
@@ -56,7 +54,7 @@ rule summarise_attributions:
     params:
         shards=config["attribution"]["shards"],
         tolerance=config["attribution"]["tolerance"],
-        code=code_version("dumps"),
+        code=code_version("attribution_summary"),
     log:
         "results/{name}/logs/summarise_attributions/{task}.log",
     benchmark:
@@ -84,9 +82,8 @@ rule quadrature_study:
     params:
         tasks={task: config["tasks"][task] for task in TASKS},
         attribution=config["attribution"],
-        model={key: config["model"][key] for key in ("max_length", "truncate")},
-        device=config["device"],
-        precision=config["precision"],
+        model=TOKENIZATION,
+        **DEVICE_PARAMS,
         code=code_version("quadrature_study"),
     log:
         "results/{name}/logs/quadrature_study.log",

@@ -1,64 +1,12 @@
 import re
 from pathlib import Path
 
-import jsonschema
-import yaml
-from jsonschema import Draft202012Validator
-
 from snakemake.io import strip_wildcard_constraints
 
+from attnlab.config import validate_config
 from attnlab.errors import ConfigError, stop
 from attnlab.outputs import code_version
 from attnlab.preflight import HUB_ID, check_config
-
-# YAML 1.1 (PyYAML, Snakemake) reads 2e-5 as a string; 2.0e-5 is a float.
-EXPONENT_WITHOUT_POINT = re.compile(r"[-+]?[0-9]+[eE][-+]?[0-9]+")
-# Bounds of a number in the schema, as they read in an error message.
-BOUNDS = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}
-
-
-def _filling_defaults(validator_class):
-    """The validator class extended to fill `default:` values, as snakemake.utils.validate does."""
-    check_properties = validator_class.VALIDATORS["properties"]
-
-    def properties(validator, properties, instance, schema):
-        if isinstance(instance, dict):
-            for key, subschema in properties.items():
-                if "default" in subschema:
-                    instance.setdefault(key, subschema["default"])
-        yield from check_properties(validator, properties, instance, schema)
-
-    return jsonschema.validators.extend(validator_class, {"properties": properties})
-
-
-def _explain(error):
-    """One line naming the key, the value and what the schema allows there."""
-    where = ".".join(map(str, error.absolute_path))
-    if error.validator == "additionalProperties" and "properties" in error.schema:
-        allowed = sorted(error.schema["properties"])
-        unknown = ", ".join(repr(key) for key in error.instance if key not in allowed)
-        return f"{where or 'top level'}: unknown key {unknown} (allowed here: {', '.join(allowed)})"
-    message = error.message
-    if error.validator in BOUNDS:
-        allowed = " and ".join(f"{op} {error.schema[k]}" for k, op in BOUNDS.items() if k in error.schema)
-        message = f"{error.instance!r} is out of range (allowed: {allowed})"
-    elif error.validator == "type" and EXPONENT_WITHOUT_POINT.fullmatch(str(error.instance)):
-        message += " (YAML reads a number like 2e-5 as text: write 2.0e-5)"
-    return f"{where or 'top level'}: {message}"
-
-
-def validate_config(config, schema_path):
-    """Check `config` against the schema, filling in its defaults; fail with one clear line.
-
-    snakemake.utils.validate does the same but reports an error with the whole sub-schema
-    attached; here the message names the key and the allowed values, and nothing else.
-    """
-    with open(schema_path) as f:
-        schema = yaml.safe_load(f)
-    validator = _filling_defaults(Draft202012Validator)(schema)
-    error = jsonschema.exceptions.best_match(validator.iter_errors(config))
-    if error is not None:
-        raise ConfigError(_explain(error))
 
 
 def pretrained_model():
@@ -90,7 +38,7 @@ def findings_files():
 # Everything that can be known wrong before any job runs stops the dry run here, in one line:
 # Snakemake would show a WorkflowError with a header and lines of this file around it.
 try:
-    validate_config(config, Path(workflow.basedir, "workflow/schemas/config.schema.yaml"))
+    validate_config(config)
     PRETRAINED = pretrained_model()
     check_config(config, PRETRAINED)
     FINDINGS = findings_files()
@@ -107,6 +55,10 @@ if len(SEEDS) == 1:
 else:
     RUNS = {f"{config['name']}/seed={seed}": seed for seed in SEEDS}
 SHARDS = range(config["attribution"]["shards"])
+# Params shared by the rules that run a trained model: its tokenization settings (the model
+# itself is an input) and where and in which precision it runs.
+TOKENIZATION = {key: config["model"][key] for key in ("max_length", "truncate")}
+DEVICE_PARAMS = {key: config[key] for key in ("device", "precision")}
 # Rules that run a model declare `gpu=GPU`: one GPU is requested (from SLURM, or from the
 # local `gpu` limit of profiles/local) unless the config pins the CPU. Memory and run time
 # depend on the scale of the configuration and the machine, so they live in the profiles.

@@ -1,4 +1,4 @@
-# Is attention explanation? (Jain & Wallace 2019, poster 003, methods.md section 6): attention
+# Is attention explanation? (Jain & Wallace 2019, Drozdyuk et al., docs/methods.md): attention
 # permutation, adversarial keys and adversarial attention on each task's fine-tuned model, each
 # with its tables, the claims judged on them, and a figure.
 
@@ -20,10 +20,9 @@ rule attention_permutation:
         task=task_data,
         settings={**config["explanation"]["attention_permutation"],
                   "batch_size": config["explanation"]["batch_size"]},
-        model={key: config["model"][key] for key in ("max_length", "truncate")},
+        model=TOKENIZATION,
         seed=run_seed,
-        device=config["device"],
-        precision=config["precision"],
+        **DEVICE_PARAMS,
         code=code_version("attention_permutation"),
     log:
         "results/{name}/logs/attention_permutation/{task}.log",
@@ -57,10 +56,9 @@ rule adversarial_attention:
         task=task_data,
         settings={key: config["explanation"][key]
                   for key in ("batch_size", "adversarial_keys", "adversarial_attention")},
-        model={key: config["model"][key] for key in ("max_length", "truncate")},
+        model=TOKENIZATION,
         seed=run_seed,
-        device=config["device"],
-        precision=config["precision"],
+        **DEVICE_PARAMS,
         code=code_version("adversarial_attention"),
     log:
         "results/{name}/logs/adversarial_attention/{task}.log",

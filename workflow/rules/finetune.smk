@@ -15,8 +15,7 @@ if config["model"]["pretrain"]["epochs"]:
                    for task in TASKS},
             model=config["model"],
             seed=run_seed,
-            device=config["device"],
-            precision=config["precision"],
+            **DEVICE_PARAMS,
             code=code_version("training"),
         log:
             "results/{name}/logs/pretrain.log",
@@ -52,8 +51,7 @@ rule finetune:
         model=config["model"],
         finetune=task_finetune,
         seed=run_seed,
-        device=config["device"],
-        precision=config["precision"],
+        **DEVICE_PARAMS,
         code=code_version("training"),
     log:
         "results/{name}/logs/finetune/{task}.log",

@@ -14,11 +14,10 @@ rule head_importance:
         task=task_spec,
         heads={key: config["heads"][key]
                for key in ("methods", "importance_examples", "random_seeds", "batch_size")},
-        model={key: config["model"][key] for key in ("max_length", "truncate")},
+        model=TOKENIZATION,
         target=config["attribution"]["target"],
         seed=run_seed,
-        device=config["device"],
-        precision=config["precision"],
+        **DEVICE_PARAMS,
         code=code_version("heads"),
     log:
         "results/{name}/logs/head_importance/{task}.log",
@@ -46,10 +45,9 @@ rule prune_eval:
     params:
         task=task_spec,
         heads={key: config["heads"][key] for key in ("prune_percents", "batch_size")},
-        model={key: config["model"][key] for key in ("max_length", "truncate")},
+        model=TOKENIZATION,
         target=config["attribution"]["target"],
-        device=config["device"],
-        precision=config["precision"],
+        **DEVICE_PARAMS,
         code=code_version("pruning"),
     log:
         "results/{name}/logs/prune_eval/{task}.log",
@@ -107,7 +105,7 @@ rule task_correlation:
         ),
     params:
         pairs={key: config["heads"][key] for key in ("similar_pairs", "dissimilar_pairs")},
-        code=code_version("heads"),
+        code=code_version("task_correlation"),
     log:
         "results/{name}/logs/task_correlation.log",
     benchmark:

@@ -1,4 +1,4 @@
-# On Identifiability in Transformers (Brunner et al. 2020, methods.md section 5): effective
+# On Identifiability in Transformers (Brunner et al. 2020, docs/methods.md): effective
 # attention, token identifiability and token mixing of each task's fine-tuned model, each
 # with its tables, the paper's claims judged on them, and a figure.
 
@@ -21,9 +21,8 @@ rule effective_attention:
         task=task_data,
         settings={**config["identifiability"]["effective_attention"],
                   "batch_size": config["identifiability"]["batch_size"]},
-        model={key: config["model"][key] for key in ("max_length", "truncate")},
-        device=config["device"],
-        precision=config["precision"],
+        model=TOKENIZATION,
+        **DEVICE_PARAMS,
         code=code_version("effective_attention"),
     log:
         "results/{name}/logs/effective_attention/{task}.log",
@@ -56,10 +55,9 @@ rule token_identifiability:
         task=task_data,
         settings={**config["identifiability"]["token_identifiability"],
                   "batch_size": config["identifiability"]["batch_size"]},
-        model={key: config["model"][key] for key in ("max_length", "truncate")},
+        model=TOKENIZATION,
         seed=run_seed,
-        device=config["device"],
-        precision=config["precision"],
+        **DEVICE_PARAMS,
         code=code_version("token_identifiability"),
     log:
         "results/{name}/logs/token_identifiability/{task}.log",
@@ -91,10 +89,9 @@ rule token_mixing:
     params:
         task=task_data,
         settings=config["identifiability"]["token_mixing"],  # one example at a time
-        model={key: config["model"][key] for key in ("max_length", "truncate")},
+        model=TOKENIZATION,
         seed=run_seed,
-        device=config["device"],
-        precision=config["precision"],
+        **DEVICE_PARAMS,
         code=code_version("token_mixing"),
     log:
         "results/{name}/logs/token_mixing/{task}.log",

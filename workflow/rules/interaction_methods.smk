@@ -34,10 +34,9 @@ rule interaction_methods:
     params:
         task=task_spec,
         settings=config["interaction_methods"],
-        model={key: config["model"][key] for key in ("max_length", "truncate")},
+        model=TOKENIZATION,
         seed=config["seed"],
-        device=config["device"],
-        precision=config["precision"],
+        **DEVICE_PARAMS,
         code=code_version("interaction_methods"),
     log:
         "results/{name}/logs/interaction_methods/{task}.log",

@@ -33,7 +33,7 @@ rule trees:
         trees={key: config["trees"][key]
                for key in ("tau", "normalise", "examples", "example_idx")},
         seed=run_seed,
-        code=code_version("trees"),
+        code=code_version("information_flow"),
     log:
         "results/{name}/logs/trees/{task}.log",
     benchmark:
@@ -63,10 +63,9 @@ rule example_views:
         task=task_data,
         trees={key: config["trees"][key] for key in ("examples", "example_idx", "heatmap_layer")},
         attribution={**ENGINE_SETTINGS, "target": config["attribution"]["target"]},
-        model={key: config["model"][key] for key in ("max_length", "truncate")},
+        model=TOKENIZATION,
         seed=run_seed,
-        device=config["device"],
-        precision=config["precision"],
+        **DEVICE_PARAMS,
         code=code_version("views"),
     log:
         "results/{name}/logs/example_views/{task}.log",

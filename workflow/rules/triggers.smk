@@ -22,9 +22,8 @@ rule mine_triggers:
             **{key: config["attribution"][key]
                for key in ("edge_min_fraction", "max_edges_per_layer", "top_pairs")},
         },
-        model={key: config["model"][key] for key in ("max_length", "truncate")},
-        device=config["device"],
-        precision=config["precision"],
+        model=TOKENIZATION,
+        **DEVICE_PARAMS,
         code=code_version("triggers"),
     log:
         "results/{name}/logs/mine_triggers/{task}.log",
@@ -57,10 +56,9 @@ rule attack_eval:
     params:
         task=task_data,
         triggers={key: config["triggers"][key] for key in ("top", "random_draws", "batch_size")},
-        model={key: config["model"][key] for key in ("max_length", "truncate")},
+        model=TOKENIZATION,
         seed=run_seed,
-        device=config["device"],
-        precision=config["precision"],
+        **DEVICE_PARAMS,
         code=code_version("attack"),
     log:
         "results/{name}/logs/attack_eval/{task}.log",

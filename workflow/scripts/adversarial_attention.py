@@ -10,13 +10,13 @@ with workflow_job(snakemake):
     device, _ = start_model_job(snakemake.threads, params.device, params.precision)
     analyse_task(
         snakemake.input.model,
-        snakemake.input.train,
-        snakemake.input.dev,
-        TaskSpec.from_config(snakemake.wildcards.task, params.task),
-        params.settings,
-        params.model,
-        params.seed,
-        device,
-        dict(snakemake.output.items()),
-        provenance(dict(params.items())),
+        train_path=snakemake.input.train,
+        dev_path=snakemake.input.dev,
+        spec=TaskSpec.from_config(snakemake.wildcards.task, params.task),
+        cfg=params.settings,
+        model_cfg=params.model,
+        seed=params.seed,
+        device=device,
+        out=dict(snakemake.output.items()),
+        provenance=provenance(dict(params.items())),
     )

@@ -1,7 +1,7 @@
 """Snakemake adapter of rule attribute: attribute one shard of a task's dev split."""
 
+from attnlab.attribution_shards import attribute_shard
 from attnlab.device import start_model_job
-from attnlab.dumps import attribute_shard
 from attnlab.outputs import provenance, workflow_job, write_json
 from attnlab.tasks import TaskSpec
 
@@ -12,14 +12,14 @@ with workflow_job(snakemake):
     summary = attribute_shard(
         snakemake.input.model,
         snakemake.input.dev,
-        TaskSpec.from_config(snakemake.wildcards.task, params.task),
-        params.attribution,
-        params.model,
-        int(snakemake.wildcards.shard),
-        params.attribution["shards"],
-        device,
-        snakemake.output.part,
-        origin,
+        spec=TaskSpec.from_config(snakemake.wildcards.task, params.task),
+        attribution_cfg=params.attribution,
+        model_cfg=params.model,
+        shard=int(snakemake.wildcards.shard),
+        n_shards=params.attribution["shards"],
+        device=device,
+        out_path=snakemake.output.part,
+        provenance=origin,
         bf16=precision.bf16,
     )
     write_json(snakemake.output.summary, {**summary, **origin})

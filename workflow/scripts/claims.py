@@ -6,7 +6,7 @@ from attnlab.report import claims_table
 with workflow_job(snakemake):
     claims_table(
         snakemake.input.claims,
-        snakemake.input.findings,
-        snakemake.output.page,
-        provenance(dict(snakemake.params.items())),
+        findings_paths=snakemake.input.findings,
+        out=snakemake.output.page,
+        origin=provenance(dict(snakemake.params.items())),
     )

@@ -5,4 +5,5 @@ from attnlab.outputs import workflow_job
 
 wildcards = snakemake.wildcards
 with workflow_job(snakemake):
-    fetch_dataset_split(wildcards.dataset, wildcards.subset, wildcards.split, snakemake.output[0])
+    fetch_dataset_split(wildcards.dataset, name=wildcards.subset, split=wildcards.split,
+                        out=snakemake.output[0])

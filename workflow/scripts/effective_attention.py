@@ -10,11 +10,11 @@ with workflow_job(snakemake):
     device, _ = start_model_job(snakemake.threads, params.device, params.precision)
     analyse_task(
         snakemake.input.model,
-        snakemake.input.dev,
-        TaskSpec.from_config(snakemake.wildcards.task, params.task),
-        params.settings,
-        params.model,
-        device,
-        dict(snakemake.output.items()),
-        provenance(dict(params.items())),
+        dev_path=snakemake.input.dev,
+        spec=TaskSpec.from_config(snakemake.wildcards.task, params.task),
+        cfg=params.settings,
+        model_cfg=params.model,
+        device=device,
+        out=dict(snakemake.output.items()),
+        provenance=provenance(dict(params.items())),
     )

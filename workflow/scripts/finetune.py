@@ -13,12 +13,12 @@ with workflow_job(snakemake):
     metrics = finetune(
         snakemake.input.train,
         snakemake.input.dev,
-        TaskSpec.from_config(snakemake.wildcards.task, params.task),
-        model,
-        params.finetune,
-        device,
-        params.seed,
-        snakemake.output.model,
+        spec=TaskSpec.from_config(snakemake.wildcards.task, params.task),
+        model_cfg=model,
+        train_cfg=params.finetune,
+        device=device,
+        seed=params.seed,
+        out_dir=snakemake.output.model,
         bf16=precision.bf16,
         start=snakemake.input.start or None,
     )

@@ -10,13 +10,13 @@ with workflow_job(snakemake):
     device, _ = start_model_job(snakemake.threads, params.device, params.precision)
     mine_triggers(
         snakemake.input.model,
-        snakemake.input.source,
-        TaskSpec.from_config(snakemake.wildcards.task, params.task),
-        params.task,
-        params.triggers,
-        params.attribution,
-        params.model,
-        device,
-        dict(snakemake.output.items()),
-        provenance(dict(params.items())),
+        source_path=snakemake.input.source,
+        spec=TaskSpec.from_config(snakemake.wildcards.task, params.task),
+        task_cfg=params.task,
+        triggers_cfg=params.triggers,
+        attribution_cfg=params.attribution,
+        model_cfg=params.model,
+        device=device,
+        out=dict(snakemake.output.items()),
+        provenance=provenance(dict(params.items())),
     )

@@ -16,5 +16,6 @@ with workflow_job(snakemake):
     # an example too long for the model stops the run here, before any training
     check_lengths(spec, {**params.model, "pretrained": snakemake.input.pretrained or None},
                   train, dev)
-    summary = write_task(spec, train, dev, snakemake.output.train, snakemake.output.dev)
+    summary = write_task(spec, train=train, dev=dev, train_out=snakemake.output.train,
+                         dev_out=snakemake.output.dev)
     write_json(snakemake.output.summary, {**summary, **provenance(dict(params.items()))})

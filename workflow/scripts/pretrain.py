@@ -10,11 +10,11 @@ with workflow_job(snakemake):
     device, _ = start_model_job(snakemake.threads, params.device, params.precision)
     metrics = pretrain(
         snakemake.input.train,
-        [TaskSpec.from_config(task, spec) for task, spec in params.tasks.items()],
-        params.model,
-        params.model["pretrain"],
-        device,
-        params.seed,
-        snakemake.output.model,
+        specs=[TaskSpec.from_config(task, spec) for task, spec in params.tasks.items()],
+        model_cfg=params.model,
+        pretrain_cfg=params.model["pretrain"],
+        device=device,
+        seed=params.seed,
+        out_dir=snakemake.output.model,
     )
     write_json(snakemake.output.metrics, {**metrics, **provenance(dict(params.items()))})

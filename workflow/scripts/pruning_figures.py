@@ -5,8 +5,8 @@ from attnlab.outputs import workflow_job
 
 with workflow_job(snakemake):
     pruning_figures(
-        snakemake.input.per_layer,
-        snakemake.input.global_,
-        snakemake.output.per_layer,
-        snakemake.output.global_,
+        per_layer_paths=snakemake.input.per_layer,
+        global_paths=snakemake.input.global_,
+        per_layer_png=snakemake.output.per_layer,
+        global_png=snakemake.output.global_,
     )

@@ -10,7 +10,7 @@ params = snakemake.params
 with workflow_job(snakemake):
     device, _ = start_model_job(snakemake.threads, params.device, params.precision)
     reports = {
-        task: study(model, dev, TaskSpec.from_config(task, params.tasks[task]),
+        task: study(model, dev, spec=TaskSpec.from_config(task, params.tasks[task]),
                     attribution_cfg=params.attribution, model_cfg=params.model,
                     examples=params.attribution["study_examples"], device=device)
         for task, model, dev in zip(params.tasks, snakemake.input.models, snakemake.input.devs,

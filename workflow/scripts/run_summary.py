@@ -8,4 +8,5 @@ with workflow_job(snakemake):
     inputs = {key: [files] if isinstance(files, str) else list(files)
               for key, files in snakemake.input.items()}
     metrics = inputs.pop("finetune_metrics")
-    run_summary(snakemake.params.config, inputs, metrics, snakemake.output.page)
+    run_summary(snakemake.params.config, benchmarks=inputs, finetune_metrics=metrics,
+                out=snakemake.output.page)

@@ -1,14 +1,14 @@
 """Snakemake adapter of rule task_correlation: attribution head importance across tasks."""
 
-from attnlab.heads import task_correlation
 from attnlab.outputs import provenance, workflow_job
+from attnlab.task_correlation import task_correlation
 
 with workflow_job(snakemake):
     params = snakemake.params
     task_correlation(
         snakemake.input.importance,
-        params.pairs["similar_pairs"],
-        params.pairs["dissimilar_pairs"],
-        dict(snakemake.output.items()),
-        provenance(dict(params.items())),
+        similar=params.pairs["similar_pairs"],
+        dissimilar=params.pairs["dissimilar_pairs"],
+        out=dict(snakemake.output.items()),
+        provenance=provenance(dict(params.items())),
     )

@@ -1,16 +1,16 @@
 """Snakemake adapter of rule trees: the attribution tree of every attributed dev example."""
 
+from attnlab.information_flow import trees_stage
 from attnlab.outputs import provenance, workflow_job
 from attnlab.tasks import TaskSpec
-from attnlab.trees import trees_stage
 
 with workflow_job(snakemake):
     params = snakemake.params
     trees_stage(
         snakemake.input.parts,
-        TaskSpec.from_config(snakemake.wildcards.task, params.task),
-        params.trees,
-        params.seed,
-        dict(snakemake.output.items()),
-        provenance(dict(params.items())),
+        spec=TaskSpec.from_config(snakemake.wildcards.task, params.task),
+        trees_cfg=params.trees,
+        seed=params.seed,
+        out=dict(snakemake.output.items()),
+        provenance=provenance(dict(params.items())),
     )

@@ -1,0 +1,96 @@
+"""What each rule's code hash covers (`attnlab.outputs.code_closure`, the imports of the modules
+a rule names in `code_version`): no import cycle, no stage reaching into another stage's module,
+and an edit reruns only the rules that run the edited code."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from attnlab import outputs
+
+ROOT = Path(__file__).resolve().parents[1]
+MODULES = sorted(p.stem for p in outputs.PACKAGE_DIR.glob("*.py") if p.stem != "__init__")
+# Rule modules that other stages may import: attributing examples into a dump is one job
+# (rule attribute), which the trigger and quadrature stages run on their own examples too.
+SHARED_STAGES = {"attribution_shards"}
+
+
+def rule_modules() -> dict[str, list[str]]:
+    """Each rule of the workflow and the modules it passes to code_version."""
+    rules = {}
+    for path in sorted((ROOT / "workflow" / "rules").glob("*.smk")):
+        for block in re.split(r"^\s*rule ", path.read_text(), flags=re.M)[1:]:
+            name = block.split(":", 1)[0].strip()
+            match = re.search(r"code_version\(([^)]*)\)", block)
+            if match:
+                rules[name] = re.findall(r'"(\w+)"', match[1])
+    return rules
+
+
+def rules_running(module: str) -> set[str]:
+    """The rules whose code hash changes when `module` is edited."""
+    return {rule for rule, names in rule_modules().items()
+            if module in outputs.code_closure(*names)}
+
+
+def test_every_rule_has_a_code_version():
+    rules = rule_modules()
+    assert {"attribute", "trees", "token_mixing", "attack_eval", "task_correlation"} <= set(rules)
+
+
+def test_no_import_cycle():
+    graph = {m: outputs._attnlab_imports(m) for m in MODULES}
+    done: set[str] = set()
+
+    def visit(module: str, path: list[str]) -> None:
+        assert module not in path, "import cycle: " + " -> ".join([*path, module])
+        if module in done:
+            return
+        for imported in graph[module]:
+            visit(imported, [*path, module])
+        done.add(module)
+
+    for module in MODULES:
+        visit(module, [])
+
+
+def test_no_stage_imports_another_stages_module():
+    entries = {m for names in rule_modules().values() for m in names}
+    for stage in entries:
+        others = entries - {stage} - SHARED_STAGES
+        # a stage draws its figures with its figure module, which may be a rule's entry too
+        imported = outputs._attnlab_imports(stage) - {m for m in others if m.endswith("_figures")}
+        assert not imported & others, f"{stage} imports {imported & others}"
+
+
+def test_figure_helpers_rerun_only_rules_that_draw():
+    drawing = rules_running("figures")
+    assert drawing == rules_running("head_figures") | rules_running("flow_figures") \
+        | rules_running("trigger_figures") | rules_running("explanation_figures") \
+        | rules_running("identifiability_figures") | rules_running("interaction_figures") \
+        | rules_running("quadrature_study")
+    assert not drawing & {"attribute", "summarise_attributions", "head_importance", "prune_eval",
+                          "finetune", "prepare_data", "mine_triggers", "run_summary", "claims"}
+
+
+def test_engine_edits_do_not_rerun_stages_that_never_attribute():
+    attributing = rules_running("attribution")
+    assert {"attribute", "quadrature_study", "example_views", "mine_triggers"} <= attributing
+    assert not attributing & {"token_mixing", "token_identifiability", "effective_attention",
+                              "attention_permutation", "adversarial_attention", "attack_eval",
+                              "head_importance", "prune_eval", "trees", "task_correlation"}
+    assert not rules_running("dumps") & {"token_mixing", "token_identifiability",
+                                         "effective_attention", "attention_permutation",
+                                         "adversarial_attention"}
+
+
+def test_tree_edits_rerun_only_the_tree_stages():
+    assert rules_running("trees") == {"trees", "example_views"}
+    assert "attack_eval" not in rules_running("trees")
+
+
+def test_a_shared_helper_edit_reruns_its_users_only():
+    assert rules_running("heads") == {"head_importance"}
+    assert rules_running("claims") >= {"trees", "attack_eval", "prune_eval", "token_mixing"}
+    assert not rules_running("claims") & {"attribute", "head_importance", "finetune"}
