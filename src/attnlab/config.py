@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import jsonschema
 import yaml
 from jsonschema import Draft202012Validator
 
-from attnlab.errors import ConfigError
+from attnlab.errors import ConfigError, stop
 
 # The schema is the workflow's own file: attnlab runs from a checkout of the repository (the
 # Snakefile puts src/ on the path; `pip install -e .` installs it in place), so it lies two
@@ -73,6 +74,33 @@ def validate_config(config: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
+def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
+    """The mapping in the YAML file `path`, or a `ConfigError` naming the file (and the line of
+    a syntax error) — Snakemake itself reports these with a traceback or without the line."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot be read ({err.strerror})") from None
+    try:
+        config = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or "not valid YAML"
+        raise ConfigError(f"{path}{where}: {problem}") from None
+    if not isinstance(config, dict):
+        raise ConfigError(f"{path}: holds no mapping of config keys")
+    return config
+
+
 def load_config(path: str | os.PathLike) -> dict[str, Any]:
     """A config file, validated and with its defaults filled in (`validate_config`)."""
-    return validate_config(yaml.safe_load(Path(path).read_text()) or {})
+    return validate_config(read_config_file(path))
+
+
+if __name__ == "__main__":
+    # `python -m attnlab.config FILE`: make run checks its config file before Snakemake reads it
+    try:
+        read_config_file(sys.argv[1])
+    except ConfigError as err:
+        stop(err, "config error in ")

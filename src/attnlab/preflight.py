@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from attnlab.errors import ConfigError, stop
+from attnlab.errors import ConfigError
 
 # The families attnlab.models supports (its FAMILIES; a test keeps the two equal).
 MODEL_TYPES = ("bert", "roberta", "electra", "distilbert", "bart")
@@ -185,29 +182,3 @@ def check_config(config: dict[str, Any], pretrained: str | None) -> None:
     _check_layers("explanation.adversarial_attention.layers",
                   config["explanation"]["adversarial_attention"]["layers"] or [], shape)
 
-
-def read_config_file(path: str | Path) -> dict[str, Any]:
-    """The mapping in the YAML file `path`, or a `ConfigError` naming the file (and the line of
-    a syntax error) — Snakemake itself reports these with a traceback or without the line."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as err:
-        raise ConfigError(f"{path}: cannot be read ({err.strerror})") from None
-    try:
-        config = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(err, "problem", None) or "not valid YAML"
-        raise ConfigError(f"{path}{where}: {problem}") from None
-    if not isinstance(config, dict):
-        raise ConfigError(f"{path}: holds no mapping of config keys")
-    return config
-
-
-if __name__ == "__main__":
-    # `python -m attnlab.preflight FILE`: make run checks its config file before Snakemake reads it
-    try:
-        read_config_file(sys.argv[1])
-    except ConfigError as err:
-        stop(err, "config error in ")
