@@ -139,9 +139,10 @@ def test_attention_x_gradient_sums_to_the_slope_of_f_along_the_scaled_path(bert_
     scores = attention_x_gradient(model, example)
     eps = 1e-3
     for layer in range(3):
-        f = [float(target_probability(models.logits(model, example.inputs, Intervention(
-            scale_layer=layer, scale=torch.tensor([alpha]))), example.target)[0])
-             for alpha in (1 - eps, 1 + eps)]
+        with torch.no_grad():
+            f = [float(target_probability(models.logits(model, example.inputs, Intervention(
+                scale_layer=layer, scale=torch.tensor([alpha]))), example.target)[0])
+                 for alpha in (1 - eps, 1 + eps)]
         assert float(scores[layer].sum()) == pytest.approx((f[1] - f[0]) / (2 * eps), abs=1e-4)
 
 
