@@ -13,6 +13,7 @@ import torch
 from transformers import PreTrainedModel
 
 from attnlab import dumps, examples, models, tasks
+from attnlab.errors import AttnlabError
 
 log = logging.getLogger(__name__)
 
@@ -40,10 +41,12 @@ def load_task(
     dev = tasks.load_split(dev_path, spec)
     dump, meta = dumps.read_task_dump(dump_paths)
     if (meta["n_layers"], meta["n_heads"]) != models.head_shape(model):
-        raise ValueError(f"dump has {meta['n_layers']}x{meta['n_heads']} heads, the model "
-                         f"{models.head_shape(model)}: rerun attribute")
+        raise AttnlabError(f"the attribution dump has {meta['n_layers']}x{meta['n_heads']} "
+                           f"heads, the model {models.head_shape(model)}: rebuild it with "
+                           "--forcerun attribute")
     if "idx" in dev and not np.array_equal(dump["idx"], dev["idx"].iloc[: len(dump)]):
-        raise ValueError("attribution dump rows are not the first dev examples in order")
+        raise AttnlabError("the attribution dump's rows are not the first dev examples in "
+                           "order: rebuild it with --forcerun attribute")
     inputs = examples.encoded_frame(dev, spec, tokenizer, model_cfg)
     arrays = {m: dumps.dump_scores(dump, c, meta["n_layers"], meta["n_heads"])
               for m, c in DUMP_COLUMNS.items()}
