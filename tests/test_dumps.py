@@ -16,7 +16,7 @@ from attnlab.attribution_shards import attribute_shard, example_row, shard_rows
 from attnlab.attribution_summary import summarise_task
 from attnlab.device import CPU_BATCH_SIZE
 from attnlab.dumps import read_dump, read_task_dump, write_dump
-from attnlab.errors import ConfigError
+from attnlab.errors import AttnlabError, ConfigError
 from attnlab.tasks import TaskSpec, load_split, prepare_task
 from attnlab.training import build_tokenizer, training_words
 
@@ -159,20 +159,20 @@ def _shard_files(tmp_path, shards: list[tuple[int, int]]) -> list:
 
 def test_gathering_fails_when_a_shard_is_missing(tmp_path):
     paths = _shard_files(tmp_path, [(0, 3), (2, 3)])  # shard 1 of 3 never written
-    with pytest.raises(ValueError, match=r"shards missing: \[1\]"):
+    with pytest.raises(AttnlabError, match=r"shards missing: \[1\]"):
         read_task_dump(paths)
 
 
 def test_gathering_fails_on_shards_of_different_splits(tmp_path):
     paths = _shard_files(tmp_path, [(0, 2), (1, 3), (2, 3)])  # all of 0..2, but from two splits
-    with pytest.raises(ValueError, match=r"from splits into \[2, 3\] shards"):
+    with pytest.raises(AttnlabError, match=r"from splits into \[2, 3\] shards"):
         read_task_dump(paths)
 
 
 def test_summary_fails_when_the_config_asks_for_other_shards(tmp_path):
     paths = _shard_files(tmp_path, [(0, 2), (1, 2)])
     assert read_task_dump(paths)[0].shape[0] == 2
-    with pytest.raises(ValueError, match="written for 2 shards, the config asks for 3"):
+    with pytest.raises(AttnlabError, match="written for 2 shards, the config asks for 3"):
         summarise_task(paths, 3, tolerance=1e-3)
 
 

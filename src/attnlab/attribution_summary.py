@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from attnlab.dumps import completeness_errors, read_task_dump
+from attnlab.errors import AttnlabError
 from attnlab.groundtruth import planted_pair_recovery
 
 
@@ -29,7 +30,7 @@ def summarise_task(shard_paths: list[str | os.PathLike], n_shards: int, *,
     """
     dump, meta = read_task_dump(shard_paths)
     if meta["n_shards"] != n_shards:
-        raise ValueError(f"attribution dumps were written for {meta['n_shards']} shards, the "
+        raise AttnlabError(f"attribution dumps were written for {meta['n_shards']} shards, the "
                          f"config asks for {n_shards} (rerun attribute)")
     # The relative error explodes on layers whose removal barely moves F (saturated models),
     # so the absolute error is reported beside it.

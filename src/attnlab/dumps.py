@@ -46,6 +46,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from attnlab.errors import AttnlabError
 from attnlab.outputs import atomic_path
 
 F32, I16 = pa.float32(), pa.int16()
@@ -112,11 +113,11 @@ def read_task_dump(paths: list[str | os.PathLike]) -> tuple[pd.DataFrame, dict[s
         frames[meta["shard"]] = frame
         splits.add(meta["n_shards"])
     if len(splits) > 1:
-        raise ValueError(f"attribution shards come from splits into {sorted(splits)} shards "
+        raise AttnlabError(f"attribution shards come from splits into {sorted(splits)} shards "
                          "(rerun attribute)")
     missing = sorted(set(range(meta.get("n_shards", 0))) - set(frames))
     if not frames or missing:
-        raise ValueError(f"attribution shards missing: {missing or 'all'} (rerun attribute)")
+        raise AttnlabError(f"attribution shards missing: {missing or 'all'} (rerun attribute)")
     return pd.concat([frames[k] for k in sorted(frames)], ignore_index=True), meta
 
 

@@ -35,6 +35,7 @@ from attnlab.claims import log_claims
 from attnlab.dumps import read_task_dump
 from attnlab.edge_gradients import attattr_from_dump, attention_x_gradient
 from attnlab.edge_occlusion import occlusion
+from attnlab.errors import AttnlabError
 from attnlab.example_capture import Captured, capture
 from attnlab.html_pages import write_tables_page
 from attnlab.interaction_eval import (
@@ -127,7 +128,7 @@ def analyse_task(
     # the dumps hold the dev split's first examples, in order
     dev = tasks.load_split(dev_path, spec).iloc[: len(dump)].reset_index(drop=True)
     if "idx" in dev and not (dev["idx"].to_numpy() == dump["idx"].to_numpy()).all():
-        raise ValueError("the attribution dumps are not of this dev split (rerun attribute)")
+        raise AttnlabError("the attribution dumps are not of this dev split (rerun attribute)")
     if dump["planted_i"].notna().any():
         dump = dump[dump["planted_i"].notna()]
     dump = dump.iloc[: cfg["examples"]] if cfg["examples"] else dump
@@ -144,7 +145,7 @@ def analyse_task(
         inputs = {k: v[row.Index : row.Index + 1, :n].to(device)
                   for k, v in encoded.items() if k != "labels"}
         if int(inputs["attention_mask"].sum()) != n:
-            raise ValueError(f"example {row.idx}: the dump has {n} tokens, the tokenizer "
+            raise AttnlabError(f"example {row.idx}: the dump has {n} tokens, the tokenizer "
                              "another number (rerun attribute)")
         example = capture(model, inputs, int(row.target))
         attattr = attattr_from_dump(dump.loc[row.Index], meta["n_layers"], meta["n_heads"])

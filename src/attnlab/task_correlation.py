@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from attnlab.claims import claim, claims_frame, log_claims
-from attnlab.errors import ConfigError
+from attnlab.errors import AttnlabError, ConfigError
 from attnlab.head_figures import plot_task_correlation
 from attnlab.outputs import write_table
 
@@ -30,7 +30,7 @@ def task_correlations(importance: pd.DataFrame, method: str = "attribution") -> 
     wide = (importance[importance["method"] == method]
             .pivot_table(index=["layer", "head"], columns="task", values="importance", sort=False))
     if wide.isna().any().any():
-        raise ValueError("task_correlation: the tasks' models have different numbers of heads")
+        raise AttnlabError("task_correlation: the tasks' models have different numbers of heads")
     names = list(wide.columns)
     rows = [{"task_a": a, "task_b": b, "r": float(np.corrcoef(wide[a], wide[b])[0, 1]),
              "heads": len(wide)}
