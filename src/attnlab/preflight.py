@@ -181,4 +181,3 @@ def check_config(config: dict[str, Any], pretrained: str | None) -> None:
         _check_layers("trees.heatmap_layer", [trees["heatmap_layer"]], shape)
     _check_layers("explanation.adversarial_attention.layers",
                   config["explanation"]["adversarial_attention"]["layers"] or [], shape)
-
