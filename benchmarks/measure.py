@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from attnlab.device import EncoderShape, device_name, set_precision
+from attnlab.outputs import provenance
 
 # Dense peak TFLOP/s of NVIDIA's data sheets (tensor cores for tf32/bf16; the sheets' larger
 # numbers are "with sparsity", which a BERT pass does not use). Longest name first: "H100 PCIe"
@@ -89,7 +90,10 @@ def significant(value: float, digits: int = 4) -> float:
 
 
 def write_report(report: dict[str, Any], out: str | None) -> None:
-    """Print the report as JSON, and write it to `out` too when given."""
+    """Print the report as JSON, and write it to `out` too when given, with the command, the
+    attnlab code version and the package versions it was measured with."""
+    report = {**report, "provenance": provenance({"command": [Path(sys.argv[0]).name,
+                                                              *sys.argv[1:]]})}
     text = json.dumps(report, indent=2)
     print(text)
     if out:

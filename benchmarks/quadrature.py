@@ -8,18 +8,22 @@ JSON object (per task and rule: completeness error, per-head maximum attribution
 gradient evaluations, seconds per example and their ratio to Gauss-Legendre 6) and writes the
 error-against-cost figure. The workflow's `quadrature_study` rule runs the same study on fewer
 examples for the report. Needs the configuration's finetune outputs (`make run`).
+--scan-steps sets the adaptive rule's scan (default: the configuration's).
 Usage: python benchmarks/quadrature.py [--config config.yaml] [--examples 64] [--figure F]
+       [--scan-steps 8]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import torch
 
 from attnlab.config import load_config
+from attnlab.outputs import provenance
 from attnlab.quadrature_study import plot_study, study
 from attnlab.tasks import TaskSpec
 
@@ -31,9 +35,12 @@ def main() -> None:
     parser.add_argument("--config", default=str(ROOT / "config.yaml"))
     parser.add_argument("--examples", type=int, default=64)
     parser.add_argument("--figure", default=str(ROOT / "benchmarks/results/quadrature.png"))
+    parser.add_argument("--scan-steps", type=int, help="the adaptive rule's scan")
     args = parser.parse_args()
     torch.set_num_threads(1)  # as the workflow's attribute jobs run (threads: 1)
     config = load_config(args.config)  # as the workflow reads it: defaults filled in
+    if args.scan_steps:
+        config["attribution"]["scan_steps"] = args.scan_steps
     results = ROOT / "results" / config["name"]
     missing = [task for task in config["tasks"]
                if not (results / "finetune" / task / "model").is_dir()]
@@ -50,7 +57,8 @@ def main() -> None:
     }
     Path(args.figure).parent.mkdir(parents=True, exist_ok=True)
     plot_study(report, args.figure)
-    print(json.dumps({"config": args.config, "figure": args.figure, "tasks": report}, indent=2))
+    print(json.dumps({"config": args.config, "figure": args.figure, "tasks": report,
+                      **provenance({"command": ["quadrature.py", *sys.argv[1:]]})}, indent=2))
 
 
 if __name__ == "__main__":
