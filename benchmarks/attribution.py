@@ -1,7 +1,8 @@
 """Seconds per example and completeness error of attribution at the paper's shape.
 
-Side by side in one run, on the same random-init BERT-base-shaped classifier and inputs (its
-F(αA) is smooth, unlike that of a fine-tuned model: benchmarks/quadrature.py measures those):
+Side by side in one run, on the same random-init BERT-base-shaped classifier and inputs (with
+BERT's initialisation its F(αA) is smooth, unlike that of a fine-tuned model:
+benchmarks/quadrature.py measures those; --init 0.05 gives a random model whose F is not):
   * naive: what the official code does — every layer recomputed from the embeddings, one
     example at a time, its m = 20 right-Riemann copies in one batch;
   * the engine (cached hidden states below layer l, scaled copies batched) with the paper's
@@ -226,7 +227,9 @@ def main() -> None:
                         help="examples of the per-example comparison with the naive loop")
     # 0.02 is BERT's own init; its F(αA) is then so flat that completeness errors drown in
     # float32 noise. 0.05 keeps the shape and makes the error of each rule measurable.
-    parser.add_argument("--init", type=float, default=0.05)
+    # BERT's own initialisation (std 0.02): there F(αA) is smooth; with 0.05 it is not
+    # (docs/benchmarks.md)
+    parser.add_argument("--init", type=float, default=BertConfig().initializer_range)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--precision", choices=("fp32", "tf32", "bf16"), default="fp32")
