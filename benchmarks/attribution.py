@@ -225,10 +225,8 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--examples", type=int, default=2,
                         help="examples of the per-example comparison with the naive loop")
-    # 0.02 is BERT's own init; its F(αA) is then so flat that completeness errors drown in
-    # float32 noise. 0.05 keeps the shape and makes the error of each rule measurable.
-    # BERT's own initialisation (std 0.02): there F(αA) is smooth; with 0.05 it is not
-    # (docs/benchmarks.md)
+    # BERT's own initialisation (std 0.02): F(αA) is smooth, and every rule but Riemann's is
+    # exact to float32 rounding there. With 0.05 F is no longer smooth (docs/benchmarks.md).
     parser.add_argument("--init", type=float, default=BertConfig().initializer_range)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
