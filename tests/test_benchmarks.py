@@ -13,21 +13,28 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.slow
 def test_the_attribution_benchmark_compares_every_variant_and_records_its_code(tmp_path):
+    # weights' std 0.5 at a toy shape: F(αA) steps, so the rules' errors differ by far more than
+    # the float noise of any CPU (measured: Riemann-20 2.8 %, Gauss-Legendre 6 28 %, adaptive
+    # 0.12 % with 22 nodes per layer)
     out = tmp_path / "attribution.json"
     subprocess.run([sys.executable, "benchmarks/attribution.py", "--layers", "1", "--heads", "2",
                     "--hidden", "16", "--tokens", "8", "--examples", "2", "--threads", "1",
-                    "--out", str(out)], cwd=ROOT, check=True, capture_output=True)
+                    "--init", "0.5", "--out", str(out)], cwd=ROOT, check=True,
+                   capture_output=True)
     report = json.loads(out.read_text())
     variants = report["variants"]
     assert set(variants) == {"naive_riemann_right_20", "engine_riemann_right_20",
                              "engine_gauss_legendre_6", "engine_adaptive",
                              "engine_adaptive_scan_4", "engine_adaptive_scan_2"}
-    # the engine computes the naive loop's integral, only faster: the same Riemann sums
-    naive, engine = variants["naive_riemann_right_20"], variants["engine_riemann_right_20"]
-    assert engine["completeness_error_median"] == pytest.approx(
-        naive["completeness_error_median"], rel=1e-3)
+    error = {name: v["completeness_error_median"] for name, v in variants.items()}
+    # the engine computes the naive loop's Riemann sums, only faster
+    assert error["engine_riemann_right_20"] == pytest.approx(error["naive_riemann_right_20"],
+                                                             rel=1e-3)
     assert variants["engine_gauss_legendre_6"]["grad_nodes_mean"] == 6
-    assert variants["engine_adaptive"]["grad_nodes_mean"] >= 3  # at least one panel per layer
+    # on a steep path the adaptive rule spends more nodes than one panel and misses by less
+    assert variants["engine_adaptive"]["grad_nodes_mean"] > 6
+    assert error["engine_adaptive"] < error["naive_riemann_right_20"] / 5
+    assert error["engine_adaptive"] < error["engine_gauss_legendre_6"] / 5
     assert report["target"]["variant"] == "engine_adaptive"
     provenance = report["provenance"]
     assert provenance["params"]["command"][0] == "attribution.py"
