@@ -22,8 +22,10 @@ from pathlib import Path
 
 import torch
 
-from attnlab.config import load_config
+from attnlab.config import read_config_file, validate_config
+from attnlab.errors import ConfigError
 from attnlab.outputs import provenance
+from attnlab.preflight import check_config
 from attnlab.quadrature_study import plot_study, study
 from attnlab.tasks import TaskSpec
 
@@ -38,9 +40,14 @@ def main() -> None:
     parser.add_argument("--scan-steps", type=int, help="the adaptive rule's scan")
     args = parser.parse_args()
     torch.set_num_threads(1)  # as the workflow's attribute jobs run (threads: 1)
-    config = load_config(args.config)  # as the workflow reads it: defaults filled in
-    if args.scan_steps:
-        config["attribution"]["scan_steps"] = args.scan_steps
+    config = read_config_file(args.config)
+    if args.scan_steps is not None:
+        config.setdefault("attribution", {})["scan_steps"] = args.scan_steps
+    try:  # as the workflow checks it (defaults filled in), before any model runs
+        validate_config(config)
+        check_config(config, pretrained=None)
+    except ConfigError as err:
+        raise SystemExit(f"config error: {err}") from None
     results = ROOT / "results" / config["name"]
     missing = [task for task in config["tasks"]
                if not (results / "finetune" / task / "model").is_dir()]

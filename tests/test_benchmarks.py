@@ -39,3 +39,14 @@ def test_the_attribution_benchmark_compares_every_variant_and_records_its_code(t
     provenance = report["provenance"]
     assert provenance["params"]["command"][0] == "attribution.py"
     assert len(provenance["code_version"]) == 12
+
+
+@pytest.mark.parametrize(("scan", "message"), [
+    ("0", "config error: attribution.scan_steps: 0 is out of range (allowed: >= 1)"),
+    ("50", "config error: attribution.max_steps: 120 is below 3 x attribution.scan_steps (50)"),
+])
+def test_the_quadrature_study_refuses_a_bad_scan_in_one_line_before_any_model_runs(scan, message):
+    run = subprocess.run([sys.executable, "benchmarks/quadrature.py", "--scan-steps", scan],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert run.returncode == 1
+    assert run.stderr.strip() == message
