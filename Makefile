@@ -47,5 +47,11 @@ $(VENV)/installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
 		{ echo "attnlab needs Python >= 3.11: make ... PYTHON=python3.11"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -e '.[test]'
+	$(BIN)/pip install --no-compile -e '.[test]'
+	$(BIN)/python -c "$$COMPILE" $(VENV)/lib
 	touch $@
+
+# pip compiles every installed module to bytecode one file after another, a third of the
+# install's time; compileall does the same on every core. A file that does not compile for this
+# Python (torch ships a few written for later ones) is skipped, as pip skips it.
+export COMPILE = import compileall, sys; compileall.compile_dir(sys.argv[1], quiet=2, workers=0)

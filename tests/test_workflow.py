@@ -129,7 +129,7 @@ def test_replicate_config_runs_every_seed_dependent_stage_once_per_seed():
     # again, from the same seed: identical data, in seconds); one claims page gathers them all
     assert {rule: counts[rule] for rule in PER_CONFIG} == PER_CONFIG
     assert {rule: n // len(seeds) for rule, n in counts.items() if rule not in PER_CONFIG} == {
-        "prepare_data": 3, "finetune": 3, "attribute": 6, "summarise_attributions": 3,
+        "prepare_data": 3, "finetune": 3, "attribute": 3, "summarise_attributions": 3,
         "head_importance": 3, "prune_eval": 3, "pruning_figures": 1, "task_correlation": 1,
         "quadrature_study": 1, **dict.fromkeys(FROM_MODEL, 3)}
     finetuned = {job.wildcards["name"] for job in jobs_of(result.stdout) if job.rule == "finetune"}
