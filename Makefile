@@ -51,7 +51,7 @@ $(VENV)/installed: pyproject.toml
 	$(BIN)/python -c "$$COMPILE" $(VENV)/lib
 	touch $@
 
-# pip compiles every installed module to bytecode one file after another, a third of the
+# pip compiles every installed module to bytecode one file after another, half of the
 # install's time; compileall does the same on every core. A file that does not compile for this
 # Python (torch ships a few written for later ones) is skipped, as pip skips it.
 export COMPILE = import compileall, sys; compileall.compile_dir(sys.argv[1], quiet=2, workers=0)
