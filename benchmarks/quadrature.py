@@ -16,15 +16,13 @@ Usage: python benchmarks/quadrature.py [--config config.yaml] [--examples 64] [-
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from pathlib import Path
 
 import torch
+from measure import write_report
 
 from attnlab.config import read_config_file, validate_config
-from attnlab.errors import ConfigError
-from attnlab.outputs import provenance
+from attnlab.errors import ConfigError, stop
 from attnlab.preflight import check_config
 from attnlab.quadrature_study import plot_study, study
 from attnlab.tasks import TaskSpec
@@ -47,7 +45,7 @@ def main() -> None:
         validate_config(config)
         check_config(config, pretrained=None)
     except ConfigError as err:
-        raise SystemExit(f"config error: {err}") from None
+        stop(err, "config error: ")
     results = ROOT / "results" / config["name"]
     missing = [task for task in config["tasks"]
                if not (results / "finetune" / task / "model").is_dir()]
@@ -64,8 +62,7 @@ def main() -> None:
     }
     Path(args.figure).parent.mkdir(parents=True, exist_ok=True)
     plot_study(report, args.figure)
-    print(json.dumps({"config": args.config, "figure": args.figure, "tasks": report,
-                      **provenance({"command": ["quadrature.py", *sys.argv[1:]]})}, indent=2))
+    write_report({"config": args.config, "figure": args.figure, "tasks": report}, None)
 
 
 if __name__ == "__main__":
