@@ -58,7 +58,7 @@ from attnlab.device import EncoderShape, set_precision
 from attnlab.dumps import SCHEMA, read_dump
 from attnlab.intervention import Intervention
 from attnlab.tasks import TaskSpec
-from attnlab.training import build_tokenizer
+from attnlab.tokenization import build_tokenizer
 
 ENGINE_DEFAULTS = inspect.signature(attribute).parameters
 # the adaptive rule with coarser scans than its default: cheaper where F is smooth, blind to

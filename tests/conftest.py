@@ -37,7 +37,7 @@ SINGLE_TASK = {
 def tokenizer():
     """The word-level tokenizer over the synthetic vocabulary."""
     from attnlab import synthetic
-    from attnlab.training import build_tokenizer
+    from attnlab.tokenization import build_tokenizer
 
     return build_tokenizer(synthetic.vocabulary())
 

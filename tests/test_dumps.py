@@ -18,7 +18,7 @@ from attnlab.device import CPU_BATCH_SIZE
 from attnlab.dumps import read_dump, read_task_dump, write_dump
 from attnlab.errors import AttnlabError, ConfigError
 from attnlab.tasks import TaskSpec, load_split, prepare_task
-from attnlab.training import build_tokenizer, training_words
+from attnlab.tokenization import build_tokenizer, training_words
 
 CFG = {"top_pairs": 3, "keep_full": False, "edge_min_fraction": 0.1, "max_edges_per_layer": 256}
 

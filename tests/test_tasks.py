@@ -4,15 +4,15 @@ import pytest
 import torch
 
 from attnlab import synthetic
+from attnlab.examples import encode
 from attnlab.tasks import (
     DataError,
     TaskSpec,
-    encode,
     load_split,
     planted_token_positions,
     prepare_task,
 )
-from attnlab.training import build_tokenizer
+from attnlab.tokenization import build_tokenizer
 
 
 def _local_task(train, dev) -> dict:

@@ -14,16 +14,16 @@ from transformers import (
 
 from attnlab import training
 from attnlab.errors import ConfigError
+from attnlab.examples import encode
 from attnlab.models import align_labels
-from attnlab.tasks import TaskSpec, encode, load_split, prepare_task
+from attnlab.tasks import TaskSpec, load_split, prepare_task
+from attnlab.tokenization import build_tokenizer, training_words
 from attnlab.training import (
     _trimmed,
     accuracy,
-    build_tokenizer,
     finetune,
     length_bucket_order,
     pretrain,
-    training_words,
 )
 
 TINY_MODEL = {

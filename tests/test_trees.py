@@ -12,7 +12,7 @@ import torch
 from test_config import default_config, dry_run
 from test_dumps import CFG, random_result
 
-from attnlab import examples, information_flow, trees
+from attnlab import information_flow, trees
 from attnlab.attribution_shards import example_row
 from attnlab.dumps import write_dump
 from attnlab.flow_figures import plot_tree_sizes
@@ -180,12 +180,12 @@ def test_tree_claim_counts_only_correct_examples_with_ground_truth():
 
 def test_sample_is_seeded_and_includes_the_chosen_examples():
     available = list(range(100, 140))
-    first = examples.sample_examples(available, 3, [137], seed=0)
-    assert first == examples.sample_examples(available, 3, [137], seed=0)
+    first = trees.sample_examples(available, 3, [137], seed=0)
+    assert first == trees.sample_examples(available, 3, [137], seed=0)
     assert len(first) == 4 and 137 in first and first == sorted(first)
-    assert first != examples.sample_examples(available, 3, [137], seed=1)
+    assert first != trees.sample_examples(available, 3, [137], seed=1)
     with pytest.raises(ValueError, match=r"trees.example_idx: \[5\] are not attributed"):
-        examples.sample_examples(available, 3, [5], seed=0)
+        trees.sample_examples(available, 3, [5], seed=0)
 
 
 @pytest.mark.parametrize("tau, expected", [

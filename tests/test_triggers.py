@@ -158,7 +158,7 @@ def test_attack_accuracies_are_those_of_the_attacked_inputs(tokenizer):
                                 model_cfg, seed=0)
     assert len(table) == 2 * 3  # (trigger, random) x gold class
     by_hand = dev.assign(premise=dev["premise"] + " mt0", hypothesis=dev["hypothesis"] + " mu0")
-    inputs = tasks.encode(by_hand, spec, tokenizer, 64)
+    inputs = examples.encode(by_hand, spec, tokenizer, 64)
     predicted = examples.predict(model, inputs).argmax(-1).numpy()
     rows = table[table["variant"] == "trigger"].set_index("gold_class")
     for c in range(3):

@@ -9,17 +9,40 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from attnlab import models
-from attnlab.errors import ConfigError
 from attnlab.intervention import Intervention
-from attnlab.tasks import TaskSpec, encode, load_split
+from attnlab.tasks import TaskSpec, check_lengths, load_split, split_texts
 
 log = logging.getLogger(__name__)
+
+
+def encode(
+    df: pd.DataFrame,
+    spec: TaskSpec,
+    tokenizer: PreTrainedTokenizerBase,
+    max_length: int,
+    truncate: bool = False,
+) -> dict[str, torch.Tensor]:
+    """Tokenize a split (single sentences or pairs), padded to its longest example.
+
+    Returns input_ids, attention_mask, token_type_ids (when the tokenizer has them) and
+    labels. An example longer than `max_length` is an error unless `truncate` is set.
+    """
+    texts = split_texts(df, spec)
+    if truncate:
+        batch = tokenizer(*texts, padding="longest", truncation=True, max_length=max_length,
+                          return_tensors="pt")
+    else:
+        check_lengths(df, spec, tokenizer, max_length)
+        batch = tokenizer(*texts, padding="longest", return_tensors="pt")
+    encoded = {key: batch[key] for key in ("input_ids", "attention_mask", "token_type_ids")
+               if key in batch}
+    encoded["labels"] = torch.tensor(df[spec.label_field].to_numpy(), dtype=torch.long)
+    return encoded
 
 
 def encoded_examples(
@@ -100,16 +123,3 @@ def held_out(n_requested: int, n_available: int) -> int:
         log.warning("head importance: %d held-out examples requested but only %d attributed; "
                     "using %d", n_requested, n_available, n_available)
     return min(n_requested, n_available)
-
-
-def sample_examples(available: list[int], n: int, chosen: list[int], seed: int) -> list[int]:
-    """The examples to render: `chosen` (dataset idx values; each must be available) and `n`
-    others drawn with `seed`, in dataset order."""
-    missing = sorted(set(chosen) - set(available))
-    if missing:
-        raise ConfigError(f"trees.example_idx: {missing} are not attributed dev examples "
-                         f"(idx {min(available)}..{max(available)})")
-    rest = [i for i in available if i not in set(chosen)]
-    drawn = np.random.default_rng(seed).choice(len(rest), size=min(n, len(rest)), replace=False)
-    picked = set(chosen) | {rest[k] for k in drawn}
-    return [i for i in available if i in picked]

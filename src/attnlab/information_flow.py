@@ -14,11 +14,10 @@ import pandas as pd
 
 from attnlab.claims import claim, claims_frame, log_claims
 from attnlab.dumps import read_task_dump
-from attnlab.examples import sample_examples
 from attnlab.flow_figures import plot_tree, plot_tree_sizes
 from attnlab.outputs import atomic_path, write_json, write_task_tables
 from attnlab.tasks import TaskSpec
-from attnlab.trees import incomplete_layers, planted_pair, tree_from_dump
+from attnlab.trees import incomplete_layers, planted_pair, sample_examples, tree_from_dump
 
 log = logging.getLogger(__name__)
 

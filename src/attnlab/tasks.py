@@ -13,17 +13,18 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import datasets
 import numpy as np
 import pandas as pd
-import torch
-from transformers import PreTrainedTokenizerBase
 
 from attnlab import synthetic
 from attnlab.errors import AttnlabError, ConfigError
 from attnlab.outputs import atomic_path
+
+if TYPE_CHECKING:  # the data-only jobs (prepare_data, trees) then start without torch
+    from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 
@@ -232,7 +233,8 @@ def prepare_task(
     return write_task(spec, train=train, dev=dev, train_out=train_out, dev_out=dev_out)
 
 
-def _texts(df: pd.DataFrame, spec: TaskSpec) -> list[list[str]]:
+def split_texts(df: pd.DataFrame, spec: TaskSpec) -> list[list[str]]:
+    """The text columns of a split, in the order a tokenizer takes them (sentence, pair)."""
     return [df[field].tolist() for field in spec.text_fields]
 
 
@@ -240,7 +242,7 @@ def check_lengths(
     df: pd.DataFrame, spec: TaskSpec, tokenizer: PreTrainedTokenizerBase, max_length: int
 ) -> None:
     """Refuse (`DataError`) a split with an example of more than `max_length` tokens."""
-    lengths = np.array([len(ids) for ids in tokenizer(*_texts(df, spec))["input_ids"]])
+    lengths = np.array([len(ids) for ids in tokenizer(*split_texts(df, spec))["input_ids"]])
     too_long = np.flatnonzero(lengths > max_length)
     if len(too_long):
         row = int(too_long[0])
@@ -250,31 +252,6 @@ def check_lengths(
             f"model.max_length={max_length} ({len(too_long)} such examples); raise "
             "model.max_length or set model.truncate: true"
         )
-
-
-def encode(
-    df: pd.DataFrame,
-    spec: TaskSpec,
-    tokenizer: PreTrainedTokenizerBase,
-    max_length: int,
-    truncate: bool = False,
-) -> dict[str, torch.Tensor]:
-    """Tokenize a split (single sentences or pairs), padded to its longest example.
-
-    Returns input_ids, attention_mask, token_type_ids (when the tokenizer has them) and
-    labels. An example longer than `max_length` is an error unless `truncate` is set.
-    """
-    texts = _texts(df, spec)
-    if truncate:
-        batch = tokenizer(*texts, padding="longest", truncation=True, max_length=max_length,
-                          return_tensors="pt")
-    else:
-        check_lengths(df, spec, tokenizer, max_length)
-        batch = tokenizer(*texts, padding="longest", return_tensors="pt")
-    encoded = {key: batch[key] for key in ("input_ids", "attention_mask", "token_type_ids")
-               if key in batch}
-    encoded["labels"] = torch.tensor(df[spec.label_field].to_numpy(), dtype=torch.long)
-    return encoded
 
 
 def planted_token_positions(
@@ -294,7 +271,7 @@ def planted_token_positions(
         )
     if not tokenizer.is_fast:
         raise ValueError("planted_token_positions needs a fast (tokenizers-backed) tokenizer")
-    texts = _texts(df, spec)
+    texts = split_texts(df, spec)
     batch = tokenizer(*texts)
     no_pair = df[list(GROUND_TRUTH_COLUMNS)].isna().any(axis=1).to_numpy()
     positions: list[tuple[int, int] | None] = []

@@ -23,67 +23,25 @@ from transformers import (
     BertConfig,
     BertForMaskedLM,
     BertForSequenceClassification,
-    BertTokenizer,
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
 
-from attnlab import tasks
 from attnlab.device import device_name, out_of_memory_names
 from attnlab.errors import ConfigError
+from attnlab.examples import encode
 from attnlab.models import align_labels
 from attnlab.outputs import atomic_path
 from attnlab.preflight import checkpoint_shape
-from attnlab.tasks import TaskSpec, encode, load_split
+from attnlab.tasks import TaskSpec, load_split
+from attnlab.tokenization import build_tokenizer, model_tokenizer, training_words
 
 log = logging.getLogger(__name__)
 
-SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 MAX_GRAD_NORM = 1.0  # gradient clipping, as in the transformers Trainer
 # finetune.length_buckets: batches of similar length come from windows of this many batches
 # of a random permutation (as the transformers Trainer's group_by_length)
 BUCKET_BATCHES = 50
-
-
-def build_tokenizer(words: list[str]) -> PreTrainedTokenizerBase:
-    """A word-level BERT tokenizer: the special tokens, then `words` (lowercased), one id each."""
-    vocab: dict[str, int] = {}
-    for token in (*SPECIAL_TOKENS, *(w.lower() for w in words)):
-        vocab.setdefault(token, len(vocab))
-    return BertTokenizer(vocab=vocab)
-
-
-def training_words(df: pd.DataFrame, spec: TaskSpec) -> list[str]:
-    """The distinct words of a split's text, as the BERT tokenizer splits them, sorted."""
-    backend = build_tokenizer([]).backend_tokenizer
-    words: set[str] = set()
-    for field in spec.text_fields:
-        for text in df[field]:
-            pieces = backend.pre_tokenizer.pre_tokenize_str(backend.normalizer.normalize_str(text))
-            words.update(word for word, _ in pieces)
-    return sorted(words)
-
-
-def model_tokenizer(
-    spec: TaskSpec, model_cfg: dict[str, Any], train: pd.DataFrame
-) -> PreTrainedTokenizerBase:
-    """The tokenizer of the model fine-tuned on `train`: a word-level one over its words for a
-    scratch model, the checkpoint's own otherwise."""
-    if model_cfg["source"] == "scratch":
-        return build_tokenizer(training_words(train, spec))
-    return AutoTokenizer.from_pretrained(model_cfg["pretrained"])
-
-
-def check_lengths(
-    spec: TaskSpec, model_cfg: dict[str, Any], train: pd.DataFrame, dev: pd.DataFrame
-) -> None:
-    """Refuse, before any training, an example longer than model.max_length tokens of the
-    model's tokenizer (unless model.truncate)."""
-    if model_cfg.get("truncate"):
-        return
-    tokenizer = model_tokenizer(spec, model_cfg, train)
-    for df in (train, dev):
-        tasks.check_lengths(df, spec, tokenizer, model_cfg["max_length"])
 
 
 def scratch_config(

@@ -148,3 +148,16 @@ def planted_pair(row: pd.Series) -> tuple[int, int] | None:
     if pd.isna(row["planted_i"]) or pd.isna(row["planted_j"]):
         return None
     return int(row["planted_i"]), int(row["planted_j"])
+
+
+def sample_examples(available: list[int], n: int, chosen: list[int], seed: int) -> list[int]:
+    """The examples to render: `chosen` (dataset idx values; each must be available) and `n`
+    others drawn with `seed`, in dataset order."""
+    missing = sorted(set(chosen) - set(available))
+    if missing:
+        raise ConfigError(f"trees.example_idx: {missing} are not attributed dev examples "
+                         f"(idx {min(available)}..{max(available)})")
+    rest = [i for i in available if i not in set(chosen)]
+    drawn = np.random.default_rng(seed).choice(len(rest), size=min(n, len(rest)), replace=False)
+    picked = set(chosen) | {rest[k] for k in drawn}
+    return [i for i in available if i in picked]

@@ -25,11 +25,11 @@ from attnlab.attribution import PANEL_NODES, attribute, engine_options
 from attnlab.device import attribution_batch_size
 from attnlab.dumps import read_task_dump
 from attnlab.errors import ConfigError
-from attnlab.examples import encoded_frame, sample_examples
+from attnlab.examples import encoded_frame
 from attnlab.flow_figures import plot_heatmaps
 from attnlab.models import load_classifier
 from attnlab.outputs import atomic_path
-from attnlab.trees import planted_pair
+from attnlab.trees import planted_pair, sample_examples
 
 log = logging.getLogger(__name__)
 

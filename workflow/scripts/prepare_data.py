@@ -2,7 +2,7 @@
 
 from attnlab.outputs import provenance, workflow_job, write_json
 from attnlab.tasks import read_task, write_task
-from attnlab.training import check_lengths
+from attnlab.tokenization import check_lengths
 
 params = snakemake.params
 with workflow_job(snakemake):
