@@ -48,10 +48,10 @@ $(VENV)/installed: pyproject.toml
 		{ echo "attnlab needs Python >= 3.11: make ... PYTHON=python3.11"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --no-compile -e '.[test]'
-	$(BIN)/python -c '$(COMPILE)' $(VENV)/lib
 	touch $@
 
-# pip compiles every installed module to bytecode one file after another, half of the
-# install's time; compileall does the same on every core. A file that does not compile for this
-# Python (torch ships a few written for later ones) is skipped, as pip skips it.
-COMPILE = import compileall, sys; compileall.compile_dir(sys.argv[1], quiet=2, workers=0)
+# pip would compile all of the 13,700 installed modules to bytecode, one after another: half of
+# its install time. The jobs import about a tenth of them, and Python compiles a module the
+# first time it is imported and keeps the bytecode, unless PYTHONDONTWRITEBYTECODE is set (some
+# images set it): then every job would compile transformers and torch again.
+unexport PYTHONDONTWRITEBYTECODE
