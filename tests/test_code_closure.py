@@ -1,19 +1,26 @@
 """What each rule's code hash covers (`attnlab.outputs.code_closure`, the imports of the modules
 a rule names in `code_version`): no import cycle, no stage reaching into another stage's module,
-and an edit reruns only the rules that run the edited code."""
+and an edit reruns only the rules that run the edited code. Also which rules' jobs start without
+importing torch."""
 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from attnlab import outputs
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = sorted(p.stem for p in outputs.PACKAGE_DIR.glob("*.py") if p.stem != "__init__")
 # Rule modules that other stages may import: attributing examples into a dump is one job
-# (rule attribute), which the trigger and quadrature stages run on their own examples too.
-SHARED_STAGES = {"attribution_shards"}
+# (rule attribute), which the trigger and quadrature stages run on their own examples too; a
+# model's tokenizer is what rule prepare_data checks every example against before any training,
+# and what fine-tuning builds.
+SHARED_STAGES = {"attribution_shards", "tokenization"}
 
 
 def rule_modules() -> dict[str, list[str]]:
@@ -94,3 +101,21 @@ def test_a_shared_helper_edit_reruns_its_users_only():
     assert rules_running("heads") == {"head_importance"}
     assert rules_running("claims") >= {"trees", "attack_eval", "prune_eval", "token_mixing"}
     assert not rules_running("claims") & {"attribute", "head_importance", "finetune"}
+
+
+def test_a_training_edit_reruns_no_data_preparation():
+    assert "prepare_data" not in rules_running("training")
+    assert rules_running("tokenization") >= {"prepare_data", "finetune", "pretrain"}
+
+
+# Jobs that only read and write tables: importing torch and transformers' model code would
+# be most of their run time (about 6 s of a 2-core machine's job start-up).
+@pytest.mark.parametrize("script", ["prepare_data", "trees", "summarise_attributions",
+                                    "task_correlation", "pruning_figures"])
+def test_table_only_jobs_start_without_torch(script):
+    source = (ROOT / "workflow" / "scripts" / f"{script}.py").read_text()
+    modules = re.findall(r"^from (attnlab\.\w+) import", source, flags=re.M)
+    assert modules, f"{script}.py imports nothing from attnlab"
+    check = f"import sys, {', '.join(modules)}; sys.exit('torch' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True)
+    assert result.returncode == 0, f"{script}.py imports torch ({modules}) {result.stderr}"

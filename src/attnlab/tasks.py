@@ -23,7 +23,7 @@ from attnlab import synthetic
 from attnlab.errors import AttnlabError, ConfigError
 from attnlab.outputs import atomic_path
 
-if TYPE_CHECKING:  # the data-only jobs (prepare_data, trees) then start without torch
+if TYPE_CHECKING:  # for type hints only: the trees job then imports no transformers
     from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)

@@ -47,7 +47,7 @@ rule prepare_data:
         task=task_data,
         model={key: config["model"][key] for key in ("source", "max_length", "truncate")},
         seed=data_seed,
-        code=code_version("training"),
+        code=code_version("tokenization"),
     log:
         "results/{name}/logs/prepare_data/{task}.log",
     benchmark:
