@@ -51,7 +51,7 @@ $(VENV)/installed: pyproject.toml
 	touch $@
 
 # pip would compile all of the 13,700 installed modules to bytecode, one after another: half of
-# its install time. The jobs import about a tenth of them, and Python compiles a module the
+# its install time. The jobs import under a third of them, and Python compiles a module the
 # first time it is imported and keeps the bytecode, unless PYTHONDONTWRITEBYTECODE is set (some
 # images set it): then every job would compile transformers and torch again.
 unexport PYTHONDONTWRITEBYTECODE
