@@ -157,7 +157,7 @@ def attribute_shard(
         return {"examples": 0, "accuracy": None, "completeness_error_median": None,
                 "completeness_error_max": None, "bytes": Path(out_path).stat().st_size}
     encoded = encoded_frame(dev, spec, tokenizer, model_cfg)
-    encoding = tokenizer(*[dev[field].tolist() for field in spec.text_fields])
+    encoding = tokenizer(*tasks.split_texts(dev, spec))
     planted = (
         tasks.planted_token_positions(dev, spec, tokenizer)
         if set(tasks.GROUND_TRUTH_COLUMNS) <= set(dev.columns)

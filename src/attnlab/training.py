@@ -33,7 +33,7 @@ from attnlab.examples import encode
 from attnlab.models import align_labels
 from attnlab.outputs import atomic_path
 from attnlab.preflight import checkpoint_shape
-from attnlab.tasks import TaskSpec, load_split
+from attnlab.tasks import TaskSpec, load_split, split_texts
 from attnlab.tokenization import build_tokenizer, model_tokenizer, training_words
 
 log = logging.getLogger(__name__)
@@ -320,7 +320,7 @@ def pretrain(
     model = BertForMaskedLM(scratch_config(model_cfg, tokenizer)).to(device)
     texts: dict[str, list] = {"input_ids": [], "token_type_ids": []}
     for df, spec in frames:  # encoded as the classifiers see them (segments, special tokens)
-        encoded = tokenizer(*(df[field].tolist() for field in spec.text_fields))
+        encoded = tokenizer(*split_texts(df, spec))
         for key, values in texts.items():
             values += encoded[key]
     batch = tokenizer.pad(texts, return_tensors="pt")
