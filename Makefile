@@ -27,7 +27,7 @@ GPU_SLOTS = $(shell $(BIN)/python -c 'import torch; print(1 if torch.cuda.is_ava
 # The config file is read first by attnlab: Snakemake reports a missing file with a traceback
 # and a YAML syntax error without its line.
 run: $(VENV)/installed
-	@$(BIN)/python -m attnlab.config $(CONFIG)
+	@$(BIN)/python -m attnlab.plumbing.config $(CONFIG)
 	$(BIN)/snakemake --profile profiles/local --cores $(CORES) --resources gpu=$(GPU_SLOTS) \
 		--configfile $(CONFIG) --rerun-incomplete
 	@if [ -f $(REPORT) ] && [ -z "$$(find results/$(NAME) -newer $(REPORT) -type f | head -n 1)" ]; \

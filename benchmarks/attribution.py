@@ -51,14 +51,14 @@ from measure import (
 )
 from transformers import BertConfig, BertForSequenceClassification
 
-from attnlab import models
-from attnlab.attribution import Attribution, _softmax, attribute, quadrature
-from attnlab.attribution_shards import attribute_shard, example_row
-from attnlab.device import EncoderShape, set_precision
-from attnlab.dumps import SCHEMA, read_dump
-from attnlab.intervention import Intervention
-from attnlab.tasks import TaskSpec
-from attnlab.tokenization import build_tokenizer
+from attnlab.data.dumps import SCHEMA, read_dump
+from attnlab.data.tasks import TaskSpec
+from attnlab.data.tokenization import build_tokenizer
+from attnlab.engine import models
+from attnlab.engine.attribution import Attribution, _softmax, attribute, quadrature
+from attnlab.engine.attribution_shards import attribute_shard, example_row
+from attnlab.engine.intervention import Intervention
+from attnlab.plumbing.device import EncoderShape, set_precision
 
 ENGINE_DEFAULTS = inspect.signature(attribute).parameters
 # the adaptive rule with coarser scans than its default: cheaper where F is smooth, blind to

@@ -31,9 +31,9 @@ from measure import (
 )
 from transformers import BertConfig, BertForSequenceClassification
 
-from attnlab.device import EncoderShape
-from attnlab.tasks import TaskSpec
-from attnlab.training import _train, length_bucket_order
+from attnlab.data.tasks import TaskSpec
+from attnlab.engine.training import _train, length_bucket_order
+from attnlab.plumbing.device import EncoderShape
 
 MNLI_TRAIN = 392_702
 SEED = 0

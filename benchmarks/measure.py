@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from attnlab.device import EncoderShape, device_name, set_precision
-from attnlab.outputs import provenance
+from attnlab.plumbing.device import EncoderShape, device_name, set_precision
+from attnlab.plumbing.outputs import provenance
 
 # Dense peak TFLOP/s of NVIDIA's data sheets (tensor cores for tf32/bf16; the sheets' larger
 # numbers are "with sparsity", which a BERT pass does not use). Longest name first: "H100 PCIe"
@@ -35,9 +35,9 @@ def pick_device(asked: str) -> torch.device:
 
 
 def precision_in_use(asked: str, device: torch.device) -> str:
-    """Set TF32 on or off as `asked` allows on `device` (attnlab.device.set_precision) and say
-    what the passes will compute in: fp32, tf32 or bf16. On the CPU bf16 is bfloat16 autocast,
-    which torch offers there too (the workflow itself computes in float32 on a CPU)."""
+    """Set TF32 on or off as `asked` allows on `device` (attnlab.plumbing.device.set_precision)
+    and say what the passes will compute in: fp32, tf32 or bf16. On the CPU bf16 is bfloat16
+    autocast, which torch offers there too (the workflow itself computes in float32 on a CPU)."""
     precision = set_precision(asked, device)
     if precision.bf16 or (device.type == "cpu" and asked == "bf16"):
         return "bf16"

@@ -1,11 +1,11 @@
 """Accuracy against cost of every quadrature rule on the models a configuration has trained.
 
-For every task of the configuration, the first `--examples` dev examples are attributed by
-every rule of `attnlab.quadrature_study.RULES` (Riemann 20/64, Gauss-Legendre 6/16/64, adaptive
+For every task of the configuration, the first `--examples` dev examples are attributed by every
+rule of `attnlab.analyses.quadrature_study.RULES` (Riemann 20/64, Gauss-Legendre 6/16/64, adaptive
 at 1e-2/1e-3/1e-4) through the workflow's own `attribute_shard`, and compared with a converged
-reference the study computes itself (composite Gauss-Legendre, checked by halving). Prints one
-JSON object (per task and rule: completeness error, per-head maximum attribution error,
-gradient evaluations, seconds per example and their ratio to Gauss-Legendre 6) and writes the
+reference the study computes itself (composite Gauss-Legendre, checked by halving). Prints one JSON
+object (per task and rule: completeness error, per-head maximum attribution error, gradient
+evaluations, seconds per example and their ratio to Gauss-Legendre 6) and writes the
 error-against-cost figure. The workflow's `quadrature_study` rule runs the same study on fewer
 examples for the report. Needs the configuration's finetune outputs (`make run`).
 --scan-steps sets the adaptive rule's scan (default: the configuration's).
@@ -21,11 +21,11 @@ from pathlib import Path
 import torch
 from measure import write_report
 
-from attnlab.config import read_config_file, validate_config
-from attnlab.errors import ConfigError, stop
-from attnlab.preflight import check_config
-from attnlab.quadrature_study import plot_study, study
-from attnlab.tasks import TaskSpec
+from attnlab.analyses.quadrature_study import plot_study, study
+from attnlab.data.tasks import TaskSpec
+from attnlab.plumbing.config import read_config_file, validate_config
+from attnlab.plumbing.errors import ConfigError, stop
+from attnlab.plumbing.preflight import check_config
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnlab.config import load_config
+from attnlab.plumbing.config import load_config
 
 # Before any test module imports transformers or datasets, which read it at import time.
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -36,8 +36,8 @@ SINGLE_TASK = {
 @pytest.fixture(scope="session")
 def tokenizer():
     """The word-level tokenizer over the synthetic vocabulary."""
-    from attnlab import synthetic
-    from attnlab.tokenization import build_tokenizer
+    from attnlab.data import synthetic
+    from attnlab.data.tokenization import build_tokenizer
 
     return build_tokenizer(synthetic.vocabulary())
 
@@ -77,8 +77,8 @@ def _train_default_task(name: str, folder: Path) -> dict:
     values and seed, unless ATTNLAB_TEST_SEED or ATTNLAB_TEST_THREADS say otherwise) into
     `folder`; returns the training metrics."""
     # imported here, after HF_HUB_OFFLINE is set above
-    from attnlab.tasks import TaskSpec, prepare_task
-    from attnlab.training import finetune
+    from attnlab.data.tasks import TaskSpec, prepare_task
+    from attnlab.engine.training import finetune
 
     torch.set_num_threads(TRAIN_THREADS)
     task = DEFAULT_CONFIG["tasks"][name]

@@ -11,8 +11,8 @@ from torch import nn
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
-from attnlab import models
-from attnlab.attribution import (
+from attnlab.engine import models
+from attnlab.engine.attribution import (
     FIXED_RULES,
     _adaptive_layer,
     _Runner,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from attnlab.config import SCHEMA, validate_config
+from attnlab.plumbing.config import SCHEMA, validate_config
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,10 +10,10 @@ import torch
 from tiny_models import tiny_batch, tiny_classifier
 from transformers import BertConfig
 
-from attnlab import device as device_module
-from attnlab import models
-from attnlab.attribution import _Runner
-from attnlab.device import (
+from attnlab.engine import models
+from attnlab.engine.attribution import _Runner
+from attnlab.plumbing import device as device_module
+from attnlab.plumbing.device import (
     CPU_BATCH_SIZE,
     MAX_ROWS,
     EncoderShape,
@@ -26,7 +26,7 @@ from attnlab.device import (
     rows_that_fit,
     set_precision,
 )
-from attnlab.errors import ConfigError
+from attnlab.plumbing.errors import ConfigError
 
 AMPERE, VOLTA = (8, 0), (7, 0)
 FP32 = Precision(tf32=False, bf16=False)

@@ -10,15 +10,15 @@ import torch
 from conftest import DEFAULT_CONFIG
 from transformers import BertConfig, BertForSequenceClassification
 
-from attnlab import attribution_shards
-from attnlab.attribution import Attribution
-from attnlab.attribution_shards import attribute_shard, example_row, shard_rows
-from attnlab.attribution_summary import summarise_task
-from attnlab.device import CPU_BATCH_SIZE
-from attnlab.dumps import read_dump, read_task_dump, write_dump
-from attnlab.errors import AttnlabError, ConfigError
-from attnlab.tasks import TaskSpec, load_split, prepare_task
-from attnlab.tokenization import build_tokenizer, training_words
+from attnlab.analyses.attribution_summary import summarise_task
+from attnlab.data.dumps import read_dump, read_task_dump, write_dump
+from attnlab.data.tasks import TaskSpec, load_split, prepare_task
+from attnlab.data.tokenization import build_tokenizer, training_words
+from attnlab.engine import attribution_shards
+from attnlab.engine.attribution import Attribution
+from attnlab.engine.attribution_shards import attribute_shard, example_row, shard_rows
+from attnlab.plumbing.device import CPU_BATCH_SIZE
+from attnlab.plumbing.errors import AttnlabError, ConfigError
 
 CFG = {"top_pairs": 3, "keep_full": False, "edge_min_fraction": 0.1, "max_edges_per_layer": 256}
 
@@ -132,7 +132,7 @@ def test_interrupted_write_leaves_no_file(tmp_path, monkeypatch):
         open(where, "wb").write(b"PAR1 half a file")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("attnlab.dumps.pq.write_table", write_half_then_die)
+    monkeypatch.setattr("attnlab.data.dumps.pq.write_table", write_half_then_die)
     row = example_row(random_result(n_examples=1, real=(6,)), 0, CFG)
     with pytest.raises(KeyboardInterrupt):
         write_dump([row], tmp_path / "part.parquet", {})

@@ -15,10 +15,10 @@ from test_workflow import TINY, merged, snakemake, write_config
 from tiny_models import tiny_classifier
 from transformers import GPT2Config, GPT2ForSequenceClassification
 
-from attnlab import models
-from attnlab.errors import TRACEBACK_VARIABLE, AttnlabError, ConfigError, one_line_errors
-from attnlab.preflight import MODEL_TYPES
-from attnlab.tasks import read_task
+from attnlab.data.tasks import read_task
+from attnlab.engine import models
+from attnlab.plumbing.errors import TRACEBACK_VARIABLE, AttnlabError, ConfigError, one_line_errors
+from attnlab.plumbing.preflight import MODEL_TYPES
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -14,11 +14,12 @@ import torch
 from test_config import default_config, dry_run
 from tiny_models import tiny_batch, tiny_classifier
 
-from attnlab import adversarial_attention as aa
-from attnlab import attention_permutation as ap
-from attnlab import effective_attention, models, token_identifiability, token_mixing
-from attnlab.divergences import jensen_shannon, total_variation
-from attnlab.intervention import Intervention
+from attnlab.analyses import adversarial_attention as aa
+from attnlab.analyses import attention_permutation as ap
+from attnlab.analyses import effective_attention, token_identifiability, token_mixing
+from attnlab.analyses.divergences import jensen_shannon, total_variation
+from attnlab.engine import models
+from attnlab.engine.intervention import Intervention
 
 LENGTHS = (9, 6, 8, 7, 9, 5)
 

@@ -18,11 +18,11 @@ import pytest
 import torch
 from conftest import DEFAULT_CONFIG
 
-from attnlab.attack import attack_eval
-from attnlab.attribution_shards import attribute_shard
-from attnlab.information_flow import trees_stage
-from attnlab.tasks import TaskSpec
-from attnlab.triggers import mine_triggers
+from attnlab.analyses.attack import attack_eval
+from attnlab.analyses.information_flow import trees_stage
+from attnlab.analyses.triggers import mine_triggers
+from attnlab.data.tasks import TaskSpec
+from attnlab.engine.attribution_shards import attribute_shard
 
 NAME = "syn_sst2"
 CPU = torch.device("cpu")

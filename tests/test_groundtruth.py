@@ -20,10 +20,10 @@ import pytest
 import torch
 from conftest import DEFAULT_CONFIG
 
-from attnlab.attribution_shards import attribute_shard
-from attnlab.attribution_summary import summarise_task
-from attnlab.groundtruth import RECOVERY_BAR, TIE_MARGIN, recovery_claims
-from attnlab.tasks import TaskSpec
+from attnlab.analyses.attribution_summary import summarise_task
+from attnlab.data.groundtruth import RECOVERY_BAR, TIE_MARGIN, recovery_claims
+from attnlab.data.tasks import TaskSpec
+from attnlab.engine.attribution_shards import attribute_shard
 
 ATTRIBUTION = {**DEFAULT_CONFIG["attribution"], "max_examples": 150}
 # The tasks on which attribution finds the planted pair clearly (by TIE_MARGIN) more often than

@@ -13,8 +13,9 @@ import torch
 from test_config import default_config, dry_run
 from tiny_models import tiny_batch, tiny_classifier
 
-from attnlab import examples, heads, models, task_correlation
-from attnlab.intervention import Intervention
+from attnlab.analyses import heads, task_correlation
+from attnlab.engine import examples, models
+from attnlab.engine.intervention import Intervention
 
 LENGTHS = (9, 6, 8, 7, 9, 5)
 

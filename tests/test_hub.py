@@ -9,8 +9,8 @@ import datasets
 import pandas as pd
 import pytest
 
-from attnlab.hub import FetchError, fetch_checkpoint, fetch_dataset_split
-from attnlab.tasks import prepare_task
+from attnlab.data.hub import FetchError, fetch_checkpoint, fetch_dataset_split
+from attnlab.data.tasks import prepare_task
 
 RTE = {
     "source": "hub",

@@ -10,11 +10,11 @@ import pytest
 import torch
 from tiny_models import FAMILIES, tiny_batch, tiny_classifier
 
-from attnlab import effective_attention as ea
-from attnlab import models
-from attnlab import token_identifiability as ti
-from attnlab import token_mixing as tm
-from attnlab.intervention import Intervention
+from attnlab.analyses import effective_attention as ea
+from attnlab.analyses import token_identifiability as ti
+from attnlab.analyses import token_mixing as tm
+from attnlab.engine import models
+from attnlab.engine.intervention import Intervention
 
 # The tiny models have hidden size 32 and 4 heads: d_v = 8, so 12 and 9 tokens exceed it.
 D_V = 8

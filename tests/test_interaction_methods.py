@@ -1,5 +1,5 @@
 """The token-interaction methods on hand-built cases whose answer is known, and their
-evaluation (attnlab.attention_graph, attention_norms, value_zeroing, edge_gradients,
+evaluation (attnlab.methods.attention_graph, attention_norms, value_zeroing, edge_gradients,
 edge_occlusion, interaction_eval)."""
 
 from __future__ import annotations
@@ -11,11 +11,7 @@ import pytest
 import torch
 from tiny_models import tiny_batch, tiny_classifier
 
-from attnlab import attention_graph, attention_norms, models
-from attnlab.edge_gradients import attattr_from_dump, attention_x_gradient
-from attnlab.edge_occlusion import masked_f, occlusion
-from attnlab.example_capture import capture, target_probability
-from attnlab.interaction_eval import (
+from attnlab.analyses.interaction_eval import (
     ALL,
     ANY,
     claims,
@@ -26,8 +22,13 @@ from attnlab.interaction_eval import (
     ground_truth_summary,
     planted_rank,
 )
-from attnlab.intervention import Intervention
-from attnlab.value_zeroing import normalise_rows, value_zeroing
+from attnlab.engine import models
+from attnlab.engine.capture import capture, target_probability
+from attnlab.engine.intervention import Intervention
+from attnlab.methods import attention_graph, attention_norms
+from attnlab.methods.edge_gradients import attattr_from_dump, attention_x_gradient
+from attnlab.methods.edge_occlusion import masked_f, occlusion
+from attnlab.methods.value_zeroing import normalise_rows, value_zeroing
 
 
 def random_attention(layers: int, n: int, seed: int = 0) -> np.ndarray:

@@ -6,8 +6,8 @@ import pytest
 import torch
 from tiny_models import FAMILIES, tiny_batch, tiny_classifier
 
-from attnlab import models
-from attnlab.intervention import Intervention
+from attnlab.engine import models
+from attnlab.engine.intervention import Intervention
 
 
 def _inputs(batch):

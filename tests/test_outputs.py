@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from attnlab import outputs
-from attnlab.errors import CorruptFileError
+from attnlab.plumbing import code_version, outputs
+from attnlab.plumbing.errors import CorruptFileError
 
 
 def test_atomic_path_publishes_only_on_success(tmp_path):
@@ -40,26 +40,26 @@ def test_atomic_path_removes_what_a_killed_writer_left(tmp_path):
 @pytest.fixture
 def package_copy(tmp_path, monkeypatch):
     copy = tmp_path / "attnlab"
-    shutil.copytree(outputs.PACKAGE_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    monkeypatch.setattr(outputs, "PACKAGE_DIR", copy)
+    shutil.copytree(code_version.PACKAGE_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(code_version, "PACKAGE_DIR", copy)
     return copy
 
 
 def test_code_version_follows_imports(package_copy):
-    before = {m: outputs.code_version(m)
-              for m in ("attribution_shards", "attribution", "synthetic")}
+    before = {m: code_version.code_version(m)
+              for m in ("engine.attribution_shards", "engine.attribution", "data.synthetic")}
     # attribution.py is imported by attribution_shards.py, not by synthetic.py
-    source = package_copy / "attribution.py"
+    source = package_copy / "engine" / "attribution.py"
     source.write_text(source.read_text() + "\n# an edit\n")
-    after = {m: outputs.code_version(m) for m in before}
-    assert after["attribution"] != before["attribution"]
-    assert after["attribution_shards"] != before["attribution_shards"]
-    assert after["synthetic"] == before["synthetic"]
+    after = {m: code_version.code_version(m) for m in before}
+    assert after["engine.attribution"] != before["engine.attribution"]
+    assert after["engine.attribution_shards"] != before["engine.attribution_shards"]
+    assert after["data.synthetic"] == before["data.synthetic"]
 
 
 def test_code_version_of_unknown_module_fails(package_copy):
     with pytest.raises(ValueError, match="attnlab.nosuch"):
-        outputs.code_version("nosuch")
+        code_version.code_version("nosuch")
 
 
 def test_json_is_strict_with_nan_as_null(tmp_path):

@@ -9,8 +9,9 @@ import pytest
 import torch
 from tiny_models import tiny_batch, tiny_classifier
 
-from attnlab import examples, heads, models, pruning
-from attnlab.intervention import Intervention
+from attnlab.analyses import heads, pruning
+from attnlab.engine import examples, models
+from attnlab.engine.intervention import Intervention
 
 
 def test_per_layer_mask_removes_the_k_lowest_or_highest_heads_of_each_layer():

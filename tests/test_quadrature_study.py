@@ -8,8 +8,8 @@ import pytest
 import torch
 from conftest import DEFAULT_CONFIG
 
-from attnlab.quadrature_study import _quantiles, plot_study, study
-from attnlab.tasks import TaskSpec
+from attnlab.analyses.quadrature_study import _quantiles, plot_study, study
+from attnlab.data.tasks import TaskSpec
 
 
 @pytest.mark.slow

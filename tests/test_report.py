@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from attnlab import (
+from attnlab.analyses import (
     adversarial_attention,
     attack,
     attention_permutation,
@@ -20,8 +20,8 @@ from attnlab import (
     token_identifiability,
     token_mixing,
 )
-from attnlab.claims import claim
-from attnlab.report import claims_table, load_findings, run_summary, stage_times
+from attnlab.analyses.claims import claim
+from attnlab.report.summary import claims_table, load_findings, run_summary, stage_times
 
 ROOT = Path(__file__).resolve().parents[1]
 FINDINGS = ROOT / "workflow" / "report" / "findings"

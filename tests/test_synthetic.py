@@ -3,7 +3,7 @@ import math
 import pandas as pd
 import pytest
 
-from attnlab import synthetic
+from attnlab.data import synthetic
 
 N = 2000
 

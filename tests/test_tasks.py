@@ -3,16 +3,16 @@ import pandas as pd
 import pytest
 import torch
 
-from attnlab import synthetic
-from attnlab.examples import encode
-from attnlab.tasks import (
+from attnlab.data import synthetic
+from attnlab.data.tasks import (
     DataError,
     TaskSpec,
     load_split,
     planted_token_positions,
     prepare_task,
 )
-from attnlab.tokenization import build_tokenizer
+from attnlab.data.tokenization import build_tokenizer
+from attnlab.engine.examples import encode
 
 
 def _local_task(train, dev) -> dict:

@@ -12,19 +12,19 @@ from transformers import (
     BertForSequenceClassification,
 )
 
-from attnlab import training
-from attnlab.errors import ConfigError
-from attnlab.examples import encode
-from attnlab.models import align_labels
-from attnlab.tasks import TaskSpec, load_split, prepare_task
-from attnlab.tokenization import build_tokenizer, training_words
-from attnlab.training import (
+from attnlab.data.tasks import TaskSpec, load_split, prepare_task
+from attnlab.data.tokenization import build_tokenizer, training_words
+from attnlab.engine import training
+from attnlab.engine.examples import encode
+from attnlab.engine.models import align_labels
+from attnlab.engine.training import (
     _trimmed,
     accuracy,
     finetune,
     length_bucket_order,
     pretrain,
 )
+from attnlab.plumbing.errors import ConfigError
 
 TINY_MODEL = {
     "source": "scratch",

@@ -12,11 +12,11 @@ import torch
 from test_config import default_config, dry_run
 from test_dumps import CFG, random_result
 
-from attnlab import information_flow, trees
-from attnlab.attribution_shards import example_row
-from attnlab.dumps import write_dump
-from attnlab.flow_figures import plot_tree_sizes
-from attnlab.tasks import TaskSpec
+from attnlab.analyses import information_flow, trees
+from attnlab.data.dumps import write_dump
+from attnlab.data.tasks import TaskSpec
+from attnlab.engine.attribution_shards import example_row
+from attnlab.report.flow_figures import plot_tree_sizes
 
 TAU = 0.5
 

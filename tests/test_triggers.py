@@ -9,7 +9,9 @@ import pytest
 import torch
 from transformers import BertConfig, BertForSequenceClassification
 
-from attnlab import attack, examples, models, tasks, triggers
+from attnlab.analyses import attack, triggers
+from attnlab.data import tasks
+from attnlab.engine import examples, models
 
 SEGMENTS = [-1, 0, 0, 0, -1, 1, 1, -1]  # [CLS] a a a [SEP] b b [SEP]
 

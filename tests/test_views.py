@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from attnlab import views
+from attnlab.analyses import views
 
 
 def test_token_flow_sums_a_tokens_row_and_column_without_itself():

@@ -20,7 +20,7 @@ import yaml
 from test_hub import glue_like, write_hub_folder
 from transformers import BertConfig, BertForSequenceClassification
 
-from attnlab.tokenization import build_tokenizer
+from attnlab.data.tokenization import build_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 

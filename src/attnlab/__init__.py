@@ -15,18 +15,18 @@ __version__ = "0.1.0"
 # Each public name and the module that defines it. They are imported on first use
 # (`__getattr__`), not here: an import of any attnlab module runs this file first, and importing
 # every module here would make each workflow job load all of them (matplotlib, networkx, ...).
-# The rules' code hashes (`attnlab.outputs.code_version`) follow the imports written in the
-# modules, so they stay those of each rule's own modules either way.
+# The rules' code hashes (`attnlab.plumbing.code_version`) follow the imports written in
+# the modules, so they stay those of each rule's own modules either way.
 _EXPORTS = {
-    "attribute": "attribution",
-    "Attribution": "attribution",
-    "load_classifier": "models",
-    "encoded_examples": "examples",
-    "load_config": "config",
-    "validate_config": "config",
-    "tree_from_matrix": "trees",
-    "head_importance": "heads",
-    "importance_table": "heads",
+    "attribute": "engine.attribution",
+    "Attribution": "engine.attribution",
+    "load_classifier": "engine.models",
+    "encoded_examples": "engine.examples",
+    "load_config": "plumbing.config",
+    "validate_config": "plumbing.config",
+    "tree_from_matrix": "analyses.trees",
+    "head_importance": "analyses.heads",
+    "importance_table": "analyses.heads",
 }
 __all__ = ["__version__", *_EXPORTS]
 

@@ -1,4 +1,4 @@
-# The attribution engine's settings (attnlab.attribution.engine_options): every rule that
+# The attribution engine's settings (attnlab.engine.attribution.engine_options): every rule that
 # attributes passes them, and its own target and example selection.
 ENGINE_SETTINGS = {
     key: config["attribution"][key]
@@ -21,7 +21,7 @@ rule attribute:
         attribution=config["attribution"],
         model=TOKENIZATION,
         **DEVICE_PARAMS,
-        code=code_version("attribution_shards"),
+        code=code_version("engine.attribution_shards"),
     log:
         "results/{name}/logs/attribute/{task}/shard={shard}.log",
     benchmark:
@@ -37,7 +37,7 @@ rule attribute:
 
 # Gathers a task's shards: fails unless every shard is there, then summarises the dump
 # (accuracy, completeness error, size, planted-pair recovery on synthetic tasks) and judges the
-# ground-truth claims of synthetic tasks (attnlab.groundtruth; no rows for other tasks).
+# ground-truth claims of synthetic tasks (attnlab.data.groundtruth; no rows for other tasks).
 rule summarise_attributions:
     input:
         parts=lambda wildcards: expand(
@@ -54,7 +54,7 @@ rule summarise_attributions:
     params:
         shards=config["attribution"]["shards"],
         tolerance=config["attribution"]["tolerance"],
-        code=code_version("attribution_summary"),
+        code=code_version("analyses.attribution_summary"),
     log:
         "results/{name}/logs/summarise_attributions/{task}.log",
     benchmark:
@@ -67,7 +67,7 @@ rule summarise_attributions:
 
 
 # Accuracy against cost of every quadrature rule on each task's trained model, against a
-# converged reference (attnlab.quadrature_study; benchmarks/quadrature.py runs it on more examples).
+# converged reference (attnlab.analyses.quadrature_study; benchmarks/quadrature.py runs it on more examples).
 rule quadrature_study:
     input:
         models=expand(rules.finetune.output.model, task=TASKS, allow_missing=True),
@@ -84,7 +84,7 @@ rule quadrature_study:
         attribution=config["attribution"],
         model=TOKENIZATION,
         **DEVICE_PARAMS,
-        code=code_version("quadrature_study"),
+        code=code_version("analyses.quadrature_study"),
     log:
         "results/{name}/logs/quadrature_study.log",
     benchmark:

@@ -3,10 +3,10 @@ from pathlib import Path
 
 from snakemake.io import strip_wildcard_constraints
 
-from attnlab.config import validate_config
-from attnlab.errors import ConfigError, stop
-from attnlab.outputs import code_version
-from attnlab.preflight import HUB_ID, check_config
+from attnlab.plumbing.config import validate_config
+from attnlab.plumbing.errors import ConfigError, stop
+from attnlab.plumbing.code_version import code_version
+from attnlab.plumbing.preflight import HUB_ID, check_config
 
 
 def pretrained_model():

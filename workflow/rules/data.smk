@@ -4,7 +4,7 @@ rule download_data:
     output:
         "resources/datasets/{dataset}/{subset}/{split}.parquet",
     params:
-        code=code_version("hub"),
+        code=code_version("data.hub"),
     log:
         "resources/logs/download_data/{dataset}/{subset}/{split}.log",
     wildcard_constraints:
@@ -22,7 +22,7 @@ rule download_model:
     output:
         directory("resources/models/{model}"),
     params:
-        code=code_version("hub"),
+        code=code_version("data.hub"),
     log:
         "resources/logs/download_model/{model}.log",
     wildcard_constraints:
@@ -47,7 +47,7 @@ rule prepare_data:
         task=task_data,
         model={key: config["model"][key] for key in ("source", "max_length", "truncate")},
         seed=data_seed,
-        code=code_version("tokenization"),
+        code=code_version("data.tokenization"),
     log:
         "results/{name}/logs/prepare_data/{task}.log",
     benchmark:

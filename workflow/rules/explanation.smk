@@ -23,7 +23,7 @@ rule attention_permutation:
         model=TOKENIZATION,
         seed=run_seed,
         **DEVICE_PARAMS,
-        code=code_version("attention_permutation"),
+        code=code_version("analyses.attention_permutation"),
     log:
         "results/{name}/logs/attention_permutation/{task}.log",
     benchmark:
@@ -59,7 +59,7 @@ rule adversarial_attention:
         model=TOKENIZATION,
         seed=run_seed,
         **DEVICE_PARAMS,
-        code=code_version("adversarial_attention"),
+        code=code_version("analyses.adversarial_attention"),
     log:
         "results/{name}/logs/adversarial_attention/{task}.log",
     benchmark:

@@ -16,7 +16,7 @@ if config["model"]["pretrain"]["epochs"]:
             model=config["model"],
             seed=run_seed,
             **DEVICE_PARAMS,
-            code=code_version("training"),
+            code=code_version("engine.training"),
         log:
             "results/{name}/logs/pretrain.log",
         benchmark:
@@ -52,7 +52,7 @@ rule finetune:
         finetune=task_finetune,
         seed=run_seed,
         **DEVICE_PARAMS,
-        code=code_version("training"),
+        code=code_version("engine.training"),
     log:
         "results/{name}/logs/finetune/{task}.log",
     benchmark:

@@ -18,7 +18,7 @@ rule head_importance:
         target=config["attribution"]["target"],
         seed=run_seed,
         **DEVICE_PARAMS,
-        code=code_version("heads"),
+        code=code_version("analyses.heads"),
     log:
         "results/{name}/logs/head_importance/{task}.log",
     benchmark:
@@ -48,7 +48,7 @@ rule prune_eval:
         model=TOKENIZATION,
         target=config["attribution"]["target"],
         **DEVICE_PARAMS,
-        code=code_version("pruning"),
+        code=code_version("analyses.pruning"),
     log:
         "results/{name}/logs/prune_eval/{task}.log",
     benchmark:
@@ -78,7 +78,7 @@ rule pruning_figures:
             category="Head importance",
         ),
     params:
-        code=code_version("head_figures"),
+        code=code_version("report.head_figures"),
     log:
         "results/{name}/logs/pruning_figures.log",
     benchmark:
@@ -105,7 +105,7 @@ rule task_correlation:
         ),
     params:
         pairs={key: config["heads"][key] for key in ("similar_pairs", "dissimilar_pairs")},
-        code=code_version("task_correlation"),
+        code=code_version("analyses.task_correlation"),
     log:
         "results/{name}/logs/task_correlation.log",
     benchmark:

@@ -23,7 +23,7 @@ rule effective_attention:
                   "batch_size": config["identifiability"]["batch_size"]},
         model=TOKENIZATION,
         **DEVICE_PARAMS,
-        code=code_version("effective_attention"),
+        code=code_version("analyses.effective_attention"),
     log:
         "results/{name}/logs/effective_attention/{task}.log",
     benchmark:
@@ -58,7 +58,7 @@ rule token_identifiability:
         model=TOKENIZATION,
         seed=run_seed,
         **DEVICE_PARAMS,
-        code=code_version("token_identifiability"),
+        code=code_version("analyses.token_identifiability"),
     log:
         "results/{name}/logs/token_identifiability/{task}.log",
     benchmark:
@@ -92,7 +92,7 @@ rule token_mixing:
         model=TOKENIZATION,
         seed=run_seed,
         **DEVICE_PARAMS,
-        code=code_version("token_mixing"),
+        code=code_version("analyses.token_mixing"),
     log:
         "results/{name}/logs/token_mixing/{task}.log",
     benchmark:

@@ -37,7 +37,7 @@ rule interaction_methods:
         model=TOKENIZATION,
         seed=config["seed"],
         **DEVICE_PARAMS,
-        code=code_version("interaction_methods"),
+        code=code_version("analyses.interaction_methods"),
     log:
         "results/{name}/logs/interaction_methods/{task}.log",
     benchmark:

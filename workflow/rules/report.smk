@@ -14,7 +14,7 @@ rule run_summary:
         ),
     params:
         config=config,
-        code=code_version("report"),
+        code=code_version("report.summary"),
     log:
         "results/{name}/logs/run_summary.log",
     threads: 1
@@ -36,7 +36,7 @@ rule claims:
         ),
     params:
         papers=config["report"]["papers"],
-        code=code_version("report"),
+        code=code_version("report.summary"),
     log:
         "results/{name}/logs/claims.log",
     threads: 1

@@ -33,7 +33,7 @@ rule trees:
         trees={key: config["trees"][key]
                for key in ("tau", "normalise", "examples", "example_idx")},
         seed=run_seed,
-        code=code_version("information_flow"),
+        code=code_version("analyses.information_flow"),
     log:
         "results/{name}/logs/trees/{task}.log",
     benchmark:
@@ -66,7 +66,7 @@ rule example_views:
         model=TOKENIZATION,
         seed=run_seed,
         **DEVICE_PARAMS,
-        code=code_version("views"),
+        code=code_version("analyses.views"),
     log:
         "results/{name}/logs/example_views/{task}.log",
     benchmark:

@@ -7,7 +7,7 @@ rule mine_triggers:
         model=rules.finetune.output.model,
         source=getattr(rules.prepare_data.output, config["triggers"]["source_split"]),
     output:
-        # the attribution dump of the source examples (schema: src/attnlab/dumps.py)
+        # the attribution dump of the source examples (schema: src/attnlab/data/dumps.py)
         source="results/{name}/triggers/{task}/source.parquet",
         patterns="results/{name}/triggers/{task}/patterns.parquet",
         triggers="results/{name}/triggers/{task}/triggers.parquet",
@@ -24,7 +24,7 @@ rule mine_triggers:
         },
         model=TOKENIZATION,
         **DEVICE_PARAMS,
-        code=code_version("triggers"),
+        code=code_version("analyses.triggers"),
     log:
         "results/{name}/logs/mine_triggers/{task}.log",
     benchmark:
@@ -59,7 +59,7 @@ rule attack_eval:
         model=TOKENIZATION,
         seed=run_seed,
         **DEVICE_PARAMS,
-        code=code_version("attack"),
+        code=code_version("analyses.attack"),
     log:
         "results/{name}/logs/attack_eval/{task}.log",
     benchmark:

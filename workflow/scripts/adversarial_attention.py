@@ -1,9 +1,9 @@
 """Snakemake adapter of rule adversarial_attention: adversarial keys and attention, one task."""
 
-from attnlab.adversarial_attention import analyse_task
-from attnlab.device import start_model_job
-from attnlab.outputs import provenance, workflow_job
-from attnlab.tasks import TaskSpec
+from attnlab.analyses.adversarial_attention import analyse_task
+from attnlab.data.tasks import TaskSpec
+from attnlab.plumbing.device import start_model_job
+from attnlab.plumbing.outputs import provenance, workflow_job
 
 params = snakemake.params
 with workflow_job(snakemake):

@@ -1,9 +1,9 @@
 """Snakemake adapter of rule attack_eval: insert the mined triggers into every dev example."""
 
-from attnlab.attack import attack_eval
-from attnlab.device import start_model_job
-from attnlab.outputs import provenance, workflow_job
-from attnlab.tasks import TaskSpec
+from attnlab.analyses.attack import attack_eval
+from attnlab.data.tasks import TaskSpec
+from attnlab.plumbing.device import start_model_job
+from attnlab.plumbing.outputs import provenance, workflow_job
 
 params = snakemake.params
 with workflow_job(snakemake):

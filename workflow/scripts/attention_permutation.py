@@ -1,9 +1,9 @@
 """Snakemake adapter of rule attention_permutation: attention permutation on one task's model."""
 
-from attnlab.attention_permutation import analyse_task
-from attnlab.device import start_model_job
-from attnlab.outputs import provenance, workflow_job
-from attnlab.tasks import TaskSpec
+from attnlab.analyses.attention_permutation import analyse_task
+from attnlab.data.tasks import TaskSpec
+from attnlab.plumbing.device import start_model_job
+from attnlab.plumbing.outputs import provenance, workflow_job
 
 params = snakemake.params
 with workflow_job(snakemake):

@@ -1,9 +1,9 @@
 """Snakemake adapter of rule attribute: attribute one shard of a task's dev split."""
 
-from attnlab.attribution_shards import attribute_shard
-from attnlab.device import start_model_job
-from attnlab.outputs import provenance, workflow_job, write_json
-from attnlab.tasks import TaskSpec
+from attnlab.data.tasks import TaskSpec
+from attnlab.engine.attribution_shards import attribute_shard
+from attnlab.plumbing.device import start_model_job
+from attnlab.plumbing.outputs import provenance, workflow_job, write_json
 
 params = snakemake.params
 with workflow_job(snakemake):

@@ -1,7 +1,7 @@
 """Snakemake adapter of rule claims: every stage's claims in one page, beside the papers'."""
 
-from attnlab.outputs import provenance, workflow_job
-from attnlab.report import claims_table
+from attnlab.plumbing.outputs import provenance, workflow_job
+from attnlab.report.summary import claims_table
 
 with workflow_job(snakemake):
     claims_table(

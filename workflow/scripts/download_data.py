@@ -1,7 +1,7 @@
 """Snakemake adapter of rule download_data: one split of a hub dataset, as Parquet."""
 
-from attnlab.hub import fetch_dataset_split
-from attnlab.outputs import workflow_job
+from attnlab.data.hub import fetch_dataset_split
+from attnlab.plumbing.outputs import workflow_job
 
 wildcards = snakemake.wildcards
 with workflow_job(snakemake):

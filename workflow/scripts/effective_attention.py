@@ -1,9 +1,9 @@
 """Snakemake adapter of rule effective_attention: effective attention of one task's model."""
 
-from attnlab.device import start_model_job
-from attnlab.effective_attention import analyse_task
-from attnlab.outputs import provenance, workflow_job
-from attnlab.tasks import TaskSpec
+from attnlab.analyses.effective_attention import analyse_task
+from attnlab.data.tasks import TaskSpec
+from attnlab.plumbing.device import start_model_job
+from attnlab.plumbing.outputs import provenance, workflow_job
 
 params = snakemake.params
 with workflow_job(snakemake):

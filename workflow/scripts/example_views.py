@@ -1,9 +1,9 @@
 """Snakemake adapter of rule example_views: heatmaps and the HTML flow page of sampled examples."""
 
-from attnlab.device import start_model_job
-from attnlab.outputs import workflow_job
-from attnlab.tasks import TaskSpec
-from attnlab.views import example_views
+from attnlab.analyses.views import example_views
+from attnlab.data.tasks import TaskSpec
+from attnlab.plumbing.device import start_model_job
+from attnlab.plumbing.outputs import workflow_job
 
 params = snakemake.params
 with workflow_job(snakemake):

@@ -1,9 +1,9 @@
 """Snakemake adapter of rule finetune: train one task's classifier and record its metrics."""
 
-from attnlab.device import start_model_job
-from attnlab.outputs import provenance, workflow_job, write_json
-from attnlab.tasks import TaskSpec
-from attnlab.training import finetune
+from attnlab.data.tasks import TaskSpec
+from attnlab.engine.training import finetune
+from attnlab.plumbing.device import start_model_job
+from attnlab.plumbing.outputs import provenance, workflow_job, write_json
 
 params = snakemake.params
 with workflow_job(snakemake):

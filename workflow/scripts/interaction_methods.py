@@ -1,10 +1,10 @@
 """Snakemake adapter of rule interaction_methods: eight token-interaction methods of one task,
 scored and judged on planted ground truth and faithfulness."""
 
-from attnlab.device import start_model_job
-from attnlab.interaction_methods import analyse_task
-from attnlab.outputs import provenance, workflow_job
-from attnlab.tasks import TaskSpec
+from attnlab.analyses.interaction_methods import analyse_task
+from attnlab.data.tasks import TaskSpec
+from attnlab.plumbing.device import start_model_job
+from attnlab.plumbing.outputs import provenance, workflow_job
 
 params = snakemake.params
 with workflow_job(snakemake):

@@ -1,9 +1,9 @@
 """Snakemake adapter of rule mine_triggers: attribute the source examples, rank their patterns."""
 
-from attnlab.device import start_model_job
-from attnlab.outputs import provenance, workflow_job
-from attnlab.tasks import TaskSpec
-from attnlab.triggers import mine_triggers
+from attnlab.analyses.triggers import mine_triggers
+from attnlab.data.tasks import TaskSpec
+from attnlab.plumbing.device import start_model_job
+from attnlab.plumbing.outputs import provenance, workflow_job
 
 params = snakemake.params
 with workflow_job(snakemake):

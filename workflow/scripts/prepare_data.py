@@ -1,8 +1,8 @@
 """Snakemake adapter of rule prepare_data: one task's train and dev splits."""
 
-from attnlab.outputs import provenance, workflow_job, write_json
-from attnlab.tasks import read_task, write_task
-from attnlab.tokenization import check_lengths
+from attnlab.data.tasks import read_task, write_task
+from attnlab.data.tokenization import check_lengths
+from attnlab.plumbing.outputs import provenance, workflow_job, write_json
 
 params = snakemake.params
 with workflow_job(snakemake):

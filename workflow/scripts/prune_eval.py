@@ -1,9 +1,9 @@
 """Snakemake adapter of rule prune_eval: per-layer and global pruning of one task, and claims."""
 
-from attnlab.device import start_model_job
-from attnlab.outputs import provenance, workflow_job
-from attnlab.pruning import prune_eval
-from attnlab.tasks import TaskSpec
+from attnlab.analyses.pruning import prune_eval
+from attnlab.data.tasks import TaskSpec
+from attnlab.plumbing.device import start_model_job
+from attnlab.plumbing.outputs import provenance, workflow_job
 
 params = snakemake.params
 with workflow_job(snakemake):

@@ -1,7 +1,7 @@
 """Snakemake adapter of rule pruning_figures: per-layer and global pruning curves of all tasks."""
 
-from attnlab.head_figures import pruning_figures
-from attnlab.outputs import workflow_job
+from attnlab.plumbing.outputs import workflow_job
+from attnlab.report.head_figures import pruning_figures
 
 with workflow_job(snakemake):
     pruning_figures(

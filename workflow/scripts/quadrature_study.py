@@ -1,10 +1,10 @@
 """Snakemake adapter of rule quadrature_study: every quadrature rule against a converged
 reference, on each task's trained model."""
 
-from attnlab.device import start_model_job
-from attnlab.outputs import provenance, workflow_job, write_json
-from attnlab.quadrature_study import plot_study, study
-from attnlab.tasks import TaskSpec
+from attnlab.analyses.quadrature_study import plot_study, study
+from attnlab.data.tasks import TaskSpec
+from attnlab.plumbing.device import start_model_job
+from attnlab.plumbing.outputs import provenance, workflow_job, write_json
 
 params = snakemake.params
 with workflow_job(snakemake):

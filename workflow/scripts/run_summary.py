@@ -1,7 +1,7 @@
 """Snakemake adapter of rule run_summary: the run summary page of the report."""
 
-from attnlab.outputs import workflow_job
-from attnlab.report import run_summary
+from attnlab.plumbing.outputs import workflow_job
+from attnlab.report.summary import run_summary
 
 with workflow_job(snakemake):
     # named inputs: every rule's benchmark files (a rule with one job gives a single path)

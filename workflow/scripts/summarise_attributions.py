@@ -1,8 +1,8 @@
 """Snakemake adapter of rule summarise_attributions: gather and summarise a task's shards."""
 
-from attnlab.attribution_summary import summarise_task
-from attnlab.groundtruth import recovery_claims_table
-from attnlab.outputs import provenance, workflow_job, write_json, write_table
+from attnlab.analyses.attribution_summary import summarise_task
+from attnlab.data.groundtruth import recovery_claims_table
+from attnlab.plumbing.outputs import provenance, workflow_job, write_json, write_table
 
 with workflow_job(snakemake) as log:
     summary = summarise_task(snakemake.input.parts, snakemake.params.shards,

@@ -1,7 +1,7 @@
 """Snakemake adapter of rule task_correlation: attribution head importance across tasks."""
 
-from attnlab.outputs import provenance, workflow_job
-from attnlab.task_correlation import task_correlation
+from attnlab.analyses.task_correlation import task_correlation
+from attnlab.plumbing.outputs import provenance, workflow_job
 
 with workflow_job(snakemake):
     params = snakemake.params

@@ -1,8 +1,8 @@
 """Snakemake adapter of rule trees: the attribution tree of every attributed dev example."""
 
-from attnlab.information_flow import trees_stage
-from attnlab.outputs import provenance, workflow_job
-from attnlab.tasks import TaskSpec
+from attnlab.analyses.information_flow import trees_stage
+from attnlab.data.tasks import TaskSpec
+from attnlab.plumbing.outputs import provenance, workflow_job
 
 with workflow_job(snakemake):
     params = snakemake.params

@@ -1,0 +1,324 @@
+"""Adversarial keys (Drozdyuk et al.) and adversarial attention (Jain & Wallace 2019; see
+docs/methods.md): can very different attention give the same prediction?
+
+Adversarial keys. One MLP (hidden layer of cfg["hidden"] units, ReLU), shared by all layers,
+maps each layer's keys (all heads side by side, d_model per token) to adversarial keys in the
+forward pass. It is trained on training sentences with
+
+    loss = α · CE(original prediction, prediction with adversarial keys) − (1 − α) · min(D, cap)
+
+D = ‖K − K_adv‖_F / ‖K‖_F over the layers' real tokens (Drozdyuk et al.'s distance term, made
+relative and capped so that it cannot grow without bound and drown the first term). On dev
+examples we report whether the prediction is unchanged, D per layer, and the Jensen–Shannon
+divergence (JSD) between the original attention and the attention the adversarial keys give.
+
+Adversarial attention. Per example and for one layer at a time, the layer's attention
+distributions (every head and query row) are optimised with Adam to maximise their mean JSD
+from the original ones, with a penalty λ·max(0, TVD − ε) on the total-variation distance of
+the output distribution. The result is the iterate with the largest JSD among those whose TVD
+was at most ε, checked once more at the end; an example for which none was falls back to its
+original attention (JSD 0), so the bound holds on every example.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+from tqdm import tqdm
+from transformers import PreTrainedModel
+
+from attnlab.analyses.claims import claim, log_claims
+from attnlab.analyses.divergences import jensen_shannon, total_variation
+from attnlab.data import tasks
+from attnlab.engine import examples, models
+from attnlab.engine.intervention import Intervention
+from attnlab.plumbing.outputs import write_task_tables
+from attnlab.report.explanation_figures import plot_adversarial
+
+log = logging.getLogger(__name__)
+
+# "Same predictions": at most one dev prediction in twenty changes.
+SAME_PREDICTIONS = 0.95
+# "Very different keys": moved by at least half their own norm.
+FAR_KEYS = 0.5
+# "Very different attention": a mean JSD of at least 0.1 nats, a seventh of the largest
+# possible (ln 2, disjoint distributions).
+LARGE_JSD = 0.1
+
+
+class KeyAdversary(nn.Module):
+    """Drozdyuk et al.'s MLP from keys to adversarial keys, applied to every layer's keys."""
+
+    def __init__(self, d_model: int, hidden: int):
+        super().__init__()
+        self.mlp = nn.Sequential(nn.Linear(d_model, hidden), nn.ReLU(), nn.Linear(hidden, d_model))
+
+    def forward(self, layer: int, key: torch.Tensor) -> torch.Tensor:
+        """Keys (B, H, K, d) -> adversarial keys of the same shape (the MLP sees all heads)."""
+        b, h, k, d = key.shape
+        mapped = self.mlp(key.transpose(1, 2).reshape(b, k, h * d))
+        return mapped.view(b, k, h, d).transpose(1, 2)
+
+
+def key_distances(
+    keys: dict[int, tuple[torch.Tensor, torch.Tensor]], real: torch.Tensor
+) -> torch.Tensor:
+    """(B, L) ‖K − K_adv‖_F / ‖K‖_F of each layer, over the real tokens (B, K) of each example."""
+    out = []
+    for layer in sorted(keys):
+        original, mapped = keys[layer]
+        weight = real[:, None, :, None].to(original)
+        change = ((mapped - original).pow(2) * weight).sum(dim=(1, 2, 3))
+        out.append((change / (original.pow(2) * weight).sum(dim=(1, 2, 3))).sqrt())
+    return torch.stack(out, dim=1)
+
+
+def attention_jsd(
+    original: torch.Tensor, other: torch.Tensor, real: torch.Tensor
+) -> torch.Tensor:
+    """(B,) JSD of two attention tensors (B, H, Q, K), averaged over heads and real query rows."""
+    jsd = jensen_shannon(original.double(), other.double())  # (B, H, Q)
+    rows = real[:, None, :].to(jsd)
+    return (jsd * rows).sum(dim=(1, 2)) / (rows.sum(dim=(1, 2)) * jsd.shape[1])
+
+
+def _shuffled(inputs: dict[str, torch.Tensor], generator: torch.Generator) -> dict:
+    order = torch.randperm(len(inputs["input_ids"]), generator=generator)
+    return {k: v[order] for k, v in inputs.items()}
+
+
+def train_key_adversary(
+    model: PreTrainedModel,
+    inputs: dict[str, torch.Tensor],
+    cfg: dict[str, Any],
+    batch_size: int,
+    seed: int,
+) -> KeyAdversary:
+    """Fit the key adversary on `inputs` (the model stays frozen); seeded. `cfg` is
+    config["explanation"]["adversarial_keys"]."""
+    device = next(model.parameters()).device
+    model.requires_grad_(False)
+    with torch.random.fork_rng():  # the MLP's initial weights, without touching global state
+        torch.manual_seed(seed)
+        adversary = KeyAdversary(model.config.hidden_size, cfg["hidden"]).to(device)
+    optimizer = torch.optim.Adam(adversary.parameters(), lr=cfg["learning_rate"])
+    alpha, cap = cfg["alpha"], cfg["distance_cap"]
+    generator = torch.Generator().manual_seed(seed)
+    epochs = tqdm(range(cfg["epochs"]), desc="adversarial keys", mininterval=5)
+    for epoch in epochs:
+        for _, batch in examples.batches(_shuffled(inputs, generator), batch_size, device):
+            with torch.no_grad():
+                predicted = models.logits(model, batch).argmax(dim=-1)
+            intervention = Intervention(key_map=adversary)
+            logits = models.logits(model, batch, intervention)
+            distance = key_distances(intervention.keys, batch["attention_mask"].bool())
+            # the distance of all layers together: root of the mean squared per-layer distance
+            distance = distance.pow(2).mean(dim=1).sqrt()
+            loss = (alpha * nn.functional.cross_entropy(logits, predicted)
+                    - (1 - alpha) * distance.clamp(max=cap).mean())
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        log.info("adversarial keys, epoch %d: last batch loss %.4f, distance %.3f",
+                 epoch + 1, loss.item(), distance.mean().item())
+    return adversary.eval()
+
+
+def evaluate_key_adversary(
+    model: PreTrainedModel,
+    adversary: KeyAdversary,
+    inputs: dict[str, torch.Tensor],
+    batch_size: int = 64,
+) -> pd.DataFrame:
+    """Per example and layer: same_prediction (with adversarial keys in every layer),
+    key_distance (relative) and jsd (mean over heads and real query rows)."""
+    device = next(model.parameters()).device
+    frames = []
+    with torch.no_grad():
+        for rows, batch in examples.batches(inputs, batch_size, device):
+            real = batch["attention_mask"].bool()
+            plain, attacked = Intervention(capture=True), Intervention(capture=True,
+                                                                        key_map=adversary)
+            same = (models.logits(model, batch, plain).argmax(-1)
+                    == models.logits(model, batch, attacked).argmax(-1))
+            distance = key_distances(attacked.keys, real)
+            for layer in sorted(plain.probs):
+                frames.append(pd.DataFrame({
+                    "example": np.arange(rows.start, rows.stop), "layer": layer,
+                    "same_prediction": same.cpu().numpy(),
+                    "key_distance": distance[:, layer].cpu().numpy(),
+                    "jsd": attention_jsd(plain.probs[layer], attacked.probs[layer],
+                                         real).cpu().numpy(),
+                }))
+    return pd.concat(frames, ignore_index=True).sort_values(["example", "layer"],
+                                                            ignore_index=True)
+
+
+def _output(model: PreTrainedModel, batch: dict, layer: int, attention: torch.Tensor):
+    logits = models.logits(model, batch, Intervention(replace={layer: attention}))
+    return torch.softmax(logits.double(), dim=-1)
+
+
+def search_attention(
+    model: PreTrainedModel,
+    batch: dict[str, torch.Tensor],
+    layer: int,
+    cfg: dict[str, Any],
+    noise: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Jain & Wallace's search for one batch, starting from the original log-attention plus
+    cfg["init_noise"] · `noise` (B, H, S, S): (the layer's original attention, the adversarial
+    attention kept, the number of steps whose output TVD was within cfg["epsilon"]), the first
+    two (B, H, S, S). Examples do not interact: each has its own scores and loss term."""
+    real = batch["attention_mask"].bool()
+    epsilon = cfg["epsilon"]
+    capture = Intervention(capture=True)
+    with torch.no_grad():
+        original = torch.softmax(models.logits(model, batch, capture).double(), dim=-1)
+    attention = capture.probs[layer]
+    scores = (attention.clamp_min(1e-9).log()
+              + cfg["init_noise"] * noise.to(attention)).requires_grad_()
+    padding = ~real[:, None, None, :]
+    optimizer = torch.optim.Adam([scores], lr=cfg["learning_rate"])
+    best, best_jsd = attention.clone(), torch.zeros(len(real), dtype=torch.float64,
+                                                     device=real.device)
+    feasible_steps = torch.zeros(len(real), dtype=torch.long, device=real.device)
+    for _ in range(cfg["steps"]):
+        candidate = torch.softmax(scores.masked_fill(padding, -torch.inf), dim=-1)
+        tvd = total_variation(original, _output(model, batch, layer, candidate))
+        jsd = attention_jsd(attention, candidate, real)
+        with torch.no_grad():
+            feasible = tvd <= epsilon
+            better = feasible & (jsd > best_jsd)
+            best[better] = candidate[better].detach()
+            best_jsd[better] = jsd[better].detach()
+            feasible_steps += feasible
+        loss = (-jsd + cfg["penalty"] * (tvd - epsilon).clamp_min(0)).sum()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    with torch.no_grad():  # the bound, checked once more on exactly what is kept
+        broken = total_variation(original, _output(model, batch, layer, best)) > epsilon
+        best[broken] = attention[broken]
+    return attention, best, feasible_steps
+
+
+def adversarial_attention(
+    model: PreTrainedModel,
+    inputs: dict[str, torch.Tensor],
+    layer: int,
+    cfg: dict[str, Any],
+    batch_size: int,
+    seed: int,
+) -> pd.DataFrame:
+    """Jain & Wallace's adversarial attention for layer `layer` of every example; `cfg` is
+    config["explanation"]["adversarial_attention"].
+
+    Returns per example: jsd (mean over heads and real query rows, of the adversarial
+    attention kept), tvd (of the output with it; <= cfg["epsilon"] always), same_prediction,
+    and feasible_steps (optimiser steps whose TVD was within the bound)."""
+    device = next(model.parameters()).device
+    model.requires_grad_(False)
+    frames = []
+    n_heads = model.config.num_attention_heads
+    for rows, batch in examples.batches(inputs, batch_size, device):
+        width = batch["input_ids"].shape[1]
+        noise = torch.zeros(len(batch["input_ids"]), n_heads, width, width)
+        for offset, example in enumerate(range(rows.start, rows.stop)):
+            # drawn per example over its own tokens: the same whatever its batch
+            n = int(batch["attention_mask"][offset].sum())
+            generator = torch.Generator().manual_seed(
+                int(np.random.SeedSequence([seed, layer, example]).generate_state(1)[0]))
+            noise[offset, :, :n, :n] = torch.randn(n_heads, n, n, generator=generator)
+        attention, best, feasible_steps = search_attention(model, batch, layer, cfg, noise)
+        with torch.no_grad():
+            original = torch.softmax(models.logits(model, batch).double(), dim=-1)
+            final = _output(model, batch, layer, best)
+        frames.append(pd.DataFrame({
+            "example": np.arange(rows.start, rows.stop), "layer": layer,
+            "jsd": attention_jsd(attention, best, batch["attention_mask"].bool()).cpu().numpy(),
+            "tvd": total_variation(original, final).cpu().numpy(),
+            "same_prediction": (final.argmax(-1) == original.argmax(-1)).cpu().numpy(),
+            "feasible_steps": feasible_steps.cpu().numpy(),
+        }))
+    return pd.concat(frames, ignore_index=True)
+
+
+def claims(keys: pd.DataFrame, attention: pd.DataFrame, epsilon: float) -> list[dict[str, Any]]:
+    """Drozdyuk et al.'s and Jain & Wallace's statements, judged on one task's tables."""
+    agreement = keys.drop_duplicates("example")["same_prediction"].mean()
+    per_example = keys.groupby("example")[["key_distance", "jsd"]].mean()
+    distance, key_jsd = per_example["key_distance"].median(), per_example["jsd"].mean()
+    out = [
+        claim("adversarial_keys", "adversarial keys keep the original predictions",
+              f"share of dev predictions unchanged (holds if >= {SAME_PREDICTIONS})",
+              agreement, agreement >= SAME_PREDICTIONS),
+        claim("adversarial_keys", "adversarial keys are far from the original keys",
+              f"median relative key distance ||K - K_adv|| / ||K|| (holds if >= {FAR_KEYS})",
+              distance, distance >= FAR_KEYS),
+        claim("adversarial_keys", "adversarial keys give very different attention",
+              f"mean JSD of original and adversarial attention, nats (holds if >= {LARGE_JSD})",
+              key_jsd, key_jsd >= LARGE_JSD),
+    ]
+    for layer, group in attention.groupby("layer"):
+        jsd = group["jsd"].median()
+        out.append(claim(
+            "adversarial_attention", "very different attention gives (almost) the same output",
+            f"layer {layer}: median JSD of adversarial attention with output TVD <= {epsilon}, "
+            f"nats (holds if >= {LARGE_JSD})", jsd, jsd >= LARGE_JSD))
+    return out
+
+
+def analyse_task(
+    model_dir: str | os.PathLike,
+    *,
+    train_path: str | os.PathLike,
+    dev_path: str | os.PathLike,
+    spec: tasks.TaskSpec,
+    cfg: dict[str, Any],
+    model_cfg: dict[str, Any],
+    seed: int,
+    device: torch.device,
+    out: dict[str, str | os.PathLike],
+    provenance: dict[str, Any],
+) -> pd.DataFrame:
+    """Both adversarial tests on a task; `cfg` holds config["explanation"]'s batch_size,
+    adversarial_keys and adversarial_attention. The key adversary is trained on the first
+    adversarial_keys.train_examples training sentences and evaluated on the first
+    adversarial_keys.examples dev examples; the adversarial attention of each layer in
+    adversarial_attention.layers (null: all) is sought for the first adversarial_attention.examples.
+    Writes out["key_table"], out["attention_table"], out["claims"] (Parquet, with provenance)
+    and out["figure"]; returns the claims."""
+    model, tokenizer = models.load_classifier(model_dir, device)
+    keys_cfg, attention_cfg = cfg["adversarial_keys"], cfg["adversarial_attention"]
+    layers = attention_cfg["layers"]
+    layers = list(range(models.num_layers(model))) if layers is None else layers
+    for layer in layers:  # before any work
+        models.check_layer(model, layer, "explanation.adversarial_attention.layers")
+    train = examples.encoded_examples(train_path, spec, tokenizer, model_cfg,
+                                   keys_cfg["train_examples"])
+    log.info("task %s: key adversary trained on %d training sentences", spec.name,
+             len(train["input_ids"]))
+    adversary = train_key_adversary(model, train, keys_cfg, cfg["batch_size"], seed)
+    dev = examples.encoded_examples(dev_path, spec, tokenizer, model_cfg, keys_cfg["examples"])
+    keys = evaluate_key_adversary(model, adversary, dev, cfg["batch_size"])
+    dev = examples.encoded_examples(dev_path, spec, tokenizer, model_cfg, attention_cfg["examples"])
+    frames = []
+    for layer in tqdm(layers, desc="adversarial attention", mininterval=5):
+        log.info("task %s: adversarial attention of layer %d for %d dev examples", spec.name,
+                 layer, len(dev["input_ids"]))
+        frames.append(adversarial_attention(model, dev, layer, attention_cfg, cfg["batch_size"],
+                                            seed))
+    attention = pd.concat(frames, ignore_index=True)
+    table = pd.DataFrame(claims(keys, attention, attention_cfg["epsilon"]))
+    write_task_tables(spec.name, {"key_table": keys, "attention_table": attention,
+                                  "claims": table}, out, provenance)
+    plot_adversarial(keys, attention, attention_cfg["epsilon"], out["figure"])
+    log_claims(table, spec.name)
+    return table

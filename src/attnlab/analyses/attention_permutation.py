@@ -1,0 +1,196 @@
+"""Attention permutation (Jain & Wallace 2019; Drozdyuk et al.; docs/methods.md): does the model's
+output depend on which token each attention weight sits on?
+
+For one layer at a time, and for all layers together, every head's weights are shuffled over
+the key positions of every query row — special tokens ([CLS], [SEP], ...) keep their weights,
+padding stays out — and the model is run with the shuffled weights (for "all", each layer's
+own weights as computed in the shuffled pass are shuffled). This is repeated for P seeded
+permutations. Per example we record the median over permutations of the total-variation
+distance (TVD) between the original and the permuted output distributions, and the share of
+permutations that leave the prediction correct.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm import tqdm
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from attnlab.analyses.claims import claim, log_claims
+from attnlab.analyses.divergences import total_variation
+from attnlab.data import tasks
+from attnlab.engine import examples, models
+from attnlab.engine.intervention import Intervention
+from attnlab.plumbing.outputs import write_task_tables
+from attnlab.report.explanation_figures import plot_attention_permutation
+
+log = logging.getLogger(__name__)
+
+ALL_LAYERS = "all"
+# Drozdyuk et al.: permuting the first layer costs about 6 accuracy points; the claim holds when at
+# least half of that is lost.
+POSTER_FIRST_LAYER_DROP = 0.06
+# "Barely matters": at most one accuracy point, the noise of one model on a few hundred examples
+# (the same margin as pruning.CURVE_GAP).
+NEGLIGIBLE_DROP = 0.01
+
+
+def permutation_indices(
+    permutable: torch.Tensor, n_heads: int, generator: torch.Generator
+) -> torch.Tensor:
+    """(B, H, K, K) key indices: for every batch row, head and query row, a uniformly random
+    permutation of the permutable key positions (B, K); other positions map to themselves."""
+    b, k = permutable.shape
+    movable = permutable[:, None, None, :].expand(b, n_heads, k, k)
+    positions = torch.arange(k, dtype=torch.float64).expand(b, n_heads, k, k)
+    # Sorting puts the movable positions first (in order, resp. in random order) and the fixed
+    # ones after them, in the same order in both: slot m of `ordered` receives `shuffled`'s.
+    ordered = torch.where(movable, positions, torch.inf).argsort(dim=-1, stable=True)
+    draws = torch.rand(b, n_heads, k, k, generator=generator, dtype=torch.float64)
+    shuffled = torch.where(movable, draws, torch.inf).argsort(dim=-1, stable=True)
+    return torch.empty_like(ordered).scatter_(-1, ordered, shuffled)
+
+
+def _padded(index: torch.Tensor, width: int) -> torch.Tensor:
+    """Key indices (1, H, n, n) of an example's own tokens, extended by the identity to the
+    batch's width (padding is never moved)."""
+    n = index.shape[-1]
+    full = torch.arange(width).repeat(1, index.shape[1], width, 1)
+    full[..., :n, :n] = index
+    return full
+
+
+def _generator(*key: int) -> torch.Generator:
+    return torch.Generator().manual_seed(int(np.random.SeedSequence(key).generate_state(1)[0]))
+
+
+def permuted_probabilities(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    inputs: dict[str, torch.Tensor],
+    layers: list[int],
+    permutations: int,
+    seed: int,
+    batch_size: int = 64,
+) -> torch.Tensor:
+    """Output distributions (P, N, C) with the attention of `layers` permuted, one seeded draw
+    per permutation, example and layer."""
+    device = next(model.parameters()).device
+    n_heads = model.config.num_attention_heads
+    out = []
+    with torch.no_grad():
+        for p in range(permutations):
+            probs = []
+            for rows, batch in examples.batches(inputs, batch_size, device):
+                permutable = (batch["attention_mask"].bool()
+                              & ~examples.special_tokens_mask(batch["input_ids"], tokenizer)).cpu()
+                permute = {layer: [] for layer in layers}
+                for offset, example in enumerate(range(rows.start, rows.stop)):
+                    # drawn per example over its own tokens: the same whatever its batch
+                    generator = _generator(seed, p, example, *layers)
+                    n = int(batch["attention_mask"][offset].sum())
+                    for layer in layers:
+                        own = permutation_indices(permutable[offset:offset + 1, :n], n_heads,
+                                                  generator)
+                        permute[layer].append(_padded(own, permutable.shape[1]))
+                permute = {layer: torch.cat(parts) for layer, parts in permute.items()}
+                logits = models.logits(model, batch, Intervention(permute=permute))
+                probs.append(torch.softmax(logits.double(), dim=-1).cpu())
+            out.append(torch.cat(probs))
+    return torch.stack(out)
+
+
+def permutation_table(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    inputs: dict[str, torch.Tensor],
+    permutations: int,
+    seed: int,
+    batch_size: int = 64,
+) -> pd.DataFrame:
+    """Per permuted layer ("0", "1", ..., "all") and example: tvd_median (over permutations),
+    correct_share (share of permutations with a correct prediction), original_correct."""
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        original = torch.cat([torch.softmax(models.logits(model, batch).double(), dim=-1).cpu()
+                              for _, batch in examples.batches(inputs, batch_size, device)])
+    labels = inputs["labels"]
+    n_layers = models.num_layers(model)
+    settings = [(str(layer), [layer]) for layer in range(n_layers)]
+    settings.append((ALL_LAYERS, list(range(n_layers))))
+    frames = []
+    for name, layers in tqdm(settings, desc="attention permutation", mininterval=5):
+        permuted = permuted_probabilities(model, tokenizer, inputs, layers, permutations, seed,
+                                          batch_size)
+        tvd = total_variation(original[None], permuted)  # (P, N)
+        frames.append(pd.DataFrame({
+            "permuted": name,
+            "example": np.arange(len(labels)),
+            "tvd_median": tvd.median(dim=0).values.numpy(),
+            "correct_share": (permuted.argmax(-1) == labels).double().mean(dim=0).numpy(),
+            "original_correct": (original.argmax(-1) == labels).numpy(),
+        }))
+    return pd.concat(frames, ignore_index=True)
+
+
+def summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Per permuted layer: accuracy_change (mean permuted accuracy minus the original one) and
+    tvd_median (median over examples of each example's median TVD)."""
+    grouped = table.groupby("permuted", sort=False)
+    return pd.DataFrame({
+        "accuracy_change": grouped["correct_share"].mean() - grouped["original_correct"].mean(),
+        "tvd_median": grouped["tvd_median"].median(),
+    }).reset_index()
+
+
+def claims(table: pd.DataFrame) -> list[dict[str, Any]]:
+    """Drozdyuk et al.'s statements on attention permutation, judged on one task's table."""
+    stage = "attention_permutation"
+    change = summary(table).set_index("permuted")["accuracy_change"]
+    first_drop = -change["0"]
+    others = change.drop(["0", ALL_LAYERS])
+    other_drop = -others.min() if len(others) else float("nan")
+    return [
+        claim(stage, f"permuting the first layer's attention costs accuracy (poster: about "
+              f"{POSTER_FIRST_LAYER_DROP:.0%})",
+              f"accuracy drop with layer 0 permuted (holds if >= {POSTER_FIRST_LAYER_DROP / 2}, "
+              "half the poster's)", first_drop, first_drop >= POSTER_FIRST_LAYER_DROP / 2),
+        claim(stage, "permuting any other single layer's attention barely changes accuracy",
+              f"largest accuracy drop with one layer >= 1 permuted (holds if <= "
+              f"{NEGLIGIBLE_DROP})", other_drop,
+              None if others.empty else other_drop <= NEGLIGIBLE_DROP),
+    ]
+
+
+def analyse_task(
+    model_dir: str | os.PathLike,
+    *,
+    dev_path: str | os.PathLike,
+    spec: tasks.TaskSpec,
+    cfg: dict[str, Any],
+    model_cfg: dict[str, Any],
+    seed: int,
+    device: torch.device,
+    out: dict[str, str | os.PathLike],
+    provenance: dict[str, Any],
+) -> pd.DataFrame:
+    """Attention permutation on a task's first cfg["examples"] dev examples, cfg["permutations"]
+    times per setting. Writes out["table"], out["claims"] (Parquet, with provenance) and
+    out["figure"]; returns the claims."""
+    model, tokenizer = models.load_classifier(model_dir, device)
+    inputs = examples.encoded_examples(dev_path, spec, tokenizer, model_cfg, cfg["examples"])
+    log.info("task %s: attention permutation of %d dev examples, %d permutations per setting",
+             spec.name, len(inputs["input_ids"]), cfg["permutations"])
+    table = permutation_table(model, tokenizer, inputs, cfg["permutations"], seed,
+                              cfg["batch_size"])
+    verdicts = pd.DataFrame(claims(table))
+    write_task_tables(spec.name, {"table": table, "claims": verdicts}, out, provenance)
+    plot_attention_permutation(table, summary(table), out["figure"])
+    log_claims(verdicts, spec.name)
+    return verdicts

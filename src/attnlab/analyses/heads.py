@@ -1,0 +1,161 @@
+"""Head importance (Hao et al. 2021 §4, docs/methods.md): how much each attention head matters.
+
+Five methods score every head (layer l, head h) over the first N held-out dev examples:
+
+    attribution          E_x[max_ij Attr_h(A^l)(x)]       read from the attribution dumps
+    attention            E_x[max_ij A^l_h(x)]             read from the attribution dumps
+    taylor               E_x|∂L(x)/∂ξ_h|, L2-normalised within each layer (Michel et al. 2019;
+                         L = cross-entropy to the gold label, ξ a gate on the head, ξ = 1)
+    accuracy_difference  acc(all heads) − acc(head h masked)
+    random               uniform scores, one row set per seed (curves average over seeds)
+
+A head is gated or masked by multiplying its attention probabilities (`Intervention.head_mask`):
+its output is A·V, so a factor ξ on A is a factor ξ on the head's output.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from transformers import PreTrainedModel
+
+from attnlab.analyses.head_inputs import DUMP_COLUMNS, load_task, warn_if_pred_target
+from attnlab.data import tasks
+from attnlab.engine import examples, models
+from attnlab.engine.intervention import Intervention
+from attnlab.plumbing.errors import ConfigError
+from attnlab.plumbing.outputs import write_table
+
+log = logging.getLogger(__name__)
+
+METHODS = ("attribution", "attention", "taylor", "accuracy_difference", "random")
+
+
+def taylor_gradients(
+    model: PreTrainedModel, inputs: dict[str, torch.Tensor], batch_size: int = 64
+) -> torch.Tensor:
+    """∂L(x)/∂ξ_h for every example x and head h at ξ = 1: (N, L, H).
+
+    Each batch row gets its own gates, so one backward pass of the summed loss gives every
+    example's own gradient (examples do not interact).
+    """
+    device = next(model.parameters()).device
+    dtype = next(model.parameters()).dtype
+    n_layers, n_heads = models.head_shape(model)
+    out = []
+    for _, batch in examples.batches(inputs, batch_size, device):
+        gates = torch.ones(len(batch["labels"]), n_layers, n_heads, dtype=dtype, device=device,
+                           requires_grad=True)
+        logits = models.logits(model, batch, Intervention(head_mask=gates))
+        loss = torch.nn.functional.cross_entropy(logits, batch["labels"], reduction="sum")
+        (grad,) = torch.autograd.grad(loss, gates)
+        out.append(grad.cpu())
+    return torch.cat(out)
+
+
+def taylor_importance(
+    model: PreTrainedModel, inputs: dict[str, torch.Tensor], batch_size: int = 64
+) -> np.ndarray:
+    """Michel et al.'s I_h = E_x|∂L/∂ξ_h|, each layer scaled to unit L2 norm: (L, H)."""
+    scores = taylor_gradients(model, inputs, batch_size).abs().mean(dim=0).double().numpy()
+    norms = np.linalg.norm(scores, axis=1, keepdims=True)
+    return scores / np.where(norms > 0, norms, 1.0)
+
+
+def accuracy_difference_importance(
+    model: PreTrainedModel, inputs: dict[str, torch.Tensor], batch_size: int = 64
+) -> np.ndarray:
+    """acc(all heads) − acc(head h masked), one head at a time: (L, H)."""
+    n_layers, n_heads = models.head_shape(model)
+    full = examples.accuracy(model, inputs, batch_size=batch_size)
+    scores = np.zeros((n_layers, n_heads))
+    for layer in range(n_layers):
+        for head in range(n_heads):
+            mask = torch.ones(n_layers, n_heads)
+            mask[layer, head] = 0
+            scores[layer, head] = full - examples.accuracy(model, inputs, mask, batch_size)
+    return scores
+
+
+def random_importance(n_layers: int, n_heads: int, seed: int, index: int) -> np.ndarray:
+    """Uniform random scores (a random head order), the `index`-th draw under `seed`."""
+    return np.random.default_rng([seed, index]).random((n_layers, n_heads))
+
+
+def _rows(method: str, seed: int | None, scores: np.ndarray) -> pd.DataFrame:
+    layers, heads = np.indices(scores.shape)
+    return pd.DataFrame({
+        "method": method,
+        "seed": pd.array([seed] * scores.size, dtype="Int64"),
+        "layer": layers.ravel(),
+        "head": heads.ravel(),
+        "importance": scores.ravel().astype(float),
+    })
+
+
+def importance_table(
+    model: PreTrainedModel,
+    inputs: dict[str, torch.Tensor],
+    dump_arrays: dict[str, np.ndarray],
+    methods: list[str],
+    random_seeds: int,
+    seed: int,
+    batch_size: int = 64,
+) -> pd.DataFrame:
+    """Importance of every head by each method, over the examples in `inputs`.
+
+    `dump_arrays` holds the (N, L, H) attr_max / attn_max of the same examples, in order.
+    Columns: method, seed (random only), layer, head, importance.
+    """
+    n_layers, n_heads = models.head_shape(model)
+    frames = []
+    for method in methods:
+        if method in DUMP_COLUMNS:
+            frames.append(_rows(method, None, dump_arrays[method].mean(axis=0)))
+        elif method == "taylor":
+            frames.append(_rows(method, None, taylor_importance(model, inputs, batch_size)))
+        elif method == "accuracy_difference":
+            scores = accuracy_difference_importance(model, inputs, batch_size)
+            frames.append(_rows(method, None, scores))
+        elif method == "random":
+            frames += [_rows(method, i, random_importance(n_layers, n_heads, seed, i))
+                       for i in range(random_seeds)]
+        else:
+            raise ConfigError(f"heads.methods: unknown method {method!r}; "
+                             f"choose from {', '.join(METHODS)}")
+    return pd.concat(frames, ignore_index=True)
+
+
+def head_importance(
+    model_dir: str | os.PathLike,
+    *,
+    dev_path: str | os.PathLike,
+    dump_paths: list[str | os.PathLike],
+    spec: tasks.TaskSpec,
+    heads_cfg: dict[str, Any],
+    model_cfg: dict[str, Any],
+    target: str,
+    seed: int,
+    device: torch.device,
+    out_path: str | os.PathLike,
+    provenance: dict[str, Any],
+) -> None:
+    """Score a task's heads by every configured method on its first held-out dev examples;
+    write the tidy table (task, method, seed, layer, head, importance)."""
+    warn_if_pred_target(target)
+    model, inputs, dump, arrays = load_task(model_dir, dev_path, dump_paths, spec, model_cfg,
+                                            device)
+    n = examples.held_out(heads_cfg["importance_examples"], len(dump))
+    inputs = {k: v[:n] for k, v in inputs.items()}
+    arrays = {m: a[:n] for m, a in arrays.items()}
+    log.info("task %s: head importance by %s over %d examples", spec.name,
+             ", ".join(heads_cfg["methods"]), n)
+    table = importance_table(model, inputs, arrays, heads_cfg["methods"],
+                             heads_cfg["random_seeds"], seed, heads_cfg["batch_size"])
+    table.insert(0, "task", spec.name)
+    write_table(table, out_path, {**provenance, "examples": n})

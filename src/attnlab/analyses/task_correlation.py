@@ -1,0 +1,89 @@
+"""Head importance across tasks (Hao et al. 2021 §4, Fig. 5): Pearson r between the
+attribution head-importance vectors of every pair of tasks, and the paper's statements that
+similar tasks correlate strongly and dissimilar ones weakly."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from attnlab.analyses.claims import claim, claims_frame, log_claims
+from attnlab.plumbing.errors import AttnlabError, ConfigError
+from attnlab.plumbing.outputs import write_table
+from attnlab.report.head_figures import plot_task_correlation
+
+log = logging.getLogger(__name__)
+
+
+# "Strongly correlated" in the paper's sense (its Fig. 5 contrasts a high MNLI–RTE r with a
+# low MNLI–SST-2 r); 0.5 is the usual boundary of a strong Pearson correlation.
+STRONG_R = 0.5
+
+
+def task_correlations(importance: pd.DataFrame, method: str = "attribution") -> pd.DataFrame:
+    """Pearson r between the head-importance vectors of every pair of tasks (task_a < task_b in
+    the order of first appearance): columns task_a, task_b, r, heads."""
+    wide = (importance[importance["method"] == method]
+            .pivot_table(index=["layer", "head"], columns="task", values="importance", sort=False))
+    if wide.isna().any().any():
+        raise AttnlabError("task_correlation: the tasks' models have different numbers of heads")
+    names = list(wide.columns)
+    rows = [{"task_a": a, "task_b": b, "r": float(np.corrcoef(wide[a], wide[b])[0, 1]),
+             "heads": len(wide)}
+            for i, a in enumerate(names) for b in names[i + 1:]]
+    return pd.DataFrame(rows, columns=["task_a", "task_b", "r", "heads"])
+
+
+def _pair_r(correlations: pd.DataFrame, pair: list[str]) -> float:
+    a, b = pair
+    hit = correlations[((correlations["task_a"] == a) & (correlations["task_b"] == b))
+                       | ((correlations["task_a"] == b) & (correlations["task_b"] == a))]
+    if hit.empty:
+        raise ConfigError(f"heads pairs: no correlation of tasks {a!r} and {b!r} (are both tasks?)")
+    return float(hit["r"].iloc[0])
+
+
+def cross_task_claims(
+    correlations: pd.DataFrame, similar: list[list[str]], dissimilar: list[list[str]]
+) -> list[dict[str, Any]]:
+    """The paper's Fig. 5 statements on the configured similar and dissimilar task pairs."""
+    similar_r = {"–".join(p): _pair_r(correlations, p) for p in similar}
+    dissimilar_r = {"–".join(p): _pair_r(correlations, p) for p in dissimilar}
+    claims = [claim("task_correlation", f"similar tasks {pair} correlate strongly",
+                    f"Pearson r of attribution importance (holds if >= {STRONG_R})", r,
+                    r >= STRONG_R) for pair, r in similar_r.items()]
+    claims += [claim("task_correlation", f"dissimilar tasks {pair} correlate weakly",
+                     f"Pearson r of attribution importance (holds if < {STRONG_R})", r,
+                     r < STRONG_R) for pair, r in dissimilar_r.items()]
+    if similar_r and dissimilar_r:
+        gap = min(similar_r.values()) - max(dissimilar_r.values())
+        claims.append(claim("task_correlation", "similar tasks correlate more than dissimilar ones",
+                            "lowest r of a similar pair minus highest r of a dissimilar pair "
+                            "(holds if > 0)", gap, gap > 0))
+    return claims
+
+
+def task_correlation(
+    importance_paths: list[str | os.PathLike],
+    *,
+    similar: list[list[str]],
+    dissimilar: list[list[str]],
+    out: dict[str, str | os.PathLike],
+    provenance: dict[str, Any],
+) -> pd.DataFrame:
+    """Correlate attribution head importance across tasks, judge the cross-task claims, write
+    out["table"] and out["claims"] (Parquet) and the figure out["figure"]; returns the claims."""
+    importance = pd.concat([pd.read_parquet(p) for p in importance_paths], ignore_index=True)
+    if "attribution" not in set(importance["method"]):
+        raise ConfigError("task_correlation needs 'attribution' in heads.methods")
+    correlations = task_correlations(importance)
+    claims = claims_frame(cross_task_claims(correlations, similar, dissimilar))
+    write_table(correlations, out["table"], provenance)
+    write_table(claims, out["claims"], provenance)
+    plot_task_correlation(importance, correlations, out["figure"])
+    log_claims(claims)
+    return claims

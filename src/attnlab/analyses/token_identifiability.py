@@ -1,0 +1,221 @@
+"""Token identifiability (Brunner et al. 2020 §4, docs/methods.md): can a hidden token still be
+traced back to the input token at its position?
+
+For each layer l (0 = the input embeddings x = e^0) a map g_l from hidden tokens e^l_i back to
+input embeddings x_i is fitted on the tokens of training sentences: the identity (no fitting,
+the naive baseline), a linear map or an MLP, with an L2 or a cosine loss. On held-out dev
+sentences token i is identified when, among the input embeddings of its own sentence, the
+nearest to g_l(e^l_i) is x_i — nearest by the distance the map was fitted with (Euclidean for
+L2, cosine for cosine; the identity map is scored with both). The identifiability rate is the
+share of identified tokens, special tokens included.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+from tqdm import tqdm
+from transformers import PreTrainedModel
+
+from attnlab.analyses.claims import claim, log_claims
+from attnlab.data import tasks
+from attnlab.engine import examples, models
+from attnlab.plumbing.outputs import write_task_tables
+from attnlab.report.identifiability_figures import plot_token_identifiability
+
+log = logging.getLogger(__name__)
+
+MAPS = ("identity", "linear", "mlp")
+LOSSES = ("l2", "cosine")
+# "High in all layers": Brunner et al. find more than nine in ten tokens identifiable in every
+# layer with a learned map.
+HIGH_RATE = 0.9
+# "Slow decline": from the first to the last layer, learned maps lose on average at most one
+# token in ten.
+SLOW_DECLINE = 0.1
+
+
+def token_states(
+    model: PreTrainedModel, inputs: dict[str, torch.Tensor], batch_size: int = 64
+) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """Hidden states e^0..e^L of every real token, as [(T, d)] per layer, and the index of each
+    token's sentence (T,); tokens are in sentence order."""
+    device = next(model.parameters()).device
+    per_layer: list[list[torch.Tensor]] = []
+    sentences = []
+    with torch.no_grad():
+        for rows, batch in examples.batches(inputs, batch_size, device):
+            real = batch["attention_mask"].bool()
+            states = models.hidden_states(model, batch)
+            if not per_layer:
+                per_layer = [[] for _ in states]
+            for layer, state in enumerate(states):
+                per_layer[layer].append(state[real].cpu())
+            ids = torch.arange(rows.start, rows.stop, device=device)[:, None].expand_as(real)
+            sentences.append(ids[real].cpu())
+    return [torch.cat(s) for s in per_layer], torch.cat(sentences)
+
+
+def distances(a: torch.Tensor, b: torch.Tensor, metric: str) -> torch.Tensor:
+    """Pairwise distances (..., n, m) between rows of a (..., n, d) and b (..., m, d)."""
+    if metric == "l2":
+        return torch.cdist(a, b)
+    if metric == "cosine":
+        return 1 - nn.functional.normalize(a, dim=-1) @ nn.functional.normalize(b, dim=-1).mT
+    raise ValueError(f"unknown metric {metric!r}; choose from {', '.join(LOSSES)}")
+
+
+def identified(
+    mapped: torch.Tensor, targets: torch.Tensor, sentence: torch.Tensor, metric: str
+) -> torch.Tensor:
+    """(T,) True where the nearest target of the token's own sentence is its own.
+
+    mapped, targets: (T, d) in sentence order; sentence: (T,) sentence index of each token."""
+    lengths = torch.unique_consecutive(sentence, return_counts=True)[1].tolist()
+    pad = nn.utils.rnn.pad_sequence
+    mapped_s = pad(mapped.split(lengths), batch_first=True)
+    targets_s = pad(targets.split(lengths), batch_first=True)
+    width = mapped_s.shape[1]
+    valid = torch.arange(width)[None] < torch.tensor(lengths)[:, None]  # (S, n)
+    dist = distances(mapped_s, targets_s, metric).masked_fill(~valid[:, None, :], float("inf"))
+    hit = dist.argmin(dim=-1) == torch.arange(width)[None]
+    return hit[valid]
+
+
+def make_map(kind: str, size: int, mlp_hidden: int) -> nn.Module:
+    if kind == "identity":
+        return nn.Identity()
+    if kind == "linear":
+        return nn.Linear(size, size)
+    if kind == "mlp":
+        return nn.Sequential(nn.Linear(size, mlp_hidden), nn.ReLU(), nn.Linear(mlp_hidden, size))
+    raise ValueError(f"unknown map {kind!r}; choose from {', '.join(MAPS)}")
+
+
+def map_loss(mapped: torch.Tensor, targets: torch.Tensor, loss: str) -> torch.Tensor:
+    """Mean over tokens of the squared Euclidean distance (l2) or 1 − cosine similarity."""
+    if loss == "l2":
+        return (mapped - targets).pow(2).sum(dim=-1).mean()
+    if loss == "cosine":
+        return (1 - nn.functional.cosine_similarity(mapped, targets, dim=-1)).mean()
+    raise ValueError(f"unknown loss {loss!r}; choose from {', '.join(LOSSES)}")
+
+
+def fit_map(
+    kind: str,
+    loss: str,
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    cfg: dict[str, Any],
+    seed: int,
+) -> nn.Module:
+    """g with g(hidden) ≈ targets, fitted with Adam on shuffled token batches (seeded)."""
+    with torch.random.fork_rng():  # the map's initial weights, without touching global state
+        torch.manual_seed(seed)
+        g = make_map(kind, hidden.shape[-1], cfg["mlp_hidden"])
+    if kind == "identity":
+        return g
+    optimizer = torch.optim.Adam(g.parameters(), lr=cfg["learning_rate"])
+    shuffle = torch.Generator().manual_seed(seed)
+    for _ in range(cfg["epochs"]):
+        for rows in torch.randperm(len(hidden), generator=shuffle).split(cfg["token_batch_size"]):
+            optimizer.zero_grad()
+            map_loss(g(hidden[rows]), targets[rows], loss).backward()
+            optimizer.step()
+    return g.eval()
+
+
+def identifiability_rates(
+    train: tuple[list[torch.Tensor], torch.Tensor],
+    held_out: tuple[list[torch.Tensor], torch.Tensor],
+    cfg: dict[str, Any],
+    seed: int,
+) -> pd.DataFrame:
+    """The identifiability rate of every layer, map and loss: fitted on the `train` token
+    states, scored on the `held_out` ones (both from `token_states`).
+
+    Columns: layer, map, loss, rate, tokens (held-out tokens scored)."""
+    (train_states, _), (states, sentence) = train, held_out
+    rows = []
+    combos = [(kind, loss) for kind in MAPS for loss in LOSSES]
+    progress = tqdm(total=len(states) * len(combos), desc="token identifiability", mininterval=5)
+    for layer in range(len(states)):
+        for index, (kind, loss) in enumerate(combos):
+            g = fit_map(kind, loss, train_states[layer], train_states[0], cfg,
+                        seed=int(np.random.SeedSequence([seed, layer, index]).generate_state(1)[0]))
+            with torch.no_grad():
+                hits = identified(g(states[layer]), states[0], sentence, loss)
+            rows.append({"layer": layer, "map": kind, "loss": loss,
+                         "rate": float(hits.double().mean()), "tokens": len(hits)})
+            progress.update()
+    progress.close()
+    return pd.DataFrame(rows)
+
+
+def claims(rates: pd.DataFrame) -> list[dict[str, Any]]:
+    """Brunner et al.'s statements on token identifiability, judged on one task's rates."""
+    stage = "token_identifiability"
+    at = rates.set_index(["map", "loss", "layer"])["rate"]
+    last = int(rates["layer"].max())
+    hidden = rates[rates["layer"] > 0]
+    learned = hidden[hidden["map"] != "identity"]
+    lowest = learned.groupby("layer")["rate"].max().min()
+    by_loss = learned.pivot_table(index=["map", "layer"], columns="loss", values="rate")
+    cosine_gain = (by_loss["cosine"] - by_loss["l2"]).mean()
+    decline = (by_loss.xs(1, level="layer") - by_loss.xs(last, level="layer")).mean().mean()
+    over_identity = at["mlp", "cosine", last] - at["identity", "cosine", last]
+    return [
+        claim(stage, "tokens stay identifiable in every layer",
+              f"lowest over layers 1..{last} of the best learned map's rate (holds if >= "
+              f"{HIGH_RATE})", lowest, lowest >= HIGH_RATE),
+        claim(stage, "a cosine loss identifies more tokens than an L2 loss",
+              "mean over learned maps and layers >= 1 of the cosine rate minus the L2 rate "
+              "(holds if > 0)", cosine_gain, cosine_gain > 0),
+        claim(stage, "identifiability declines slowly with depth",
+              f"mean over learned maps and losses of the rate at layer 1 minus at layer {last} "
+              f"(holds if > 0 and <= {SLOW_DECLINE})", decline,
+              None if last < 2 else 0 < decline <= SLOW_DECLINE),
+        claim(stage, "a learned map beats the identity baseline in the last layer",
+              f"MLP-cosine rate minus identity-cosine rate at layer {last} (holds if > 0)",
+              over_identity, over_identity > 0),
+    ]
+
+
+def analyse_task(
+    model_dir: str | os.PathLike,
+    *,
+    train_path: str | os.PathLike,
+    dev_path: str | os.PathLike,
+    spec: tasks.TaskSpec,
+    cfg: dict[str, Any],
+    model_cfg: dict[str, Any],
+    seed: int,
+    device: torch.device,
+    out: dict[str, str | os.PathLike],
+    provenance: dict[str, Any],
+) -> pd.DataFrame:
+    """Token identifiability of a task's model: maps fitted on the first cfg["train_examples"]
+    training sentences, scored on the first cfg["eval_examples"] dev sentences. Writes
+    out["rates"], out["claims"] (Parquet, with provenance) and out["figure"]; returns the
+    claims."""
+    model, tokenizer = models.load_classifier(model_dir, device)
+    train = examples.encoded_examples(train_path, spec, tokenizer, model_cfg, cfg["train_examples"])
+    dev = examples.encoded_examples(dev_path, spec, tokenizer, model_cfg, cfg["eval_examples"])
+    train_states = token_states(model, train, cfg["batch_size"])
+    dev_states = token_states(model, dev, cfg["batch_size"])
+    log.info("task %s: token identifiability, maps fitted on %d tokens of %d training "
+             "sentences, scored on %d tokens of %d dev sentences", spec.name,
+             len(train_states[1]), len(train["input_ids"]), len(dev_states[1]),
+             len(dev["input_ids"]))
+    rates = identifiability_rates(train_states, dev_states, cfg, seed)
+    table = pd.DataFrame(claims(rates))
+    write_task_tables(spec.name, {"rates": rates, "claims": table}, out, provenance)
+    plot_token_identifiability(rates, out["figure"])
+    log_claims(table, spec.name)
+    return table

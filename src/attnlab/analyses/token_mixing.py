@@ -1,0 +1,208 @@
+"""Hidden token attribution (Brunner et al. 2020 §5, docs/methods.md): how much each input token
+contributes to each hidden token.
+
+The contribution of input token i to hidden token j at layer l is
+
+    c^l_{i→j} = ‖∂e^l_j / ∂x_i‖_F / Σ_k ‖∂e^l_j / ∂x_k‖_F
+
+with x = e^0 the input embeddings and the true Frobenius norm of the d × d Jacobian block —
+not the gradient of the summed components of e^l_j, which lets components cancel.
+
+Exact: one vector–Jacobian product per output component (j, a) gives the row ∂e^l_{j,a}/∂x for
+every input token at once, so n·d VJPs per layer give every squared norm; they run in batches
+of cotangents (`is_grads_batched`) over one forward pass. Probes, for long inputs: for a random
+Rademacher vector v (E[v vᵀ] = I), E‖vᵀ ∂e^l_j/∂x_i‖² = ‖∂e^l_j/∂x_i‖_F², so the mean over P
+probes is an unbiased estimate of the squared norm (n·P VJPs per layer) with standard error
+s/√P (s the probes' standard deviation). Contributions are the normalised square roots.
+
+Layers are numbered as hidden states: layer l is the output of the l-th transformer block
+(l = 1..L; layer 0, the embeddings, would be each token alone).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm import tqdm
+from transformers import PreTrainedModel
+
+from attnlab.analyses.claims import claim, log_claims
+from attnlab.data import tasks
+from attnlab.engine import examples, models
+from attnlab.plumbing.outputs import write_task_tables
+from attnlab.report.identifiability_figures import plot_token_mixing
+
+log = logging.getLogger(__name__)
+
+# Brunner et al.: in the last layers about 30 % of tokens are not mostly their own input; the
+# claim holds when at least half that share is seen.
+PAPER_NOT_SELF = 0.30
+
+
+def squared_jacobian_norms(
+    model: PreTrainedModel,
+    example: dict[str, torch.Tensor],
+    probes: int | None = None,
+    vjp_batch: int = 512,
+    seed: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """‖∂e^l_j/∂x_i‖_F² for l = 1..L as an (L, n, n) tensor indexed [l − 1, j, i], of one
+    example given without padding (a batch of one).
+
+    probes=None: exact (n·d VJPs per layer). probes=P: the unbiased Rademacher estimate from
+    P probes per hidden token, returned with its standard error (else None)."""
+    x = models.embed(model, example).detach().requires_grad_(True)
+    mask = models.layer_mask(model, x, example["attention_mask"])
+    n, d = x.shape[1:]
+    per_token = d if probes is None else probes  # VJPs per hidden token j
+    token_of_row = torch.arange(n).repeat_interleave(per_token)
+    generator = torch.Generator().manual_seed(seed)
+    sums, squares = [], []
+    hidden = x
+    for layer in range(models.num_layers(model)):
+        hidden = models.run_layers(model, hidden, mask, layer, layer + 1)
+        total = torch.zeros(n, n, dtype=torch.float64)
+        total_sq = torch.zeros(n, n, dtype=torch.float64)
+        for rows in torch.arange(n * per_token).split(vjp_batch):
+            cotangents = torch.zeros(len(rows), n, d, dtype=x.dtype)
+            if probes is None:  # one-hot at (j, a)
+                cotangents[torch.arange(len(rows)), token_of_row[rows], rows % d] = 1
+            else:
+                signs = torch.randint(0, 2, (len(rows), d), generator=generator) * 2 - 1
+                cotangents[torch.arange(len(rows)), token_of_row[rows]] = signs.to(x.dtype)
+            (grads,) = torch.autograd.grad(hidden, x, cotangents[:, None].to(x.device),
+                                           retain_graph=True, is_grads_batched=True)
+            norms = grads[:, 0].double().pow(2).sum(dim=-1).cpu()  # (rows, n): over input dims
+            total.index_add_(0, token_of_row[rows], norms)
+            total_sq.index_add_(0, token_of_row[rows], norms.pow(2))
+        sums.append(total)
+        squares.append(total_sq)
+    total, total_sq = torch.stack(sums), torch.stack(squares)
+    if probes is None:
+        return total, None
+    mean = total / probes
+    variance = (total_sq / probes - mean.pow(2)).clamp_min(0) * probes / max(probes - 1, 1)
+    return mean, (variance / probes).sqrt()
+
+
+def contributions(squared_norms: torch.Tensor) -> torch.Tensor:
+    """c_{i→j} = ‖J_ji‖_F / Σ_k ‖J_jk‖_F, indexed [..., j, i]."""
+    norms = squared_norms.sqrt()
+    return norms / norms.sum(dim=-1, keepdim=True)
+
+
+def analyse_examples(
+    model: PreTrainedModel,
+    inputs: dict[str, torch.Tensor],
+    exact_max_tokens: int,
+    probes: int,
+    vjp_batch: int = 512,
+    seed: int = 0,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Token mixing of every example: exact up to `exact_max_tokens` real tokens, estimated
+    from `probes` probes beyond.
+
+    Returns the per-token table (example, length, layer, token, self_contribution,
+    top_contributor, top_is_self, estimator) and the offset table (layer, offset = i − j,
+    mean_contribution, pairs)."""
+    device = next(model.parameters()).device
+    token_rows = []
+    offset_sum: dict[tuple[int, int], float] = {}
+    offset_count: dict[tuple[int, int], int] = {}
+    for index in tqdm(range(len(inputs["input_ids"])), desc="token mixing", mininterval=5):
+        real = inputs["attention_mask"][index].bool()
+        example = {k: v[index][real][None].to(device) for k, v in inputs.items()
+                   if v.dim() == 2}
+        n = int(real.sum())
+        exact = n <= exact_max_tokens
+        seed_i = int(np.random.SeedSequence([seed, index]).generate_state(1)[0])
+        squared, _ = squared_jacobian_norms(model, example, None if exact else probes,
+                                            vjp_batch, seed_i)
+        c = contributions(squared)  # (L, n, n) [layer − 1, j, i]
+        layers, tokens = np.indices(c.shape[:2])
+        top = c.argmax(dim=-1)
+        token_rows.append(pd.DataFrame({
+            "example": index, "length": n, "layer": layers.ravel() + 1,
+            "token": tokens.ravel(), "self_contribution": c.diagonal(dim1=1, dim2=2).ravel(),
+            "top_contributor": top.ravel(), "top_is_self": (top == torch.arange(n)).ravel(),
+            "estimator": "exact" if exact else f"probes={probes}",
+        }))
+        shifted = (torch.arange(n)[None, :] - torch.arange(n)[:, None] + n - 1).ravel()
+        counts = torch.bincount(shifted, minlength=2 * n - 1)  # pairs at each offset i − j
+        for layer in range(c.shape[0]):
+            sums = torch.bincount(shifted, weights=c[layer].ravel().double(), minlength=2 * n - 1)
+            for offset in range(-(n - 1), n):
+                key = (layer + 1, offset)
+                offset_sum[key] = offset_sum.get(key, 0.0) + float(sums[offset + n - 1])
+                offset_count[key] = offset_count.get(key, 0) + int(counts[offset + n - 1])
+    offsets = pd.DataFrame([{"layer": layer, "offset": offset,
+                             "mean_contribution": offset_sum[layer, offset] / count,
+                             "pairs": count}
+                            for (layer, offset), count in sorted(offset_count.items())])
+    return pd.concat(token_rows, ignore_index=True), offsets
+
+
+def _pooled_mean(offsets: pd.DataFrame) -> float:
+    """The mean contribution over all pairs of several offset rows."""
+    return float((offsets["mean_contribution"] * offsets["pairs"]).sum() / offsets["pairs"].sum())
+
+
+def claims(tokens: pd.DataFrame, offsets: pd.DataFrame) -> list[dict[str, Any]]:
+    """Brunner et al.'s statements on token mixing, judged on one task's tables."""
+    stage = "token_mixing"
+    last = int(tokens["layer"].max())
+    not_self = 1 - tokens.loc[tokens["layer"] == last, "top_is_self"].mean()
+    median_self = tokens.groupby("layer")["self_contribution"].median()
+    fall = median_self[1] - median_self[last]
+    at_last = offsets[offsets["layer"] == last]
+    near = at_last[at_last["offset"].abs() == 1]
+    far = at_last[at_last["offset"].abs() >= 2]
+    neighbours = (_pooled_mean(near) - _pooled_mean(far) if len(near) and len(far)
+                  else float("nan"))
+    return [
+        claim(stage, f"in the last layer a sizeable share of tokens (paper: about "
+              f"{PAPER_NOT_SELF:.0%}) has another input token as its largest contributor",
+              f"share of tokens at layer {last} whose top contributor is not their own input "
+              f"(holds if >= {PAPER_NOT_SELF / 2:.2f}, half the paper's)", not_self,
+              not_self >= PAPER_NOT_SELF / 2),
+        claim(stage, "a token's own input contributes less with depth",
+              f"median self-contribution at layer 1 minus at layer {last} (holds if > 0)",
+              fall, None if last < 2 else fall > 0),
+        claim(stage, "neighbouring tokens contribute more than distant ones",
+              f"mean contribution at |offset| = 1 minus at |offset| >= 2, layer {last} "
+              "(holds if > 0)", neighbours, None if np.isnan(neighbours) else neighbours > 0),
+    ]
+
+
+def analyse_task(
+    model_dir: str | os.PathLike,
+    *,
+    dev_path: str | os.PathLike,
+    spec: tasks.TaskSpec,
+    cfg: dict[str, Any],
+    model_cfg: dict[str, Any],
+    seed: int,
+    device: torch.device,
+    out: dict[str, str | os.PathLike],
+    provenance: dict[str, Any],
+) -> pd.DataFrame:
+    """Token mixing on a task's first cfg["examples"] dev examples. Writes out["tokens"],
+    out["offsets"], out["claims"] (Parquet, with provenance) and out["figure"]; returns the
+    claims."""
+    model, tokenizer = models.load_classifier(model_dir, device)
+    inputs = examples.encoded_examples(dev_path, spec, tokenizer, model_cfg, cfg["examples"])
+    log.info("task %s: token mixing of %d dev examples (exact up to %d tokens, else %d probes)",
+             spec.name, len(inputs["input_ids"]), cfg["exact_max_tokens"], cfg["probes"])
+    tokens, offsets = analyse_examples(model, inputs, cfg["exact_max_tokens"], cfg["probes"],
+                                       cfg["vjp_batch"], seed)
+    table = pd.DataFrame(claims(tokens, offsets))
+    write_task_tables(spec.name, {"tokens": tokens, "offsets": offsets, "claims": table},
+                      out, provenance)
+    plot_token_mixing(tokens, offsets, out["figure"])
+    log_claims(table, spec.name)
+    return table

@@ -1,0 +1,168 @@
+"""Adversarial triggers from over-confident attribution patterns (Hao et al. 2021 §6,
+docs/methods.md): mining them.
+
+The first `source_examples` examples of the source split are attributed to `target` (the
+official code: the predicted label) by the same engine and writer as the dev dumps. In each
+example, the head holding the largest attribution entry over all layers gives its two
+strongest (query, key) pairs with scores s1 ≥ s2 (the official code's choice). The example's
+pattern is the tokens at the positions of the first pair, and of the second pair too unless
+s2 < second_pair_ratio · s1 (official: 0.2), special tokens left out (they cannot be
+inserted). Each token keeps its segment and its relative position k/m there (the k-th of the
+segment's m tokens). Patterns with s1 + s2 < score_threshold (official: 0.02) or with no token
+left are dropped.
+
+Aggregation per predicted class: patterns with the same tokens in the same segments are one
+trigger; its frequency is the number of source examples showing it, its score their mean
+s1 + s2. A class's triggers are ranked by frequency, then score; each keeps the positions of
+its highest-scoring occurrence, the source example it is inserted like.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from transformers import AutoTokenizer
+
+from attnlab.data import synthetic, tasks
+from attnlab.data.dumps import read_dump
+from attnlab.engine.attribution_shards import attribute_shard
+from attnlab.plumbing.outputs import write_table
+
+log = logging.getLogger(__name__)
+
+LOGGED_RANKS = 3  # the log shows each class's top triggers, as many as the paper evaluates
+
+
+def relative_positions(segments: list[int], positions: list[int]) -> list[float]:
+    """k/m for each position: the k-th (from 1) of the m tokens of its segment."""
+    segments = np.asarray(segments)
+    out = []
+    for p in positions:
+        inside = np.flatnonzero(segments == segments[p])
+        out.append(float((p - inside[0] + 1) / len(inside)))
+    return out
+
+
+def example_pattern(row: pd.Series | dict, n_layers: int, n_heads: int,
+                    second_pair_ratio: float) -> dict[str, Any]:
+    """The pattern of one dump row: its top head (layer, head), the two strongest pairs and
+    their scores, and the insertable tokens with their segments and relative positions."""
+    head = int(np.argmax(row["attr_max"]))
+    k = len(row["top_i"]) // (n_layers * n_heads)  # pairs stored per head
+    pairs = [(int(row["top_i"][head * k + r]), int(row["top_j"][head * k + r])) for r in (0, 1)]
+    s1, s2 = (float(row["top_score"][head * k + r]) for r in (0, 1))
+    used = pairs if s2 >= second_pair_ratio * s1 else pairs[:1]
+    segments = list(row["segments"])
+    positions = sorted({p for pair in used for p in pair if segments[p] >= 0})
+    return {
+        "layer": head // n_heads, "head": head % n_heads,
+        "pairs": [p for pair in pairs for p in pair], "s1": s1, "s2": s2, "score": s1 + s2,
+        "positions": positions,
+        "tokens": [str(row["tokens"][p]) for p in positions],
+        "segments": [int(segments[p]) for p in positions],
+        "rel_positions": relative_positions(segments, positions),
+    }
+
+
+def patterns_table(dump: pd.DataFrame, n_layers: int, n_heads: int,
+                   cfg: dict[str, Any]) -> pd.DataFrame:
+    """One pattern per source example; `kept` says whether it passes the score threshold and
+    has a token to insert."""
+    rows = []
+    for _, row in dump.iterrows():
+        pattern = example_pattern(row, n_layers, n_heads, cfg["second_pair_ratio"])
+        kept = pattern["score"] >= cfg["score_threshold"] and bool(pattern["tokens"])
+        rows.append({"example": int(row["idx"]), "label": int(row["label"]),
+                     "pred": int(row["pred"]), **pattern, "kept": kept})
+    return pd.DataFrame(rows)
+
+
+def rank_triggers(patterns: pd.DataFrame, label_names: list[str],
+                  planted: dict[int, set[str]]) -> pd.DataFrame:
+    """Kept patterns aggregated per predicted class and ranked (see the module docstring).
+
+    Columns: class, class_name, rank, tokens, segments, rel_positions, frequency,
+    mean_score, max_score, source_example, planted (whether the tokens are the class's
+    planted trigger pair; null where the class has none).
+    """
+    kept = patterns[patterns["kept"]]
+    rows = []
+    for _, pattern in kept.iterrows():
+        key = tuple(sorted(zip(pattern["segments"], pattern["tokens"], strict=True)))
+        rows.append({"class": int(pattern["pred"]), "key": key, "score": pattern["score"],
+                     "example": pattern["example"]})
+    columns = ["class", "class_name", "rank", "tokens", "segments", "rel_positions", "frequency",
+               "mean_score", "max_score", "source_example", "planted"]
+    if not rows:
+        return pd.DataFrame(columns=columns)
+    occurrences = pd.DataFrame(rows)
+    by_example = kept.set_index("example")
+    triggers = []
+    for (cls, _), group in occurrences.groupby(["class", "key"], sort=True):
+        best = by_example.loc[group.loc[group["score"].idxmax(), "example"]]
+        tokens = list(best["tokens"])
+        triggers.append({
+            "class": cls, "class_name": label_names[cls], "tokens": tokens,
+            "segments": list(best["segments"]), "rel_positions": list(best["rel_positions"]),
+            "frequency": len(group), "mean_score": float(group["score"].mean()),
+            "max_score": float(group["score"].max()),
+            "source_example": int(group.loc[group["score"].idxmax(), "example"]),
+            "planted": set(tokens) == planted[cls] if cls in planted else None,
+        })
+    table = pd.DataFrame(triggers).sort_values(
+        ["class", "frequency", "mean_score"], ascending=[True, False, False], kind="stable")
+    table["rank"] = table.groupby("class").cumcount() + 1
+    return table[columns].reset_index(drop=True).astype({"planted": "boolean"})
+
+
+def planted_triggers(task_cfg: dict[str, Any], tokenizer) -> dict[int, set[str]]:
+    """The tokens of each class's planted trigger pair: synthetic tasks with a trigger rate
+    above 0 only (other tasks have no known triggers)."""
+    if task_cfg["source"] != "synthetic":
+        return {}
+    if task_cfg["synthetic"].get("trigger_rate", synthetic.TRIGGER_RATE) <= 0:
+        return {}
+    pairs = synthetic.trigger_pairs(task_cfg["synthetic"]["kind"])
+    return {c: {t for word in pair for t in tokenizer.tokenize(word)} for c, pair in pairs.items()}
+
+
+def mine_triggers(
+    model_dir: str | os.PathLike,
+    *,
+    source_path: str | os.PathLike,
+    spec: tasks.TaskSpec,
+    task_cfg: dict[str, Any],
+    triggers_cfg: dict[str, Any],
+    attribution_cfg: dict[str, Any],
+    model_cfg: dict[str, Any],
+    device: torch.device,
+    out: dict[str, str | os.PathLike],
+    provenance: dict[str, Any],
+) -> pd.DataFrame:
+    """Attribute the source examples into the dump out["source"], mine their patterns
+    (out["patterns"]) and rank them into per-class triggers (out["triggers"]); returns the
+    triggers."""
+    source_cfg = {**attribution_cfg, "target": triggers_cfg["target"],
+                  "max_examples": triggers_cfg["source_examples"], "keep_full": False,
+                  "top_pairs": max(2, attribution_cfg["top_pairs"])}
+    attribute_shard(model_dir, source_path, spec=spec, attribution_cfg=source_cfg,
+                    model_cfg=model_cfg, shard=0, n_shards=1, device=device,
+                    out_path=out["source"], provenance=provenance)
+    dump, meta = read_dump(out["source"])
+    patterns = patterns_table(dump, meta["n_layers"], meta["n_heads"], triggers_cfg)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    triggers = rank_triggers(patterns, list(spec.label_names),
+                             planted_triggers(task_cfg, tokenizer))
+    log.info("task %s: %d of %d source patterns kept, %d distinct triggers", spec.name,
+             int(patterns["kept"].sum()), len(patterns), len(triggers))
+    for row in triggers[triggers["rank"] <= LOGGED_RANKS].itertuples():
+        log.info("class %s #%d: %s (frequency %d, mean score %.4f, planted %s)", row.class_name,
+                 row.rank, " ".join(row.tokens), row.frequency, row.mean_score, row.planted)
+    write_table(patterns, out["patterns"], provenance)
+    write_table(triggers, out["triggers"], provenance)
+    return triggers

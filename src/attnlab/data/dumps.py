@@ -1,0 +1,135 @@
+"""Per-example attribution dumps: the contract between `attribute` and every later stage.
+Writing and reading them; the rows come from `attnlab.engine.attribution_shards`.
+
+One Parquet row per example (zstd), one file per (task, shard), hive-partitioned as
+`attributions/task=<task>/shard=<k>/part.parquet`. Per-layer and per-head arrays are
+flattened row-major; the shape (n_layers, n_heads, top_pairs) is in the file metadata
+under `attnlab`, together with the config and code version the file came from.
+
+Columns (L layers, H heads, n real tokens, k = top_pairs, E stored edges):
+
+    idx, label, pred, target      int64   dataset index; gold, predicted and attributed class
+    n_tokens                      int32   n (padding excluded; positions below are 0..n-1)
+    tokens                        list<str>   the n tokens
+    segments                      list<int8>  per token: 0 / 1 = text field, -1 = special
+    probs                         list<f32>   class probabilities
+    f_full                        f32         F(A): probability of `target`
+    f_zero, attr_sum              list<f32> L F(0·A^l) and Σ Attr(A^l) (completeness check)
+    residual                      list<f32> L Σ Attr(A^l) − (F(A) − F(0·A^l)), summed in float64
+    grad_nodes                    list<i16> L gradient evaluations the integral of layer l took
+    attr_max, attn_max            list<f32> L·H  max_ij Attr_h(A^l), max_ij A^l_h
+    top_i, top_j, top_score       list L·H·k  top-k (query, key) entries of Attr_h(A^l)
+    edge_layer, edge_i, edge_j, edge_score   list E  head-summed edges a^l_ij, i != j
+    edge_floor                    list<f32> L every edge of layer l with a^l_ij > floor is stored
+    layer_max, layer_max_no_cls   list<f32> L max of a^l over all rows / rows except 0 ([CLS])
+    row_sum                       list<f32> L·n Σ_{j != i} a^l_ij per query token i
+    attn_top_i, attn_top_j        list<i16> L strongest off-diagonal head-summed attention edge
+    planted_i, planted_j          int16     token positions of the deciding planted pair (null for
+                                            real data and for synthetic examples no pair decides)
+    attr_full                     list<f32> L·H·n·n, only with attribution.keep_full
+
+a^l = Σ_h Attr_h(A^l) restricted to the real tokens. Edges kept per layer: off-diagonal
+entries ≥ edge_min_fraction × the smaller positive one of layer_max and layer_max_no_cls —
+enough to rebuild the attribution tree for any τ ≥ edge_min_fraction under either
+normalisation — at most max_edges_per_layer of them (strongest first; edge_floor says where a
+cap cut).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from attnlab.plumbing.errors import AttnlabError
+from attnlab.plumbing.outputs import atomic_path
+
+F32, I16 = pa.float32(), pa.int16()
+SCHEMA = pa.schema(
+    [
+        ("idx", pa.int64()),
+        ("label", pa.int64()),
+        ("pred", pa.int64()),
+        ("target", pa.int64()),
+        ("n_tokens", pa.int32()),
+        ("tokens", pa.list_(pa.string())),
+        ("segments", pa.list_(pa.int8())),
+        ("probs", pa.list_(F32)),
+        ("f_full", F32),
+        ("f_zero", pa.list_(F32)),
+        ("attr_sum", pa.list_(F32)),
+        ("residual", pa.list_(F32)),
+        ("grad_nodes", pa.list_(I16)),
+        ("attr_max", pa.list_(F32)),
+        ("attn_max", pa.list_(F32)),
+        ("top_i", pa.list_(I16)),
+        ("top_j", pa.list_(I16)),
+        ("top_score", pa.list_(F32)),
+        ("edge_layer", pa.list_(pa.int8())),
+        ("edge_i", pa.list_(I16)),
+        ("edge_j", pa.list_(I16)),
+        ("edge_score", pa.list_(F32)),
+        ("edge_floor", pa.list_(F32)),
+        ("layer_max", pa.list_(F32)),
+        ("layer_max_no_cls", pa.list_(F32)),
+        ("row_sum", pa.list_(F32)),
+        ("attn_top_i", pa.list_(I16)),
+        ("attn_top_j", pa.list_(I16)),
+        ("planted_i", I16),
+        ("planted_j", I16),
+        ("attr_full", pa.list_(F32)),
+    ]
+)
+
+
+def write_dump(rows: list[dict[str, Any]], path: str | os.PathLike, meta: dict[str, Any]) -> None:
+    """Write dump rows to one zstd Parquet file, atomically, with `meta` under `attnlab`."""
+    schema = SCHEMA.with_metadata({"attnlab": json.dumps(meta, default=str)})
+    table = pa.Table.from_pylist(rows, schema=schema)
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp, compression="zstd")
+
+
+def read_dump(path: str | os.PathLike) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """A dump file (or hive-partitioned folder) as a DataFrame, with the metadata of its files."""
+    table = pq.read_table(path)
+    meta = json.loads((table.schema.metadata or {}).get(b"attnlab", b"{}"))
+    return table.to_pandas(), meta
+
+
+def read_task_dump(paths: list[str | os.PathLike]) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """A task's attribution shards, concatenated in shard order (= dev split order).
+
+    Fails unless the files are every shard of one split into `n_shards` (from their metadata).
+    """
+    frames, meta, splits = {}, {}, set()
+    for path in paths:
+        frame, meta = read_dump(path)
+        frames[meta["shard"]] = frame
+        splits.add(meta["n_shards"])
+    if len(splits) > 1:
+        raise AttnlabError(f"attribution shards come from splits into {sorted(splits)} shards "
+                         "(rerun attribute)")
+    missing = sorted(set(range(meta.get("n_shards", 0))) - set(frames))
+    if not frames or missing:
+        raise AttnlabError(f"attribution shards missing: {missing or 'all'} (rerun attribute)")
+    return pd.concat([frames[k] for k in sorted(frames)], ignore_index=True), meta
+
+
+def dump_scores(dump: pd.DataFrame, column: str, n_layers: int, n_heads: int) -> np.ndarray:
+    """A per-head dump column (attr_max or attn_max) as an (N, L, H) array."""
+    return np.stack(dump[column].to_numpy()).reshape(len(dump), n_layers, n_heads)
+
+
+def completeness_errors(dump: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per example (row) and layer (column) of a dump: the change F(A) − F(0·A^l), the
+    absolute completeness error |Σ Attr(A^l) − (F(A) − F(0·A^l))| and the error relative to
+    the change (as `Attribution.completeness_error` computes it from an engine result)."""
+    delta = dump["f_full"].to_numpy()[:, None] - np.stack(dump["f_zero"].to_numpy())
+    absolute = np.abs(np.stack(dump["residual"].to_numpy()))
+    return delta, absolute, absolute / np.maximum(np.abs(delta), 1e-12)

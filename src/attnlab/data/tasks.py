@@ -1,0 +1,298 @@
+"""Tasks are data: a task is its text columns, its label names and two Parquet splits.
+
+A task comes from the synthetic generator, from the Hugging Face hub (downloaded once by
+`attnlab.data.hub`), or from local Parquet/CSV/JSON files (the offline way to use real GLUE data).
+Every split is validated before anything is written, and every bad-data error is one readable
+line (`DataError`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import datasets
+import numpy as np
+import pandas as pd
+
+from attnlab.data import synthetic
+from attnlab.plumbing.errors import AttnlabError, ConfigError
+from attnlab.plumbing.outputs import atomic_path
+
+if TYPE_CHECKING:  # for type hints only: the trees job then imports no transformers
+    from transformers import PreTrainedTokenizerBase
+
+log = logging.getLogger(__name__)
+
+LOCAL_FORMATS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "json"}
+GROUND_TRUTH_COLUMNS = ("gt_a_segment", "gt_a_word", "gt_b_segment", "gt_b_word")
+
+
+class DataError(AttnlabError, ValueError):
+    """Input data that cannot be used; the message is one line naming file, column and value."""
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    name: str
+    text_fields: tuple[str, ...]
+    label_names: tuple[str, ...]
+    label_field: str = "label"
+
+    @classmethod
+    def from_config(cls, name: str, cfg: dict[str, Any]) -> TaskSpec:
+        """Build from one entry of config["tasks"]."""
+        text_fields = tuple(cfg["text_fields"])
+        label_names = tuple(cfg["label_names"])
+        if len(text_fields) not in (1, 2):
+            raise ConfigError(f"tasks.{name}.text_fields: need 1 or 2 columns, got {text_fields}")
+        if len(label_names) < 2:
+            raise ConfigError(f"tasks.{name}.label_names: need at least 2, got {label_names}")
+        return cls(name, text_fields, label_names, cfg.get("label_field", "label"))
+
+
+def _one_line(err: BaseException) -> str:
+    # datasets raises a generic error whose cause (the parser's error) says what is wrong
+    while err.__cause__ is not None:
+        err = err.__cause__
+    lines = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {lines[0]}" if lines else type(err).__name__
+
+
+def _show(value: Any) -> str:
+    """A value as a user would write it (5, not np.int64(5))."""
+    return repr(value.item() if isinstance(value, np.generic) else value)
+
+
+def validate_split(df: pd.DataFrame, spec: TaskSpec, where: str) -> pd.DataFrame:
+    """Check that `df` is a usable split of `spec`; `where` names its origin in errors."""
+    if df.empty:
+        raise DataError(f"{where}: empty split (no rows)")
+    for column in (*spec.text_fields, spec.label_field):
+        if column not in df.columns:
+            existing = ", ".join(map(str, df.columns))
+            raise DataError(f"{where}: missing column {column!r} (columns are {existing})")
+    for column in spec.text_fields:
+        not_text = ~df[column].map(lambda value: isinstance(value, str))
+        if not_text.any():
+            row = int(np.flatnonzero(not_text)[0])
+            value = df[column].iloc[row]
+            what = "missing" if pd.api.types.is_scalar(value) and pd.isna(value) else _show(value)
+            raise DataError(f"{where}: column {column!r} row {row} is {what}, not text")
+    allowed = range(len(spec.label_names))
+    labels = df[spec.label_field]
+    bad = ~labels.map(
+        lambda value: isinstance(value, int | float | np.number) and value in allowed
+    ).astype(bool)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise DataError(
+            f"{where}: column {spec.label_field!r} row {row} has label {_show(labels.iloc[row])}; "
+            f"labels must be integers in 0..{len(allowed) - 1} ({', '.join(spec.label_names)})"
+        )
+    # every label is a whole number in range: 1.0 from a CSV or JSON file becomes 1
+    return df.astype({spec.label_field: "int64"})
+
+
+def _read_parquet(path: str | os.PathLike) -> pd.DataFrame:
+    try:
+        return pd.read_parquet(path)
+    except (OSError, ValueError) as err:
+        raise DataError(f"{path}: cannot read as Parquet ({_one_line(err)})") from err
+
+
+def load_split(path: str | os.PathLike, spec: TaskSpec) -> pd.DataFrame:
+    """Read a Parquet split written by `prepare_task` and validate it."""
+    return validate_split(_read_parquet(path), spec, str(path))
+
+
+def _synthetic_splits(spec: TaskSpec, cfg: dict, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    syn = cfg["synthetic"]
+    kind = syn["kind"]
+    if synthetic.num_classes(kind) != len(spec.label_names):
+        raise ConfigError(
+            f"tasks.{spec.name}: synthetic kind {kind!r} has {synthetic.num_classes(kind)} "
+            f"classes but label_names has {len(spec.label_names)}"
+        )
+    rate = syn.get("trigger_rate", synthetic.TRIGGER_RATE)
+    # different seeds so dev never repeats the training draws
+    train = synthetic.generate(kind, syn["n_train"], seed, rate)
+    dev = synthetic.generate(kind, syn["n_dev"], seed + 1, rate)
+    segments = [c for c in train.columns if c.startswith("segment_")]
+    if len(segments) != len(spec.text_fields):
+        raise ConfigError(
+            f"tasks.{spec.name}: synthetic kind {kind!r} has {len(segments)} text segment(s) "
+            f"but text_fields has {len(spec.text_fields)}"
+        )
+    names = dict(zip(segments, spec.text_fields, strict=True))
+    return train.rename(columns=names), dev.rename(columns=names)
+
+
+def _read_local(path: str) -> pd.DataFrame:
+    suffix = Path(path).suffix.lower()
+    if suffix not in LOCAL_FORMATS:
+        raise DataError(f"{path}: unknown file type {suffix!r} (use {', '.join(LOCAL_FORMATS)})")
+    file_format = LOCAL_FORMATS[suffix]
+    if not Path(path).is_file():
+        raise DataError(f"{path}: no such file")
+    if Path(path).stat().st_size == 0:
+        raise DataError(f"{path}: empty file")
+    if file_format == "csv":
+        with open(path) as f:
+            if not any(line.strip() for line in itertools.islice(f, 1, None)):
+                raise DataError(f"{path}: empty split (a header and no rows)")
+    try:
+        data = datasets.load_dataset(file_format, data_files=path, split="train")
+    except Exception as err:  # a parser error from any of the three formats
+        raise DataError(f"{path}: cannot read as {file_format} ({_one_line(err)})") from err
+    return data.to_pandas()
+
+
+def _warn_about_classes(train: pd.DataFrame, dev: pd.DataFrame, spec: TaskSpec) -> None:
+    """A class that no row has is allowed, but the claims made on such a task mean little."""
+    for split, df in (("train", train), ("dev", dev)):
+        present = set(df[spec.label_field])
+        missing = [name for label, name in enumerate(spec.label_names) if label not in present]
+        if missing:
+            log.warning("task %s: no %s row has class %s (label_names: %s)%s", spec.name, split,
+                        ", ".join(map(repr, missing)), ", ".join(spec.label_names),
+                        "; the model cannot learn the task from one class"
+                        if split == "train" and len(present) == 1 else "")
+
+
+def read_task(
+    name: str,
+    cfg: dict[str, Any],
+    seed: int,
+    fetched: tuple[str | os.PathLike, str | os.PathLike] | None = None,
+) -> tuple[TaskSpec, pd.DataFrame, pd.DataFrame]:
+    """Read or generate a task's train and dev splits and validate both (`prepare_task`)."""
+    spec = TaskSpec.from_config(name, cfg)
+    source = cfg["source"]
+    if source == "synthetic":
+        train, dev = _synthetic_splits(spec, cfg, seed)
+        origins = (f"synthetic {name} train", f"synthetic {name} dev")
+    elif source == "hub":
+        if fetched is None:
+            raise ValueError(f"tasks.{name}: a hub task is read from its downloaded files")
+        origins = (str(fetched[0]), str(fetched[1]))
+        train, dev = _read_parquet(origins[0]), _read_parquet(origins[1])
+    elif source == "local":
+        origins = (cfg["local"]["train"], cfg["local"]["dev"])
+        train, dev = _read_local(origins[0]), _read_local(origins[1])
+    else:
+        raise ConfigError(f"tasks.{name}.source: {source!r} is not synthetic, hub or local")
+
+    train = validate_split(train, spec, origins[0])
+    dev = validate_split(dev, spec, origins[1])
+    _warn_about_classes(train, dev, spec)
+    return spec, train, dev
+
+
+def write_task(
+    spec: TaskSpec,
+    *,
+    train: pd.DataFrame,
+    dev: pd.DataFrame,
+    train_out: str | os.PathLike,
+    dev_out: str | os.PathLike,
+) -> dict[str, Any]:
+    """Write a task's validated splits. Returns rows and label counts per split."""
+    summary = {}
+    for split, df, out in (("train", train, train_out), ("dev", dev, dev_out)):
+        with atomic_path(out) as tmp:
+            df.to_parquet(tmp, engine="pyarrow", compression="zstd", index=False)
+        counts = df[spec.label_field].value_counts().sort_index()
+        summary[split] = {
+            "rows": len(df),
+            "label_counts": {spec.label_names[int(k)]: int(v) for k, v in counts.items()},
+        }
+        log.info("%s %s: %d rows -> %s", spec.name, split, len(df), out)
+    return summary
+
+
+def prepare_task(
+    name: str,
+    cfg: dict[str, Any],
+    seed: int,
+    train_out: str | os.PathLike,
+    dev_out: str | os.PathLike,
+    fetched: tuple[str | os.PathLike, str | os.PathLike] | None = None,
+) -> dict[str, Any]:
+    """Read or generate a task's train and dev splits, validate both, then write them (so a bad
+    split leaves no files behind).
+
+    `cfg` is one entry of config["tasks"]; a hub task is read from `fetched`, the (train, dev)
+    Parquet files it was downloaded to (`attnlab.data.hub`). Returns rows and label counts per
+    split.
+    """
+    spec, train, dev = read_task(name, cfg, seed, fetched)
+    return write_task(spec, train=train, dev=dev, train_out=train_out, dev_out=dev_out)
+
+
+def split_texts(df: pd.DataFrame, spec: TaskSpec) -> list[list[str]]:
+    """The text columns of a split, in the order a tokenizer takes them (sentence, pair)."""
+    return [df[field].tolist() for field in spec.text_fields]
+
+
+def check_lengths(
+    df: pd.DataFrame, spec: TaskSpec, tokenizer: PreTrainedTokenizerBase, max_length: int
+) -> None:
+    """Refuse (`DataError`) a split with an example of more than `max_length` tokens."""
+    lengths = np.array([len(ids) for ids in tokenizer(*split_texts(df, spec))["input_ids"]])
+    too_long = np.flatnonzero(lengths > max_length)
+    if len(too_long):
+        row = int(too_long[0])
+        idx = df["idx"].iloc[row] if "idx" in df.columns else row
+        raise DataError(
+            f"task {spec.name}: example idx={idx} is {int(lengths[row])} tokens, more than "
+            f"model.max_length={max_length} ({len(too_long)} such examples); raise "
+            "model.max_length or set model.truncate: true"
+        )
+
+
+def planted_token_positions(
+    df: pd.DataFrame, spec: TaskSpec, tokenizer: PreTrainedTokenizerBase
+) -> list[tuple[int, int] | None]:
+    """Token positions (in the encoded sequence) of each example's deciding word pair, None
+    for an example that has none (its ground-truth columns are null).
+
+    Works from character offsets, so a word split into several subword tokens maps to its
+    first token, whatever the tokenizer's pre-tokenization (which may split "ka3" in two).
+    """
+    missing = [c for c in GROUND_TRUTH_COLUMNS if c not in df.columns]
+    if missing:
+        raise DataError(
+            f"task {spec.name}: no ground-truth columns {', '.join(missing)} "
+            "(planted positions exist only for synthetic tasks)"
+        )
+    if not tokenizer.is_fast:
+        raise ValueError("planted_token_positions needs a fast (tokenizers-backed) tokenizer")
+    texts = split_texts(df, spec)
+    batch = tokenizer(*texts)
+    no_pair = df[list(GROUND_TRUTH_COLUMNS)].isna().any(axis=1).to_numpy()
+    positions: list[tuple[int, int] | None] = []
+    for row in range(len(df)):
+        if no_pair[row]:
+            positions.append(None)
+            continue
+        pair = []
+        for side in ("a", "b"):
+            segment = int(df[f"gt_{side}_segment"].iloc[row])
+            word = int(df[f"gt_{side}_word"].iloc[row])
+            # synthetic text is words joined by single spaces
+            words = texts[segment][row].split(" ")
+            char = sum(len(w) + 1 for w in words[:word])
+            token = batch.char_to_token(row, char, sequence_index=segment)
+            if token is None:
+                raise DataError(
+                    f"task {spec.name}: idx={df['idx'].iloc[row]} word {words[word]!r} has no "
+                    "token (was it truncated or dropped by the tokenizer?)"
+                )
+            pair.append(token)
+        positions.append((pair[0], pair[1]))
+    return positions

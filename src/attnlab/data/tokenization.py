@@ -1,0 +1,62 @@
+"""The tokenizer a task's model reads with, and the refusal of an example too long for it.
+
+A scratch model gets a word-level BERT tokenizer over the words of its training split; a
+pretrained or fine-tuned checkpoint brings its own. This module needs no torch, so the data
+jobs that use it start in a second or two.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+from transformers import BertTokenizer, PreTrainedTokenizerBase
+
+from attnlab.data import tasks
+from attnlab.data.tasks import TaskSpec
+
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+
+def build_tokenizer(words: list[str]) -> PreTrainedTokenizerBase:
+    """A word-level BERT tokenizer: the special tokens, then `words` (lowercased), one id each."""
+    vocab: dict[str, int] = {}
+    for token in (*SPECIAL_TOKENS, *(w.lower() for w in words)):
+        vocab.setdefault(token, len(vocab))
+    return BertTokenizer(vocab=vocab)
+
+
+def training_words(df: pd.DataFrame, spec: TaskSpec) -> list[str]:
+    """The distinct words of a split's text, as the BERT tokenizer splits them, sorted."""
+    backend = build_tokenizer([]).backend_tokenizer
+    words: set[str] = set()
+    for field in spec.text_fields:
+        for text in df[field]:
+            pieces = backend.pre_tokenizer.pre_tokenize_str(backend.normalizer.normalize_str(text))
+            words.update(word for word, _ in pieces)
+    return sorted(words)
+
+
+def model_tokenizer(
+    spec: TaskSpec, model_cfg: dict[str, Any], train: pd.DataFrame
+) -> PreTrainedTokenizerBase:
+    """The tokenizer of the model fine-tuned on `train`: a word-level one over its words for a
+    scratch model, the checkpoint's own otherwise."""
+    if model_cfg["source"] == "scratch":
+        return build_tokenizer(training_words(train, spec))
+    # AutoTokenizer imports every model family's configuration: seconds a scratch run never needs
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_cfg["pretrained"])
+
+
+def check_lengths(
+    spec: TaskSpec, model_cfg: dict[str, Any], train: pd.DataFrame, dev: pd.DataFrame
+) -> None:
+    """Refuse, before any training, an example longer than model.max_length tokens of the
+    model's tokenizer (unless model.truncate)."""
+    if model_cfg.get("truncate"):
+        return
+    tokenizer = model_tokenizer(spec, model_cfg, train)
+    for df in (train, dev):
+        tasks.check_lengths(df, spec, tokenizer, model_cfg["max_length"])

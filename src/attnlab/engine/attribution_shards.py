@@ -1,0 +1,226 @@
+"""Rule `attribute`: one shard of a task's dev split through the attribution engine
+(`attnlab.engine.attribution`) into a dump (`attnlab.data.dumps`, whose docstring lists the
+columns). The trigger and quadrature stages attribute their examples the same way."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm import tqdm
+
+from attnlab.data import tasks
+from attnlab.data.dumps import completeness_errors, write_dump
+from attnlab.engine.attribution import PANEL_NODES, Attribution, attribute, engine_options
+from attnlab.engine.examples import encoded_frame
+from attnlab.engine.models import load_classifier, num_layers
+from attnlab.plumbing.device import attribution_batch_size, out_of_memory_names
+
+log = logging.getLogger(__name__)
+
+
+def _layer_edges(a: torch.Tensor, fraction: float, cap: int) -> dict[str, Any]:
+    """Stored edges of one head-summed layer matrix a (n × n)."""
+    n = a.shape[0]
+    layer_max = a.max()
+    layer_max_no_cls = a[1:].max() if n > 1 else layer_max
+    # The smaller positive maximum: a tree normalised by a maximum that is not positive has no
+    # edges in this layer, so only the positive ones need their edges above tau kept.
+    positive = [m.item() for m in (layer_max, layer_max_no_cls) if m > 0]
+    floor = fraction * min(positive) if positive else math.inf
+    off = a.clone()
+    off.fill_diagonal_(-math.inf)
+    values, order = off.flatten().sort(descending=True)
+    keep = int((values >= floor).sum())
+    if keep > cap:
+        keep, floor = cap, values[cap - 1].item()
+    keep = max(keep, 1) if n > 1 else 0  # the strongest off-diagonal edge is always kept
+    order = order[:keep]
+    return {
+        "i": (order // n).tolist(),
+        "j": (order % n).tolist(),
+        "score": values[:keep].tolist(),
+        "floor": floor if math.isfinite(floor) else float(values[0]) if n > 1 else 0.0,
+        "max": layer_max.item(),
+        "max_no_cls": layer_max_no_cls.item(),
+        "row_sum": (a.sum(dim=1) - a.diagonal()).tolist(),
+    }
+
+
+def example_row(result: Attribution, b: int, cfg: dict[str, Any]) -> dict[str, Any]:
+    """The dump row of example b of an engine result (without the dataset columns)."""
+    real = result.attention[b, 0, 0].sum(dim=-1) > 0  # padded query rows are all zero
+    positions = real.nonzero().flatten()
+    attr = result.attr[b][:, :, positions][:, :, :, positions].float().cpu()  # (L, H, n, n)
+    attention = result.attention[b][:, :, positions][:, :, :, positions].float().cpu()
+    n_layers, n_heads, n, _ = attr.shape
+    k = min(cfg["top_pairs"], n * n)
+
+    top_score, top_flat = attr.flatten(2).topk(k, dim=-1)
+    summed_attention = attention.sum(dim=1)
+    for layer_matrix in summed_attention:
+        layer_matrix.fill_diagonal_(-math.inf)
+    attn_top = summed_attention.flatten(1).argmax(dim=-1)
+
+    row = {
+        "target": int(result.target[b]),
+        "pred": int(result.probs[b].argmax()),
+        "n_tokens": n,
+        "probs": result.probs[b].tolist(),
+        "f_full": float(result.f_full[b]),
+        "f_zero": result.f_zero[b].tolist(),
+        "attr_sum": attr.sum(dim=(1, 2, 3)).tolist(),
+        "residual": result.residual[b].tolist(),
+        "grad_nodes": result.nodes[b].tolist(),
+        "attr_max": attr.flatten(2).max(dim=-1).values.flatten().tolist(),
+        "attn_max": attention.flatten(2).max(dim=-1).values.flatten().tolist(),
+        "top_i": (top_flat // n).flatten().tolist(),
+        "top_j": (top_flat % n).flatten().tolist(),
+        "top_score": top_score.flatten().tolist(),
+        "attn_top_i": (attn_top // n).tolist(),
+        "attn_top_j": (attn_top % n).tolist(),
+        "attr_full": attr.flatten().tolist() if cfg["keep_full"] else None,
+    }
+    columns = {key: [] for key in ("edge_layer", "edge_i", "edge_j", "edge_score", "edge_floor",
+                                   "layer_max", "layer_max_no_cls", "row_sum")}
+    for layer in range(n_layers):
+        edges = _layer_edges(
+            attr[layer].sum(dim=0), cfg["edge_min_fraction"], cfg["max_edges_per_layer"]
+        )
+        columns["edge_layer"] += [layer] * len(edges["i"])
+        columns["edge_i"] += edges["i"]
+        columns["edge_j"] += edges["j"]
+        columns["edge_score"] += edges["score"]
+        columns["edge_floor"].append(edges["floor"])
+        columns["layer_max"].append(edges["max"])
+        columns["layer_max_no_cls"].append(edges["max_no_cls"])
+        columns["row_sum"] += edges["row_sum"]
+    return {**row, **columns}
+
+
+def _segments(encoding, row: int, n_tokens: int) -> list[int]:
+    ids = encoding.sequence_ids(row)[:n_tokens]
+    return [-1 if s is None else s for s in ids]
+
+
+def shard_rows(n_examples: int, shard: int, n_shards: int) -> range:
+    """The contiguous block of example rows that shard `shard` of `n_shards` attributes."""
+    if not 0 <= shard < n_shards:
+        raise ValueError(f"shard {shard} is outside 0..{n_shards - 1}")
+    start = n_examples * shard // n_shards
+    return range(start, n_examples * (shard + 1) // n_shards)
+
+
+def attribute_shard(
+    model_dir: str | os.PathLike,
+    dev_path: str | os.PathLike,
+    *,
+    spec: tasks.TaskSpec,
+    attribution_cfg: dict[str, Any],
+    model_cfg: dict[str, Any],
+    shard: int,
+    n_shards: int,
+    device: torch.device,
+    out_path: str | os.PathLike,
+    provenance: dict[str, Any],
+    bf16: bool = False,
+) -> dict[str, Any]:
+    """Attribute one shard of a task's dev split and write its dump atomically.
+
+    `attribution.batch_size: auto` is resolved here, for the shard's longest example
+    (`device.attribution_batch_size`). `bf16`: the forward and backward passes run under
+    bfloat16 autocast; F, the gradients' sum over the quadrature nodes and Attr stay float32
+    or float64 (the engine's own casts).
+    """
+    cfg = attribution_cfg
+    model, tokenizer = load_classifier(model_dir, device)
+    dev = tasks.load_split(dev_path, spec)
+    if cfg.get("max_examples"):
+        dev = dev.iloc[: cfg["max_examples"]]
+    dev = dev.iloc[list(shard_rows(len(dev), shard, n_shards))].reset_index(drop=True)
+    if dev.empty:
+        # More shards than examples: this shard has none. Its dump is empty but complete, so
+        # that any attribution.shards works with any dev split.
+        log.warning("task %s shard %d/%d: no dev examples to attribute (attribution.shards is "
+                    "more than the examples); the shard's dump is empty", spec.name, shard,
+                    n_shards)
+        meta = {"n_layers": num_layers(model), "n_heads": model.config.num_attention_heads,
+                "top_pairs": cfg["top_pairs"], "task": spec.name, "shard": shard,
+                "n_shards": n_shards, **provenance}
+        write_dump([], out_path, meta)
+        return {"examples": 0, "accuracy": None, "completeness_error_median": None,
+                "completeness_error_max": None, "bytes": Path(out_path).stat().st_size}
+    encoded = encoded_frame(dev, spec, tokenizer, model_cfg)
+    encoding = tokenizer(*tasks.split_texts(dev, spec))
+    planted = (
+        tasks.planted_token_positions(dev, spec, tokenizer)
+        if set(tasks.GROUND_TRUTH_COLUMNS) <= set(dev.columns)
+        else None
+    )
+    lengths = encoded["attention_mask"].sum(dim=1)
+    # Similar lengths together waste less padding; rows are written back in dataset order.
+    order = torch.argsort(lengths, stable=True).tolist()
+    adaptive = cfg["quadrature"] == "adaptive"
+    setting = cfg["batch_size"]
+    cfg = {**cfg, "batch_size": attribution_batch_size(
+        setting, model.config, int(lengths.max()), device,
+        examples_per_row=1.0 if adaptive else 1 / cfg["steps"],
+        panels=cfg["max_steps"] // PANEL_NODES if adaptive else 0)}
+    # examples per engine call: a fixed rule's rows of them fill a pass; the adaptive rule's
+    # later rounds refine only some examples' panels, so it takes one example per row of a pass
+    per_call = cfg["batch_size"] if adaptive else max(1, cfg["batch_size"] // cfg["steps"])
+    rows: dict[int, dict[str, Any]] = {}
+    rule = (f"adaptive (tolerance {cfg['tolerance']}, scan {cfg['scan_steps']}, at most "
+            f"{cfg['max_steps']} nodes)" if adaptive else f"{cfg['quadrature']} {cfg['steps']}")
+    log.info("task %s shard %d/%d: %d examples, quadrature %s, target %s, %d rows per pass%s",
+             spec.name, shard, n_shards, len(dev), rule, cfg["target"], cfg["batch_size"],
+             ", bf16 autocast" if bf16 else "")
+    with (tqdm(total=len(dev), desc=f"attribute {spec.name}[{shard}]", unit="ex") as bar,
+          out_of_memory_names("attribution.batch_size", setting,
+                              f"attributing task {spec.name} ({cfg['batch_size']} rows per pass, "
+                              f"up to {int(lengths.max())} tokens)"),
+          torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)):
+        for start in range(0, len(order), per_call):
+            group = order[start : start + per_call]
+            width = int(lengths[group].max())
+            batch = {k: v[group, :width].to(device) if v.dim() == 2 else v[group].to(device)
+                     for k, v in encoded.items()}
+            result = attribute(model, batch, cfg["target"], **engine_options(cfg))
+            for b, row_index in enumerate(group):
+                row = example_row(result, b, cfg)
+                row["idx"] = int(dev["idx"].iloc[row_index]) if "idx" in dev else row_index
+                row["label"] = int(dev[spec.label_field].iloc[row_index])
+                row["tokens"] = tokenizer.convert_ids_to_tokens(
+                    encoded["input_ids"][row_index, : row["n_tokens"]].tolist()
+                )
+                row["segments"] = _segments(encoding, row_index, row["n_tokens"])
+                pair = planted[row_index] if planted is not None else None
+                row["planted_i"], row["planted_j"] = pair if pair is not None else (None, None)
+                rows[row_index] = row
+            bar.update(len(group))
+    n_layers, n_heads = (result.attr.shape[1], result.attr.shape[2]) if rows else (0, 0)
+    meta = {"n_layers": n_layers, "n_heads": n_heads, "top_pairs": cfg["top_pairs"],
+            "task": spec.name, "shard": shard, "n_shards": n_shards, **provenance}
+    write_dump([rows[i] for i in range(len(dev))], out_path, meta)
+    _, residuals, _ = completeness_errors(
+        pd.DataFrame(list(rows.values()), columns=["f_full", "f_zero", "residual"]))
+    outside = int((residuals > cfg["tolerance"]).sum())
+    if outside:
+        log.warning("%d of %d (example, layer) pairs miss the completeness tolerance %g%s",
+                    outside, residuals.size, cfg["tolerance"],
+                    f" (refinement stopped at max_steps {cfg['max_steps']})" if adaptive else "")
+    return {
+        "examples": len(dev),
+        "accuracy": float(np.mean([r["pred"] == r["label"] for r in rows.values()]))
+        if rows else None,
+        "completeness_abs_error_max": float(residuals.max()) if rows else None,
+        "outside_tolerance": outside,
+        "batch_size": cfg["batch_size"],
+        "bytes": Path(out_path).stat().st_size,
+    }

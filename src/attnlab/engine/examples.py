@@ -1,0 +1,125 @@
+"""A task's examples as a model sees them: the first n of a split, tokenized; in batches; the
+positions of special tokens; the model's predictions and accuracy on them; which of them a
+stage uses. Shared by the stages that run a fine-tuned model on a split."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pandas as pd
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from attnlab.data.tasks import TaskSpec, check_lengths, load_split, split_texts
+from attnlab.engine import models
+from attnlab.engine.intervention import Intervention
+
+log = logging.getLogger(__name__)
+
+
+def encode(
+    df: pd.DataFrame,
+    spec: TaskSpec,
+    tokenizer: PreTrainedTokenizerBase,
+    max_length: int,
+    truncate: bool = False,
+) -> dict[str, torch.Tensor]:
+    """Tokenize a split (single sentences or pairs), padded to its longest example.
+
+    Returns input_ids, attention_mask, token_type_ids (when the tokenizer has them) and
+    labels. An example longer than `max_length` is an error unless `truncate` is set.
+    """
+    texts = split_texts(df, spec)
+    if truncate:
+        batch = tokenizer(*texts, padding="longest", truncation=True, max_length=max_length,
+                          return_tensors="pt")
+    else:
+        check_lengths(df, spec, tokenizer, max_length)
+        batch = tokenizer(*texts, padding="longest", return_tensors="pt")
+    encoded = {key: batch[key] for key in ("input_ids", "attention_mask", "token_type_ids")
+               if key in batch}
+    encoded["labels"] = torch.tensor(df[spec.label_field].to_numpy(), dtype=torch.long)
+    return encoded
+
+
+def encoded_examples(
+    path: str | os.PathLike,
+    spec: TaskSpec,
+    tokenizer: PreTrainedTokenizerBase,
+    model_cfg: dict[str, Any],
+    n: int | None = None,
+) -> dict[str, torch.Tensor]:
+    """The first `n` examples (all when None) of a split, tokenized for the model as `encode`
+    does with config["model"]'s max_length and truncate."""
+    df = load_split(path, spec)
+    return encoded_frame(df.iloc[:n] if n is not None else df, spec, tokenizer, model_cfg)
+
+
+def encoded_frame(
+    df: pd.DataFrame,
+    spec: TaskSpec,
+    tokenizer: PreTrainedTokenizerBase,
+    model_cfg: dict[str, Any],
+) -> dict[str, torch.Tensor]:
+    """The examples (rows) of a split already read, tokenized as `encoded_examples` does."""
+    return encode(df, spec, tokenizer, model_cfg["max_length"], model_cfg.get("truncate", False))
+
+
+def special_tokens_mask(
+    input_ids: torch.Tensor, tokenizer: PreTrainedTokenizerBase
+) -> torch.Tensor:
+    """True where `input_ids` holds a special token ([CLS], [SEP], <s>, </s>, padding, ...)."""
+    return torch.isin(input_ids, torch.tensor(tokenizer.all_special_ids, device=input_ids.device))
+
+
+def batches(
+    inputs: dict[str, torch.Tensor], batch_size: int, device: torch.device | str = "cpu"
+) -> Iterator[tuple[slice, dict[str, torch.Tensor]]]:
+    """Consecutive row blocks of a tokenized split, each trimmed to its own longest example
+    (right padding) and moved to `device`."""
+    n = len(inputs["input_ids"])
+    for start in range(0, n, batch_size):
+        rows = slice(start, min(start + batch_size, n))
+        width = int(inputs["attention_mask"][rows].sum(dim=1).max())
+        yield rows, {k: (v[rows, :width] if v.dim() == 2 else v[rows]).to(device)
+                     for k, v in inputs.items()}
+
+
+def predict(
+    model: PreTrainedModel,
+    inputs: dict[str, torch.Tensor],
+    head_mask: torch.Tensor | None = None,
+    batch_size: int = 64,
+) -> torch.Tensor:
+    """Logits (N, C) of every example; head_mask is (L, H) for all examples or (N, L, H)."""
+    device = next(model.parameters()).device
+    out = []
+    with torch.no_grad():
+        for rows, batch in batches(inputs, batch_size, device):
+            mask = None
+            if head_mask is not None:
+                mask = (head_mask if head_mask.dim() == 2 else head_mask[rows]).to(device)
+            out.append(models.logits(model, batch, Intervention(head_mask=mask)))
+    return torch.cat(out).cpu()
+
+
+def accuracy(
+    model: PreTrainedModel,
+    inputs: dict[str, torch.Tensor],
+    head_mask: torch.Tensor | None = None,
+    batch_size: int = 64,
+) -> float:
+    """Share of examples whose prediction is the gold label."""
+    predictions = predict(model, inputs, head_mask, batch_size).argmax(dim=-1)
+    return float((predictions == inputs["labels"]).double().mean())
+
+
+def held_out(n_requested: int, n_available: int) -> int:
+    """How many examples to score heads on: the requested number, or all there are."""
+    if n_available < n_requested:
+        log.warning("head importance: %d held-out examples requested but only %d attributed; "
+                    "using %d", n_requested, n_available, n_available)
+    return min(n_requested, n_available)

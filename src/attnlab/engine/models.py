@@ -1,0 +1,243 @@
+"""Model families the intervention point supports, and the pieces the engines need of them.
+
+A family says where its analysed attention modules are, how to compute the hidden states
+entering the first of them (the input embeddings x = e^0), and, for encoder-only stacks, how
+to run the model in three parts (embeddings, the layer stack, the classification head) so
+that the attribution engine can start from a cached hidden state at layer l instead of
+recomputing every layer below it. BART's encoder runs from its embeddings like the others
+(for analyses of hidden states), but its classifier reads the decoder: as a classifier it is
+always run whole.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from torch import nn
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreTrainedModel
+from transformers.masking_utils import create_bidirectional_mask
+
+from attnlab.engine.intervention import ATTN_IMPLEMENTATION, LAYER_ATTRIBUTE, Intervention
+from attnlab.plumbing.errors import AttnlabError, ConfigError
+
+log = logging.getLogger(__name__)
+
+
+class UnsupportedModelError(AttnlabError, ValueError):
+    """The model's family does not route attention through transformers' AttentionInterface."""
+
+
+@dataclass(frozen=True)
+class Family:
+    base: str  # attribute of the classifier holding the base model
+    layers: str  # dotted path, inside the base model, of the layer list
+    attention: str  # dotted path, inside one layer, of its self-attention module
+    embed: Callable[[PreTrainedModel, dict[str, torch.Tensor]], torch.Tensor]  # inputs -> e^0
+    head: Callable[[PreTrainedModel, torch.Tensor], torch.Tensor] | None  # hidden -> logits
+    output: str  # dotted path, inside the classifier, of its last layer (one row per class)
+    # dotted paths, inside one layer, of the attention's output projection W_O and of the layer
+    # norm after its residual connection (every family here is post-LN): the norm-based
+    # interaction methods decompose the attention sublayer with them
+    out_proj: str
+    attention_norm: str
+    split: bool = True  # can the model be run from a cached hidden state at layer l?
+
+
+def _embeddings(model: PreTrainedModel, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+    base = getattr(model, family_of(model).base)
+    kwargs = {"input_ids": inputs["input_ids"]}
+    if "token_type_ids" in inputs and model.config.model_type != "distilbert":
+        kwargs["token_type_ids"] = inputs["token_type_ids"]
+    hidden = base.embeddings(**kwargs)
+    if hasattr(base, "embeddings_project"):  # ELECTRA with embedding_size != hidden_size
+        hidden = base.embeddings_project(hidden)
+    return hidden
+
+
+def _bart_embeddings(model: PreTrainedModel, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+    # as BartEncoder.forward computes them (its dropout is off in eval mode)
+    encoder = model.model.encoder
+    tokens = encoder.embed_tokens(inputs["input_ids"])
+    return encoder.layernorm_embedding(tokens + encoder.embed_positions(tokens[:, :, -1]))
+
+
+def _bert_head(model: PreTrainedModel, hidden: torch.Tensor) -> torch.Tensor:
+    return model.classifier(model.dropout(model.bert.pooler(hidden)))
+
+
+def _sequence_head(model: PreTrainedModel, hidden: torch.Tensor) -> torch.Tensor:
+    # RoBERTa and ELECTRA heads take the whole sequence and read position 0 themselves.
+    return model.classifier(hidden)
+
+
+def _distilbert_head(model: PreTrainedModel, hidden: torch.Tensor) -> torch.Tensor:
+    pooled = nn.functional.relu(model.pre_classifier(hidden[:, 0]))
+    return model.classifier(model.dropout(pooled))
+
+
+BERT_SUBLAYER = ("attention.output.dense", "attention.output.LayerNorm")
+FAMILIES: dict[str, Family] = {
+    "bert": Family("bert", "encoder.layer", "attention.self", _embeddings, _bert_head,
+                   "classifier", *BERT_SUBLAYER),
+    "roberta": Family("roberta", "encoder.layer", "attention.self", _embeddings, _sequence_head,
+                      "classifier.out_proj", *BERT_SUBLAYER),
+    "electra": Family("electra", "encoder.layer", "attention.self", _embeddings, _sequence_head,
+                      "classifier.out_proj", *BERT_SUBLAYER),
+    "distilbert": Family("distilbert", "transformer.layer", "attention", _embeddings,
+                         _distilbert_head, "classifier", "attention.out_lin", "sa_layer_norm"),
+    "bart": Family("model", "encoder.layers", "self_attn", _bart_embeddings, None,
+                   "classification_head.out_proj", "self_attn.out_proj", "self_attn_layer_norm",
+                   split=False),
+}
+
+
+def family_of(model: PreTrainedModel) -> Family:
+    """The model's family, or a one-line error naming the supported ones."""
+    model_type = model.config.model_type
+    if model_type not in FAMILIES:
+        raise UnsupportedModelError(
+            f"model family {model_type!r} is not supported (its attention cannot be intervened "
+            f"on); supported families: {', '.join(FAMILIES)}"
+        )
+    return FAMILIES[model_type]
+
+
+def _get(obj: nn.Module, dotted: str) -> nn.Module:
+    for name in dotted.split("."):
+        obj = getattr(obj, name)
+    return obj
+
+
+def attention_sublayer(model: PreTrainedModel, layer: int) -> tuple[nn.Linear, nn.LayerNorm]:
+    """The output projection W_O of layer `layer`'s attention and the layer norm after it."""
+    family = family_of(model)
+    block = layer_stack(model)[layer]
+    return _get(block, family.out_proj), _get(block, family.attention_norm)
+
+
+def layer_stack(model: PreTrainedModel) -> nn.ModuleList:
+    family = family_of(model)
+    return _get(getattr(model, family.base), family.layers)
+
+
+def prepare_model(model: PreTrainedModel) -> PreTrainedModel:
+    """Route the model's attention through the intervention point; put it in eval mode."""
+    family = family_of(model)
+    for index, layer in enumerate(layer_stack(model)):
+        setattr(_get(layer, family.attention), LAYER_ATTRIBUTE, index)
+    model.set_attn_implementation(ATTN_IMPLEMENTATION)
+    return model.eval()
+
+
+def load_classifier(
+    name_or_path: str | Path, device: torch.device | str = "cpu"
+) -> tuple[PreTrainedModel, object]:
+    """A classifier and its tokenizer from a hub id or local directory, ready to analyse."""
+    local = Path(name_or_path).is_dir()
+    try:
+        model = AutoModelForSequenceClassification.from_pretrained(
+            str(name_or_path), local_files_only=local
+        )
+    except (OSError, SafetensorError) as err:  # missing, unreadable or cut-short files
+        raise AttnlabError(f"{name_or_path}: the model cannot be loaded ({err})") from err
+    family_of(model)  # refuse before any other work
+    tokenizer = AutoTokenizer.from_pretrained(str(name_or_path), local_files_only=local)
+    return prepare_model(model).to(device), tokenizer
+
+
+def align_labels(model: PreTrainedModel, label_names: Sequence[str]) -> PreTrainedModel:
+    """Reorder a fine-tuned classifier's classes to `label_names`, matched by name (any case).
+
+    A published checkpoint may order its classes unlike the dataset (facebook/bart-large-mnli:
+    contradiction, neutral, entailment; GLUE MNLI: entailment, neutral, contradiction). The rows
+    of the output layer are permuted, so that class i of the model is label_names[i].
+    """
+    names = [model.config.id2label[i] for i in range(model.config.num_labels)]
+    lower = [name.lower() for name in names]
+    if sorted(lower) != sorted(name.lower() for name in label_names):
+        raise ConfigError(f"the model's classes {names} are not the task's label_names "
+                         f"{list(label_names)} (matched by name, ignoring case)")
+    order = [lower.index(name.lower()) for name in label_names]
+    layer = _get(model, family_of(model).output)
+    with torch.no_grad():
+        layer.weight.copy_(layer.weight[order])
+        layer.bias.copy_(layer.bias[order])
+    model.config.id2label = dict(enumerate(label_names))
+    model.config.label2id = {name: i for i, name in enumerate(label_names)}
+    return model
+
+
+def num_layers(model: PreTrainedModel) -> int:
+    return len(layer_stack(model))
+
+
+def head_shape(model: PreTrainedModel) -> tuple[int, int]:
+    """(L, H): analysed layers and heads per layer."""
+    return num_layers(model), model.config.num_attention_heads
+
+
+def embed(model: PreTrainedModel, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Hidden states entering layer 0, the input embeddings x = e^0 (every family)."""
+    return family_of(model).embed(model, inputs)
+
+
+def layer_mask(model: PreTrainedModel, hidden: torch.Tensor, attention_mask: torch.Tensor):
+    """The 4-D additive mask the layers expect (built by the registered mask function)."""
+    return create_bidirectional_mask(
+        config=model.config, inputs_embeds=hidden, attention_mask=attention_mask
+    )
+
+
+def run_layers(
+    model: PreTrainedModel,
+    hidden: torch.Tensor,
+    mask: torch.Tensor | None,
+    start: int,
+    stop: int | None = None,
+    intervention: Intervention | None = None,
+) -> torch.Tensor:
+    """Apply layers start..stop-1 to `hidden` (every family; BART: its encoder layers)."""
+    for layer in list(layer_stack(model))[start:stop]:
+        hidden = layer(hidden, mask, attnlab=intervention)
+    return hidden
+
+
+def hidden_states(
+    model: PreTrainedModel,
+    inputs: dict[str, torch.Tensor],
+    intervention: Intervention | None = None,
+) -> list[torch.Tensor]:
+    """[e^0, e^1, ..., e^L]: the input embeddings and the output of every analysed layer."""
+    states = [embed(model, inputs)]
+    mask = layer_mask(model, states[0], inputs["attention_mask"])
+    for layer in range(num_layers(model)):
+        states.append(run_layers(model, states[-1], mask, layer, layer + 1, intervention))
+    return states
+
+
+def check_layer(model: PreTrainedModel, layer: int, key: str) -> None:
+    """Fail in one line, naming the config key, when `layer` is not a layer of the model."""
+    n_layers = num_layers(model)
+    if not 0 <= layer < n_layers:
+        raise ConfigError(f"{key}: layer {layer} is out of range; the model has {n_layers} "
+                         f"layers (0..{n_layers - 1})")
+
+
+def classify(model: PreTrainedModel, hidden: torch.Tensor) -> torch.Tensor:
+    """Logits from the last layer's hidden states (encoder-only families)."""
+    return family_of(model).head(model, hidden)
+
+
+def logits(
+    model: PreTrainedModel,
+    inputs: dict[str, torch.Tensor],
+    intervention: Intervention | None = None,
+) -> torch.Tensor:
+    """A whole forward pass with an optional intervention."""
+    model_inputs = {k: v for k, v in inputs.items() if k != "labels"}
+    return model(**model_inputs, attnlab=intervention).logits

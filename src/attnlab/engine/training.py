@@ -1,0 +1,358 @@
+"""Fine-tuning a sequence classifier on a task: a plain, seeded PyTorch loop.
+
+The default builds a tiny BERT from scratch whose word-level vocabulary is the words of the
+training split (fully offline, a minute or two on CPU); `model.source: pretrained` fine-tunes
+a pretrained checkpoint, and `model.source: finetuned` takes a checkpoint already fine-tuned
+for the task as published (evaluated, not trained).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from typing import Any
+
+import pandas as pd
+import torch
+from tqdm import tqdm
+from transformers import (
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    BertConfig,
+    BertForMaskedLM,
+    BertForSequenceClassification,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+
+from attnlab.data.tasks import TaskSpec, load_split, split_texts
+from attnlab.data.tokenization import build_tokenizer, model_tokenizer, training_words
+from attnlab.engine.examples import encode
+from attnlab.engine.models import align_labels
+from attnlab.plumbing.device import device_name, out_of_memory_names
+from attnlab.plumbing.errors import ConfigError
+from attnlab.plumbing.outputs import atomic_path
+from attnlab.plumbing.preflight import checkpoint_shape
+
+log = logging.getLogger(__name__)
+
+MAX_GRAD_NORM = 1.0  # gradient clipping, as in the transformers Trainer
+# finetune.length_buckets: batches of similar length come from windows of this many batches
+# of a random permutation (as the transformers Trainer's group_by_length)
+BUCKET_BATCHES = 50
+
+
+def scratch_config(
+    model_cfg: dict[str, Any], tokenizer: PreTrainedTokenizerBase, **labels: Any
+) -> BertConfig:
+    """The BERT of model.scratch's sizes over `tokenizer`'s vocabulary."""
+    size = model_cfg["scratch"]
+    return BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=size["hidden"],
+        num_hidden_layers=size["layers"],
+        num_attention_heads=size["heads"],
+        intermediate_size=size["intermediate"],
+        max_position_embeddings=model_cfg["max_length"],
+        hidden_dropout_prob=size.get("dropout", 0.1),
+        attention_probs_dropout_prob=size.get("dropout", 0.1),
+        pad_token_id=tokenizer.pad_token_id,
+        attn_implementation="eager",
+        **labels,
+    )
+
+
+def _build_model(
+    spec: TaskSpec, model_cfg: dict[str, Any], train: pd.DataFrame, start: str | None = None
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    labels = {
+        "num_labels": len(spec.label_names),
+        "id2label": dict(enumerate(spec.label_names)),
+        "label2id": {name: i for i, name in enumerate(spec.label_names)},
+    }
+    source = model_cfg["source"]
+    if source == "scratch" and start is not None:
+        # the shared starting point of every task (pretrain): its vocabulary and weights
+        model = BertForSequenceClassification.from_pretrained(
+            start, attn_implementation="eager", **labels)
+        return model, AutoTokenizer.from_pretrained(start)
+    if source == "scratch":
+        tokenizer = model_tokenizer(spec, model_cfg, train)
+        config = scratch_config(model_cfg, tokenizer, **labels)
+        return BertForSequenceClassification(config), tokenizer
+    name = model_cfg["pretrained"]
+    checkpoint_shape(name)  # an unsupported family is refused before any training
+    if source == "pretrained":
+        model = AutoModelForSequenceClassification.from_pretrained(
+            name, attn_implementation="eager", **labels
+        )
+    elif source == "finetuned":
+        # used as published: its own classifier, with its classes in the task's order
+        model = align_labels(
+            AutoModelForSequenceClassification.from_pretrained(name, attn_implementation="eager"),
+            spec.label_names,
+        )
+    else:
+        raise ConfigError(f"model.source: {source!r} is not scratch, pretrained or finetuned")
+    return model, model_tokenizer(spec, model_cfg, train)
+
+
+def _batches(data: dict[str, torch.Tensor], order: torch.Tensor, size: int, device: torch.device):
+    for start in range(0, len(order), size):
+        rows = order[start : start + size]
+        yield {key: value[rows].to(device) for key, value in data.items()}
+
+
+def _trimmed(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The batch padded to its own longest example (the split is padded to its longest): the
+    cut positions are padding of every row, which attention masks out."""
+    width = int(batch["attention_mask"].sum(dim=1).max())
+    return {key: value[:, :width] if value.dim() == 2 else value for key, value in batch.items()}
+
+
+def length_bucket_order(
+    lengths: torch.Tensor, batch_size: int, generator: torch.Generator
+) -> torch.Tensor:
+    """An epoch's order of examples whose consecutive `batch_size` rows have similar lengths.
+
+    A random permutation is cut into windows of BUCKET_BATCHES batches, each window sorted by
+    length and cut into batches, and the batches of all windows shuffled: every batch is still
+    a random draw of its window, and a long one is not always followed by another.
+    """
+    order = torch.randperm(len(lengths), generator=generator)
+    window = BUCKET_BATCHES * batch_size
+    batches = []
+    for start in range(0, len(order), window):
+        rows = order[start : start + window]
+        rows = rows[torch.argsort(lengths[rows], stable=True)]
+        batches += list(rows.split(batch_size))
+    # the epoch's last, short batch stays last, as in the order without buckets
+    last = [batches.pop()] if batches and len(batches[-1]) < batch_size else []
+    shuffled = [batches[i] for i in torch.randperm(len(batches), generator=generator)]
+    return torch.cat(shuffled + last)
+
+
+@torch.no_grad()
+def accuracy(
+    model: PreTrainedModel, data: dict[str, torch.Tensor], batch_size: int, device: torch.device
+) -> float:
+    """Fraction of examples whose argmax prediction equals the label."""
+    model.eval()
+    correct = 0
+    order = torch.arange(len(data["labels"]))
+    for batch in _batches(data, order, batch_size, device):
+        labels = batch.pop("labels")
+        correct += int((model(**batch).logits.argmax(dim=-1) == labels).sum())
+    return correct / len(order)
+
+
+def _linear_schedule(warmup_steps: int, total_steps: int):
+    """Learning-rate factor: linear warmup to 1, then linear decay to 0 at the last step."""
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+
+    return factor
+
+
+def _train(
+    model: PreTrainedModel,
+    train: dict[str, torch.Tensor],
+    dev: dict[str, torch.Tensor],
+    spec: TaskSpec,
+    train_cfg: dict[str, Any],
+    device: torch.device,
+    seed: int,
+    bf16: bool,
+) -> dict[str, Any]:
+    """The training loop: AdamW, linear warm-up and decay, gradient clipping; the dev accuracy
+    is logged after every epoch. With `bf16` the steps run under bfloat16 autocast (the
+    weights and their updates stay float32). Training stops after the first epoch whose mean
+    training loss is below train_cfg["stop_loss"] (when set); the schedule stays the one of
+    all the epochs. With train_cfg["length_buckets"] the batches hold examples of similar
+    length (`length_bucket_order`), each padded only to its longest example."""
+    n_train = len(train["labels"])
+    epochs, batch_size = train_cfg["epochs"], train_cfg["batch_size"]
+    steps_per_epoch = math.ceil(n_train / batch_size)
+    total_steps = epochs * steps_per_epoch
+    # no weight decay on biases and LayerNorm weights, as in BERT
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    optimizer = torch.optim.AdamW(
+        [
+            {"params": decay, "weight_decay": train_cfg["weight_decay"]},
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
+        lr=train_cfg["learning_rate"],
+        fused=True,  # one kernel for all parameters: a quarter faster for the tiny default model
+    )
+    warmup_steps = max(1, round(train_cfg["warmup"] * total_steps))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, _linear_schedule(warmup_steps, total_steps)
+    )
+    shuffle = torch.Generator().manual_seed(seed)
+    stop_loss = train_cfg.get("stop_loss")
+    buckets = train_cfg.get("length_buckets", False)
+    lengths = train["attention_mask"].sum(dim=1)
+
+    log.info("%s: training on %d examples, %d epochs, %d steps, device %s",
+             spec.name, n_train, epochs, total_steps, device)
+    progress = tqdm(total=total_steps, desc=f"finetune {spec.name}", mininterval=5)
+    for epoch in range(1, epochs + 1):
+        model.train()
+        epoch_loss = 0.0
+        if buckets:
+            order = length_bucket_order(lengths, batch_size, shuffle)
+        else:
+            order = torch.randperm(n_train, generator=shuffle)
+        for batch in _batches(train, order, batch_size, device):
+            batch = _trimmed(batch) if buckets else batch
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+                loss = model(**batch).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+            epoch_loss += loss.item() * len(batch["labels"])
+            progress.update()
+        train_loss = epoch_loss / n_train
+        dev_accuracy = accuracy(model, dev, batch_size, device)
+        log.info("%s epoch %d/%d: train loss %.4f, dev accuracy %.4f",
+                 spec.name, epoch, epochs, train_loss, dev_accuracy)
+        if stop_loss is not None and train_loss < stop_loss:
+            log.info("%s: train loss below finetune.stop_loss=%g, stopping after epoch %d",
+                     spec.name, stop_loss, epoch)
+            break
+    progress.close()
+    return {"dev_accuracy": dev_accuracy, "train_loss": train_loss, "epochs": epoch,
+            "steps": epoch * steps_per_epoch, "n_train": n_train}
+
+
+def finetune(
+    train_path: str | os.PathLike,
+    dev_path: str | os.PathLike,
+    *,
+    spec: TaskSpec,
+    model_cfg: dict[str, Any],
+    train_cfg: dict[str, Any],
+    device: torch.device,
+    seed: int,
+    out_dir: str | os.PathLike,
+    bf16: bool = False,
+    start: str | os.PathLike | None = None,
+) -> dict[str, Any]:
+    """Train a classifier on `train_path`, evaluate on `dev_path`, save model + tokenizer.
+
+    `model_cfg` and `train_cfg` are config["model"] and config["finetune"]; a checkpoint of
+    source `finetuned` is not trained, only evaluated (its classes put in the task's order).
+    A scratch model starts from `start` (the shared checkpoint of `pretrain`) when given. The
+    same config and seed give the same numbers on CPU. `bf16`: train under bfloat16 autocast.
+    Returns the run's metrics.
+    """
+    started = time.monotonic()
+    train_df, dev_df = load_split(train_path, spec), load_split(dev_path, spec)
+    torch.manual_seed(seed)  # model initialisation and dropout
+    model, tokenizer = _build_model(spec, model_cfg, train_df, start)
+    model.to(device)
+
+    max_length = model_cfg["max_length"]
+    truncate = model_cfg.get("truncate", False)
+    dev = encode(dev_df, spec, tokenizer, max_length, truncate)
+    if model_cfg["source"] == "finetuned":
+        log.info("%s: %s is used as published, not trained", spec.name, model_cfg["pretrained"])
+        result = {
+            "dev_accuracy": accuracy(model, dev, train_cfg["batch_size"], device),
+            "train_loss": None, "epochs": 0, "steps": 0, "n_train": 0,
+        }
+    else:
+        train = encode(train_df, spec, tokenizer, max_length, truncate)
+        with out_of_memory_names("finetune.batch_size", train_cfg["batch_size"],
+                                 f"fine-tuning task {spec.name} (up to "
+                                 f"{train['input_ids'].shape[1]} tokens)"):
+            result = _train(model, train, dev, spec, train_cfg, device, seed, bf16)
+
+    with atomic_path(out_dir) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    return {
+        **result,
+        "n_dev": len(dev["labels"]),
+        "device": device_name(device),
+        "seconds": round(time.monotonic() - started, 1),
+    }
+
+
+def _masked(ids: torch.Tensor, maskable: torch.Tensor, rate: float, mask_id: int,
+            generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """(inputs, labels) of masked-LM: each maskable token replaced by [MASK] with probability
+    `rate` (always [MASK], not BERT's 80/10/10: the vocabulary is tiny and the point is only a
+    shared start), labels -100 where nothing is predicted."""
+    chosen = (torch.rand(ids.shape, generator=generator) < rate) & maskable
+    return ids.masked_fill(chosen, mask_id), ids.masked_fill(~chosen, -100)
+
+
+def pretrain(
+    train_paths: list[str | os.PathLike],
+    *,
+    specs: list[TaskSpec],
+    model_cfg: dict[str, Any],
+    pretrain_cfg: dict[str, Any],
+    device: torch.device,
+    seed: int,
+    out_dir: str | os.PathLike,
+) -> dict[str, Any]:
+    """The shared starting point of every task (model.pretrain): one word-level vocabulary
+    over all tasks' training words and one scratch BERT trained by masked-LM on all tasks'
+    training text, saved with its tokenizer. Fine-tuned from it (finetune's `start`), head h
+    of one task's model and head h of another's come from the same weights, as in the paper's
+    tasks fine-tuned from one BERT, so their importances can be compared. Returns metrics."""
+    started = time.monotonic()
+    frames = [(load_split(path, spec), spec)
+              for path, spec in zip(train_paths, specs, strict=True)]
+    words = sorted(set().union(*(training_words(df, spec) for df, spec in frames)))
+    tokenizer = build_tokenizer(words)
+    torch.manual_seed(seed)  # initialisation and dropout
+    model = BertForMaskedLM(scratch_config(model_cfg, tokenizer)).to(device)
+    texts: dict[str, list] = {"input_ids": [], "token_type_ids": []}
+    for df, spec in frames:  # encoded as the classifiers see them (segments, special tokens)
+        encoded = tokenizer(*split_texts(df, spec))
+        for key, values in texts.items():
+            values += encoded[key]
+    batch = tokenizer.pad(texts, return_tensors="pt")
+    ids, attention_mask = batch["input_ids"], batch["attention_mask"]
+    maskable = attention_mask.bool() & ~torch.isin(ids, torch.tensor(tokenizer.all_special_ids))
+    n, size, epochs = len(ids), pretrain_cfg["batch_size"], pretrain_cfg["epochs"]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=pretrain_cfg["learning_rate"],
+                                  weight_decay=0.01)
+    total_steps = epochs * math.ceil(n / size)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, _linear_schedule(max(1, total_steps // 10), total_steps))
+    generator = torch.Generator().manual_seed(seed)  # order and masks
+    log.info("pretrain: masked-LM on %d texts of %d tasks, vocabulary %d, %d epochs",
+             n, len(frames), len(tokenizer), epochs)
+    model.train()
+    for epoch in range(1, epochs + 1):
+        epoch_loss = 0.0
+        for rows in torch.randperm(n, generator=generator).split(size):
+            inputs, labels = _masked(ids[rows], maskable[rows], pretrain_cfg["mask_rate"],
+                                     tokenizer.mask_token_id, generator)
+            loss = model(input_ids=inputs.to(device), labels=labels.to(device),
+                         attention_mask=attention_mask[rows].to(device),
+                         token_type_ids=batch["token_type_ids"][rows].to(device)).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+            epoch_loss += loss.item() * len(rows)
+        log.info("pretrain epoch %d/%d: masked-LM loss %.4f", epoch, epochs, epoch_loss / n)
+    with atomic_path(out_dir) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    return {"mlm_loss": epoch_loss / n, "epochs": epochs, "texts": n, "vocabulary": len(tokenizer),
+            "device": device_name(device), "seconds": round(time.monotonic() - started, 1)}

@@ -1,0 +1,71 @@
+"""F with single attention edges zeroed: the occlusion baseline, and the forward passes the
+deletion curves of every method are measured with.
+
+Zeroing edge i → j of layer l means A^l_h,ij = 0 in every head h, the rows not renormalised
+(as Hao et al. scale attention), through the intervention point (`Intervention.edge_mask`).
+Many edge-masked copies of one example run in one forward pass; for families that can start
+from a cached hidden state, copies start at the lowest masked layer.
+
+    occlusion  O^l_ij = F(A) − F(A with edge i → j of layer l zeroed)   (i ≠ j; O^l_ii = 0)
+
+n(n−1) forward copies per layer and example.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import PreTrainedModel
+
+from attnlab.engine import models
+from attnlab.engine.capture import Captured, target_probability
+from attnlab.engine.intervention import Intervention
+
+
+def masked_f(
+    model: PreTrainedModel,
+    example: Captured,
+    keep: dict[int, torch.Tensor],
+    batch_size: int,
+) -> torch.Tensor:
+    """F of C copies of `example`, copy c with layer l's edges multiplied by keep[l][c]
+    ((C, n, n), 0 = zeroed, in every head), as (C,)."""
+    copies = len(next(iter(keep.values())))
+    start = min(keep) if models.family_of(model).split else None
+    out = []
+    with torch.no_grad():
+        for first in range(0, copies, batch_size):
+            rows = slice(first, first + batch_size)
+            intervention = Intervention(
+                edge_mask={layer: mask[rows, None] for layer, mask in keep.items()})
+            count = len(range(copies)[rows])
+            if start is None:
+                inputs = {k: v.expand(count, -1) for k, v in example.inputs.items()}
+                logits = models.logits(model, inputs, intervention)
+            else:
+                hidden = example.states[start].expand(count, -1, -1)
+                ones = torch.ones(hidden.shape[:2], dtype=torch.long, device=hidden.device)
+                mask = models.layer_mask(model, hidden, ones)
+                hidden = models.run_layers(model, hidden, mask, start, None, intervention)
+                logits = models.classify(model, hidden)
+            out.append(target_probability(logits, example.target))
+    return torch.cat(out)
+
+
+def off_diagonal(n: int) -> torch.Tensor:
+    """The n(n−1) flat indices i·n + j with i ≠ j, in row-major order."""
+    flat = torch.arange(n * n)
+    return flat[flat // n != flat % n]
+
+
+def occlusion(model: PreTrainedModel, example: Captured, batch_size: int) -> torch.Tensor:
+    """O^l_ij of every layer, as (L, n, n)."""
+    n = example.n_tokens
+    edges = off_diagonal(n)
+    keep = torch.ones(len(edges), n * n, device=example.probs.device)
+    keep[torch.arange(len(edges)), edges] = 0
+    keep = keep.view(-1, n, n)
+    scores = torch.zeros(example.probs.shape[0], n * n)
+    for layer in range(example.probs.shape[0]):
+        scores[layer, edges] = example.f_full - masked_f(model, example, {layer: keep},
+                                                         batch_size).cpu()
+    return scores.view(-1, n, n)

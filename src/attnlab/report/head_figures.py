@@ -1,0 +1,71 @@
+"""Figures of the head-importance stage: pruning curves and the cross-task correlation."""
+
+from __future__ import annotations
+
+import os
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+
+from attnlab.report.figures import save_figure
+
+
+def plot_per_layer(curves: pd.DataFrame, path: str | os.PathLike) -> None:
+    """Paper Fig. 3: accuracy against heads pruned per layer, one panel per task."""
+    curves = curves.assign(pruned=curves["ranking"] + ", " + curves["order"] + " first")
+    grid = sns.relplot(data=curves, x="k", y="accuracy", hue="pruned", col="task", kind="line",
+                       marker="o", height=3.2, facet_kws={"sharey": False})
+    grid.set_axis_labels("heads pruned in every layer (k)", "accuracy")
+    save_figure(grid.figure, path)
+
+
+def plot_global(curves: pd.DataFrame, path: str | os.PathLike) -> None:
+    """Paper Fig. 4: accuracy against the share of heads pruned, one line per importance method
+    (random: mean over seeds with its spread)."""
+    grid = sns.relplot(data=curves, x="percent", y="accuracy", hue="method", col="task",
+                       kind="line", marker="o", errorbar="sd", height=3.2,
+                       facet_kws={"sharey": False})
+    grid.set_axis_labels("heads pruned, lowest importance first (%)", "accuracy")
+    save_figure(grid.figure, path)
+
+
+def pruning_figures(
+    *,
+    per_layer_paths: list[str | os.PathLike],
+    global_paths: list[str | os.PathLike],
+    per_layer_png: str | os.PathLike,
+    global_png: str | os.PathLike,
+) -> None:
+    """Both pruning figures from every task's curve tables."""
+    plot_per_layer(pd.concat([pd.read_parquet(p) for p in per_layer_paths]), per_layer_png)
+    plot_global(pd.concat([pd.read_parquet(p) for p in global_paths]), global_png)
+
+
+def plot_task_correlation(
+    importance: pd.DataFrame, correlations: pd.DataFrame, path: str | os.PathLike
+) -> None:
+    """Paper Fig. 5: heatmap of Pearson r of attribution importance between tasks, and one
+    scatter of head importance per task pair."""
+    attribution = importance[importance["method"] == "attribution"]
+    wide = attribution.pivot_table(index=["layer", "head"], columns="task", values="importance",
+                                   sort=False)
+    names = list(wide.columns)
+    matrix = pd.DataFrame(np.eye(len(names)), index=names, columns=names)
+    for row in correlations.itertuples():
+        matrix.loc[row.task_a, row.task_b] = matrix.loc[row.task_b, row.task_a] = row.r
+    figure, axes = plt.subplots(1, 1 + len(correlations), squeeze=False,
+                                figsize=(3.6 * (1 + len(correlations)), 3.4))
+    axes = axes[0]
+    sns.heatmap(matrix, ax=axes[0], vmin=-1, vmax=1, cmap="vlag", annot=True, fmt=".2f",
+                square=True, cbar=False)
+    axes[0].set_title("Pearson r, attribution importance")
+    for ax, row in zip(axes[1:], correlations.itertuples(), strict=True):
+        sns.scatterplot(x=wide[row.task_a], y=wide[row.task_b], hue=wide.index.get_level_values(
+            "layer"), palette="viridis", ax=ax, legend=ax is axes[1])
+        ax.set_title(f"r = {row.r:.2f}")
+    if len(correlations):
+        axes[1].legend(title="layer", fontsize="small")
+    figure.tight_layout()
+    save_figure(figure, path)

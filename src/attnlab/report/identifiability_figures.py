@@ -1,0 +1,86 @@
+"""Figures of the identifiability stage (Brunner et al. 2020): effective attention, token
+identifiability, token mixing. One figure per task and analysis."""
+
+from __future__ import annotations
+
+import os
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import seaborn as sns
+
+from attnlab.report.figures import save_figure
+
+
+def plot_effective_attention(
+    per_head: pd.DataFrame, mass: pd.DataFrame, d_v: int, path: str | os.PathLike
+) -> None:
+    """Brunner et al. Fig. 1-2: r(A, A_eff) against sequence length, one line per layer (mean
+    over heads and examples), d_v marked; then, per token category, the mean raw and effective
+    attention mass on it per head, over the sequences longer than d_v (all when none is)."""
+    categories = list(dict.fromkeys(mass["category"]))
+    figure, axes = plt.subplots(1, 1 + len(categories), squeeze=False,
+                                figsize=(4.2 * (1 + len(categories)), 3.6))
+    axes = axes[0]
+    sns.lineplot(data=per_head, x="length", y="pearson_r", hue="layer", marker="o",
+                 palette="viridis", errorbar=None, ax=axes[0])
+    axes[0].axvline(d_v, color="grey", linestyle="--", label=f"d_v = {d_v}")
+    axes[0].set(xlabel="sequence length (tokens)", ylabel="Pearson r(A, A_eff)",
+                title="raw vs effective attention")
+    axes[0].legend(fontsize="small", title="layer")
+    long_ = mass[mass["length"] > d_v]
+    which = f"sequences > {d_v} tokens" if len(long_) else f"all sequences (none > {d_v})"
+    data = long_ if len(long_) else mass
+    data = data.assign(head="L" + data["layer"].astype(str) + "H" + data["head"].astype(str))
+    tidy = data.melt(id_vars=["head", "category"], value_vars=["raw", "effective"],
+                     var_name="attention", value_name="mass")
+    for ax, category in zip(axes[1:], categories, strict=True):
+        sns.barplot(data=tidy[tidy["category"] == category], x="head", y="mass",
+                    hue="attention", errorbar=None, legend=ax is axes[1], ax=ax)
+        ax.set(xlabel="head", ylabel="mean attention mass",
+               title=f"attention to {category}\n({which})")
+        ax.tick_params(axis="x", labelrotation=90, labelsize="small")
+        ax.axhline(0, color="black", linewidth=0.5)
+    axes[1].legend(fontsize="small", loc="lower right", framealpha=0.9)
+    figure.tight_layout()
+    save_figure(figure, path)
+
+
+def plot_token_identifiability(rates: pd.DataFrame, path: str | os.PathLike) -> None:
+    """Brunner et al. Fig. 3: identifiability rate against layer, one line per map g (colour)
+    and loss (dashes); layer 0 is the input embeddings."""
+    figure, ax = plt.subplots(figsize=(5.2, 3.8))
+    sns.lineplot(data=rates, x="layer", y="rate", hue="map", style="loss", markers=True, ax=ax)
+    ax.set(xlabel="layer (0 = input embeddings)", ylabel="tokens identified (share)",
+           title=f"token identifiability, {rates['task'].iloc[0]}", ylim=(-0.02, 1.02))
+    ax.set_xticks(sorted(rates["layer"].unique()))
+    ax.legend(fontsize="small")
+    figure.tight_layout()
+    save_figure(figure, path)
+
+
+def plot_token_mixing(
+    tokens: pd.DataFrame, offsets: pd.DataFrame, path: str | os.PathLike, max_offset: int = 8
+) -> None:
+    """Brunner et al. Fig. 4-5: per layer, the share of tokens whose largest contributor is their
+    own input, the distribution of the self-contribution, and the mean contribution by relative
+    offset i − j (|i − j| <= max_offset)."""
+    figure, axes = plt.subplots(1, 3, figsize=(14, 3.8))
+    share = tokens.groupby("layer")["top_is_self"].mean().reset_index()
+    sns.barplot(data=share, x="layer", y="top_is_self", color="tab:blue", ax=axes[0])
+    axes[0].set(ylim=(0, 1.05), ylabel="share of tokens", xlabel="layer",
+                title="own input is the largest contributor")
+    sns.boxplot(data=tokens, x="layer", y="self_contribution", color="tab:orange",
+                showfliers=False, ax=axes[1])
+    axes[1].set(ylabel="contribution of own input", xlabel="layer",
+                title="self-contribution (box: quartiles)")
+    near = offsets[offsets["offset"].abs() <= max_offset]
+    sns.lineplot(data=near, x="offset", y="mean_contribution", hue="layer", palette="viridis",
+                 marker="o", ax=axes[2])
+    axes[2].set(xlabel="relative offset i − j (input i, hidden token j)",
+                ylabel="mean contribution", title="contribution by relative offset")
+    estimators = tokens.drop_duplicates("example")["estimator"].value_counts()
+    figure.suptitle(f"token mixing, {tokens['task'].iloc[0]}: " + ", ".join(
+        f"{count} examples {name}" for name, count in estimators.items()), fontsize="medium")
+    figure.tight_layout()
+    save_figure(figure, path)

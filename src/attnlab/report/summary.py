@@ -1,0 +1,215 @@
+"""The run's own pages of the `snakemake --report`: a run summary and the table of claims.
+
+* Run summary: wall time and memory per stage (from Snakemake's `benchmark:` files), the device
+  and dev accuracy of every fine-tuned model, the library and package versions, and the
+  configuration with its defaults filled in.
+* Claims: the claims tables of every stage in one table (each a paper's statement judged on
+  this run, see `attnlab.analyses.claims`), with what the paper states beside each claim when the
+  configuration names the paper (`report.papers`, files in workflow/report/findings/). A run
+  over several seeds (config `seeds`) shows each claim once: its metric's mean and 95 %
+  interval over the seeds, the value of every seed, and "holds in k of n seeds".
+
+Both are HTML pages, which the report shows as they are.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from attnlab.plumbing.outputs import provenance
+from attnlab.report.html_pages import page, table_html, write_page
+
+# A seed's outputs are in results/<name>/seed=<s>/ (config `seeds`).
+SEED_FOLDER = re.compile(r"(?:^|/)seed=(\d+)/")
+# Student's t, 0.975 quantile, by degrees of freedom: the half-width of a 95 % interval of a
+# mean over n seeds is T_975[n - 1] * sd / sqrt(n). Beyond 30 the value for 30 (conservative).
+T_975 = [math.nan, 12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+         2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074,
+         2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
+
+
+def seed_of(path: str | os.PathLike) -> int | None:
+    """The seed of an output of a replicated run (in a seed=<s> folder); None otherwise."""
+    match = SEED_FOLDER.search(Path(path).as_posix())
+    return int(match[1]) if match else None
+
+
+def interval95(values: list[float]) -> tuple[float, float]:
+    """The 95 % interval of the mean of `values` (Student's t; NaN for fewer than two)."""
+    n = len(values)
+    if n < 2:
+        return math.nan, math.nan
+    mean = sum(values) / n
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    half = T_975[min(n - 1, len(T_975) - 1)] * sd / math.sqrt(n)
+    return mean - half, mean + half
+
+
+def over_seeds(claims: pd.DataFrame) -> pd.DataFrame:
+    """One row per claim of a claims table with a `seed` column: `value` the mean over the seeds
+    whose verdict is not "not testable", `ci95` its 95 % interval, `per_seed` every seed's value
+    and verdict (+ holds, - does not, ? not testable), `verdict` "holds in k of n seeds"."""
+    marks = {"holds": "+", "does not hold": "-", "not testable": "?"}
+    rows = []
+    keys = ["stage", "task", "claim"]
+    for key, group in claims.sort_values("seed").groupby(keys, dropna=False, sort=False):
+        tested = group[group["verdict"] != "not testable"]
+        values = [float(v) for v in tested["value"] if not pd.isna(v)]
+        low, high = interval95(values)
+        verdict = (f"holds in {(tested['verdict'] == 'holds').sum()} of {len(tested)} seeds"
+                   if len(tested) else "not testable")
+        if len(tested) and len(tested) < len(group):
+            verdict += f" (not testable in {len(group) - len(tested)})"
+        rows.append({
+            **dict(zip(keys, key, strict=True)),
+            # a metric may name a count that differs between seeds (the examples it was judged
+            # on): the first seed's words stand for all
+            "metric": group["metric"].iloc[0],
+            "value": sum(values) / len(values) if values else math.nan,
+            "ci95": "—" if math.isnan(low) else f"[{low:.4g}, {high:.4g}]",
+            "per_seed": ", ".join(f"{s}: {v:.4g} {marks[verdict]}" for s, v, verdict in
+                                  zip(group["seed"], group["value"], group["verdict"],
+                                      strict=True)),
+            "verdict": verdict,
+        })
+    return pd.DataFrame(rows, columns=[*keys, "metric", "value", "ci95", "per_seed", "verdict"])
+
+
+def _provenance(origin: dict[str, Any]) -> str:
+    return f"<pre>{html.escape(json.dumps(origin, indent=2, sort_keys=True, default=str))}</pre>"
+
+
+def stage_times(benchmarks: dict[str, list[str | os.PathLike]]) -> pd.DataFrame:
+    """Per stage (rule): jobs, summed and longest wall time (s), largest peak memory (MB).
+
+    `benchmarks` maps each rule to the `benchmark:` files of its jobs (Snakemake's TSV: `s`
+    is the wall time in seconds, `max_rss` the peak resident memory in MB).
+    """
+    rows = []
+    for rule, paths in benchmarks.items():
+        runs = pd.concat([pd.read_csv(path, sep="\t") for path in paths])
+        rows.append({"stage": rule, "jobs": len(paths), "wall_s_total": runs["s"].sum(),
+                     "wall_s_longest_job": runs["s"].max(),
+                     "peak_memory_mb": pd.to_numeric(runs["max_rss"], errors="coerce").max()})
+    table = pd.DataFrame(rows, columns=["stage", "jobs", "wall_s_total", "wall_s_longest_job",
+                                        "peak_memory_mb"])
+    total = {"stage": "all stages", "jobs": table["jobs"].sum(),
+             "wall_s_total": table["wall_s_total"].sum()}
+    return pd.concat([table, pd.DataFrame([total])], ignore_index=True)
+
+
+def run_summary(
+    config: dict[str, Any],
+    *,
+    benchmarks: dict[str, list[str | os.PathLike]],
+    finetune_metrics: list[str | os.PathLike],
+    out: str | os.PathLike,
+) -> None:
+    """Write the run summary page at `out`: times per stage, fine-tuned models, versions and
+    the configuration."""
+    models = pd.DataFrame([
+        {"task": Path(path).parent.name, "seed": seed_of(path),
+         **{key: metrics.get(key) for key in (
+             "device", "dev_accuracy", "epochs", "steps", "n_train", "n_dev", "seconds")}}
+        for path in finetune_metrics for metrics in [json.loads(Path(path).read_text())]
+    ])
+    if models["seed"].isna().all():  # one run: its seed is in the configuration below
+        models = models.drop(columns="seed")
+    origin = provenance()
+    versions = pd.DataFrame(
+        [{"component": "attnlab code version", "version": origin["code_version"]},
+         {"component": "python", "version": origin["python"]},
+         *({"component": name, "version": version}
+           for name, version in origin["packages"].items())])
+    times = stage_times(benchmarks)
+    sections = [
+        ("Wall time per stage",
+         "<p>Summed over the stage's jobs, which may have run in parallel; from the "
+         "<code>benchmark:</code> files in <code>benchmarks/</code>.</p>" + table_html(times)),
+        ("Fine-tuned models (device, dev accuracy)", table_html(models)),
+        ("Versions", table_html(versions)),
+        ("Configuration (defaults filled in)",
+         f"<pre>{html.escape(yaml.safe_dump(config, sort_keys=False))}</pre>"),
+    ]
+    write_page(out, page(f"Run summary: {config['name']}", sections))
+
+
+def load_findings(paths: list[str | os.PathLike]) -> pd.DataFrame:
+    """The stated findings of the papers in `paths` (YAML: `title`, `findings` with `stage`,
+    `claim`, optional `task`, and `paper`, what the paper states)."""
+    rows = []
+    for path in paths:
+        document = yaml.safe_load(Path(path).read_text())
+        rows += [{"task": None, **finding, "source": document["title"]}
+                 for finding in document["findings"]]
+    return pd.DataFrame(rows, columns=["stage", "claim", "task", "paper", "source"])
+
+
+def claims_table(
+    claims_paths: list[str | os.PathLike],
+    *,
+    findings_paths: list[str | os.PathLike],
+    out: str | os.PathLike,
+    origin: dict[str, Any],
+) -> pd.DataFrame:
+    """Gather every stage's claims into one HTML table at `out`, each beside what the papers in
+    `findings_paths` state about it (a finding naming a task is about that task's row only), and
+    the findings this run did not test. The claims of a run over several seeds (paths in
+    seed=<s> folders) are aggregated over the seeds (over_seeds). Returns the table."""
+    claims = pd.concat([pd.read_parquet(path).assign(seed=seed_of(path))
+                        for path in claims_paths], ignore_index=True)
+    if "task" not in claims:
+        claims["task"] = None
+    seeds = sorted(set(claims["seed"].dropna().astype(int)))
+    claims = claims[["stage", "task", "claim", "metric", "value", "verdict", "seed"]]
+    claims = over_seeds(claims) if seeds else claims.drop(columns="seed")
+    findings = load_findings(findings_paths)
+
+    def about(finding: pd.Series, claim: pd.Series) -> bool:
+        return (finding["stage"], finding["claim"]) == (claim["stage"], claim["claim"]) and (
+            pd.isna(finding["task"]) or finding["task"] == claim["task"])
+
+    stated = [[f for _, f in findings.iterrows() if about(f, c)] for _, c in claims.iterrows()]
+    # a finding about one task is more precise than one about every task
+    stated = [sorted(fs, key=lambda f: pd.isna(f["task"]))[:1] for fs in stated]
+    claims["paper"] = [fs[0]["paper"] if fs else None for fs in stated]
+    claims["source"] = [fs[0]["source"] if fs else None for fs in stated]
+    untested = findings[[not any(about(f, c) for _, c in claims.iterrows())
+                         for _, f in findings.iterrows()]]
+    table = pd.concat([claims, untested.assign(verdict="not tested by this run")],
+                      ignore_index=True)
+    replicated = ["ci95", "per_seed"] if seeds else []
+    table = table[["stage", "task", "claim", "paper", "metric", "value", *replicated, "verdict",
+                   "source"]]
+
+    if seeds:
+        verdicts = table["verdict"].str.extract(r"holds in (\d+) of (\d+)").astype(float)
+        counts = (f"{(verdicts[0] == verdicts[1]).sum()} hold in every seed, "
+                  f"{((verdicts[0] > 0) & (verdicts[0] < verdicts[1])).sum()} in some, "
+                  f"{(verdicts[0] == 0).sum()} in none, {verdicts[0].isna().sum()} untested")
+        heading = f"Every stage's claims over {len(seeds)} seeds ({', '.join(map(str, seeds))})"
+        how = (" <i>value</i> is the mean over the seeds, <i>ci95</i> its 95 % interval "
+               "(Student's t), <i>per_seed</i> each seed's value (+ holds, - does not, "
+               "? not testable).")
+    else:
+        counts = ", ".join(f"{n} {verdict}"
+                           for verdict, n in table["verdict"].value_counts().items())
+        heading, how = "Every stage's claims, judged on this run", ""
+    shown = table if findings_paths else table.drop(columns=["paper", "source"])
+    note = "; <i>paper</i> is what the paper states" if findings_paths else ""
+    write_page(out, page("Claims", [
+        (heading,
+         f"<p>{html.escape(counts)}. Each metric names the threshold of its verdict{note}."
+         f"{how}</p>" + table_html(shown)),
+        ("Provenance", _provenance(origin)),
+    ]))
+    return table

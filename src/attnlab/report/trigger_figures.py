@@ -1,0 +1,41 @@
+"""Figures of the trigger stages: the attack with the mined triggers."""
+
+from __future__ import annotations
+
+import os
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import seaborn as sns
+
+from attnlab.report.figures import save_figure
+
+
+def plot_attack(summary: pd.DataFrame, path: str | os.PathLike) -> None:
+    """Accuracy on the examples of the other classes before and after inserting each mined
+    trigger, and after inserting random tokens at the same positions.
+
+    summary: one row per trigger with columns trigger, before, trigger_after, random_after.
+    """
+    if summary.empty:  # no pattern passed the mining's filters
+        figure, ax = plt.subplots(figsize=(5.0, 2.0))
+        ax.text(0.5, 0.5, "no triggers were mined", ha="center", va="center")
+        ax.set_axis_off()
+        save_figure(figure, path)
+        return
+    long = summary.melt(id_vars="trigger", value_vars=["before", "trigger_after", "random_after"],
+                        var_name="input", value_name="accuracy")
+    long["input"] = long["input"].map({"before": "unchanged", "trigger_after": "with trigger",
+                                       "random_after": "with random tokens"})
+    figure, ax = plt.subplots(figsize=(max(5.0, 0.9 * len(summary) + 2), 3.6))
+    sns.barplot(data=long, x="trigger", y="accuracy", hue="input", ax=ax,
+                palette=["0.6", "tab:red", "tab:blue"])
+    ax.set_ylim(0, 1.05)
+    ax.set_xlabel("")
+    ax.set_ylabel("accuracy on the other classes")
+    ax.tick_params(axis="x", labelrotation=30, labelsize=8)
+    for label in ax.get_xticklabels():
+        label.set_horizontalalignment("right")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # clear of the bars
+    figure.tight_layout()
+    save_figure(figure, path)
