@@ -13,8 +13,9 @@ other jobs falls on all variants alike. Prints one JSON object; `speedup` is nai
 variant seconds (machines here are noisy, so compare ratios); `target` checks the engine's
 default against the naive loop (>= 6x faster at a smaller median completeness error).
 
-With --shard-examples N it also attributes N examples end to end through `attribute_shard`
-(model and dev split read from disk, batch size `--batch-size`, auto by default, dump written):
+With --shard-examples N it also attributes N examples end to end as an attribute job does
+(`attribute_end_to_end`: model and dev split read from disk, the engine's dump rows
+(`attnlab.engine.dump_rows`) at batch size `--batch-size`, auto by default, dump written):
 examples/s, peak memory, the FLOPs the passes did (estimated from the model's shape and each
 example's gradient nodes) and their share of the device's peak; `gpu_target` checks >= 100
 examples/s. With --precision tf32 or bf16 the same examples are attributed in fp32 too (not
@@ -51,12 +52,12 @@ from measure import (
 )
 from transformers import BertConfig, BertForSequenceClassification
 
-from attnlab.data.dumps import SCHEMA, read_dump
-from attnlab.data.tasks import TaskSpec
+from attnlab.data.dumps import SCHEMA, read_dump, write_dump
+from attnlab.data.tasks import TaskSpec, load_split
 from attnlab.data.tokenization import build_tokenizer
 from attnlab.engine import models
 from attnlab.engine.attribution import Attribution, _softmax, attribute, quadrature
-from attnlab.engine.attribution_shards import attribute_shard, example_row
+from attnlab.engine.dump_rows import dump_rows, example_row
 from attnlab.engine.intervention import Intervention
 from attnlab.plumbing.device import EncoderShape, set_precision
 
@@ -134,7 +135,7 @@ def naive_flops(shape: EncoderShape, tokens: int, steps: int) -> float:
 def write_model_and_dev(model, folder: Path, n_examples: int, tokens: int, seed: int
                         ) -> tuple[Path, Path, TaskSpec]:
     """The model with a word-level tokenizer, and a dev split of `n_examples` random sentences
-    of exactly `tokens` tokens ([CLS] and [SEP] included), as attribute_shard reads them."""
+    of exactly `tokens` tokens ([CLS] and [SEP] included), as an attribute job reads them."""
     words = [f"w{k}" for k in range(1000)]
     tokenizer = build_tokenizer(words)
     model.save_pretrained(folder / "model")
@@ -157,13 +158,26 @@ def shard_cfg(args: argparse.Namespace) -> dict:
     batch = args.batch_size if args.batch_size == "auto" else int(args.batch_size)
     return {**DUMP_CFG, "quadrature": args.shard_rule, "steps": args.shard_steps,
             "tolerance": engine["tolerance"], "max_steps": engine["max_steps"],
-            "scan_steps": engine["scan_steps"], "batch_size": batch, "target": "gold",
-            "max_examples": None}
+            "scan_steps": engine["scan_steps"], "batch_size": batch, "target": "gold"}
+
+
+def attribute_end_to_end(model_dir: Path, dev_path: Path, spec: TaskSpec, cfg: dict,
+                         model_cfg: dict, device: torch.device, out_path: Path,
+                         bf16: bool = False) -> int:
+    """What an attribute job does with its shard (attnlab.stages.attribute): read the model
+    and the examples, attribute them into dump rows, write the dump; returns the rows per
+    pass it took."""
+    model, tokenizer = models.load_classifier(model_dir, device)
+    attributed = dump_rows(model, tokenizer, load_split(dev_path, spec), spec, cfg, model_cfg,
+                           device=device, bf16=bf16)
+    write_dump(attributed.rows, out_path,
+               {"n_layers": attributed.n_layers, "n_heads": attributed.n_heads})
+    return attributed.batch_size
 
 
 def end_to_end(model, config: BertConfig, args: argparse.Namespace, device: torch.device,
                precision: str) -> dict:
-    """Attribute --shard-examples examples through attribute_shard, timed, with its dump's
+    """Attribute --shard-examples examples end to end, timed, with its dump's
     FLOPs and the peak memory; against fp32 on the same examples when precision is not fp32."""
     cfg = shard_cfg(args)
     shape = EncoderShape.of(config)
@@ -174,10 +188,8 @@ def end_to_end(model, config: BertConfig, args: argparse.Namespace, device: torc
         model_cfg = {"max_length": args.tokens, "truncate": False}
         reset_peak_memory(device)
         start = time.perf_counter()
-        summary = attribute_shard(model_dir, dev_path, spec=spec, attribution_cfg=cfg,
-                                  model_cfg=model_cfg, shard=0, n_shards=1, device=device,
-                                  out_path=folder / "dump.parquet", provenance={},
-                                  bf16=precision == "bf16")
+        batch_size = attribute_end_to_end(model_dir, dev_path, spec, cfg, model_cfg, device,
+                                          folder / "dump.parquet", bf16=precision == "bf16")
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         seconds = time.perf_counter() - start
@@ -191,7 +203,7 @@ def end_to_end(model, config: BertConfig, args: argparse.Namespace, device: torc
             else f"{cfg['quadrature']}_{cfg['steps']}",
             "tolerance": cfg["tolerance"], "examples": len(dump), "seconds": round(seconds, 2),
             "examples_per_s": round(len(dump) / seconds, 2),
-            "batch_size": summary["batch_size"], "memory": memory,
+            "batch_size": batch_size, "memory": memory,
             "grad_nodes_mean": float(np.stack(dump["grad_nodes"]).mean()),
             "within_tolerance": float(
                 (np.abs(np.stack(dump["residual"])) <= cfg["tolerance"]).mean()),
@@ -199,9 +211,8 @@ def end_to_end(model, config: BertConfig, args: argparse.Namespace, device: torc
         }
         if precision != "fp32":
             set_precision("fp32", device)
-            attribute_shard(model_dir, dev_path, spec=spec, attribution_cfg=cfg,
-                            model_cfg=model_cfg, shard=0, n_shards=1, device=device,
-                            out_path=folder / "fp32.parquet", provenance={})
+            attribute_end_to_end(model_dir, dev_path, spec, cfg, model_cfg, device,
+                                 folder / "fp32.parquet")
             set_precision(args.precision, device)
             exact, _ = read_dump(folder / "fp32.parquet")
             maxima = [np.stack(d["attr_max"]) for d in (dump, exact)]
@@ -232,7 +243,7 @@ def main() -> None:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--precision", choices=("fp32", "tf32", "bf16"), default="fp32")
     parser.add_argument("--shard-examples", type=int, default=0,
-                        help="examples attributed end to end through attribute_shard (0: none)")
+                        help="examples attributed end to end as an attribute job does (0: none)")
     parser.add_argument("--shard-rule", default="adaptive",
                         choices=("adaptive", "riemann_right", "riemann_left", "gauss_legendre"))
     parser.add_argument("--shard-steps", type=int, default=20, help="nodes of a fixed rule")

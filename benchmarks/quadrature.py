@@ -2,7 +2,7 @@
 
 For every task of the configuration, the first `--examples` dev examples are attributed by every
 rule of `attnlab.analyses.quadrature_study.RULES` (Riemann 20/64, Gauss-Legendre 6/16/64, adaptive
-at 1e-2/1e-3/1e-4) through the workflow's own `attribute_shard`, and compared with a converged
+at 1e-2/1e-3/1e-4) into the workflow's own dump rows, and compared with a converged
 reference the study computes itself (composite Gauss-Legendre, checked by halving). Prints one JSON
 object (per task and rule: completeness error, per-head maximum attribution error, gradient
 evaluations, seconds per example and their ratio to Gauss-Legendre 6) and writes the
@@ -21,11 +21,13 @@ from pathlib import Path
 import torch
 from measure import write_report
 
-from attnlab.analyses.quadrature_study import plot_study, study
-from attnlab.data.tasks import TaskSpec
+from attnlab.analyses.quadrature_study import study
+from attnlab.data.tasks import TaskSpec, load_split
+from attnlab.engine.models import load_classifier
 from attnlab.plumbing.config import read_config_file, validate_config
 from attnlab.plumbing.errors import ConfigError, stop
 from attnlab.plumbing.preflight import check_config
+from attnlab.report.quadrature_figures import plot_study
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,14 +54,14 @@ def main() -> None:
     if missing:
         raise SystemExit(f"no trained model of {', '.join(missing)} under {results}/finetune: "
                          f"run `make run CONFIG={args.config}` first")
-    report = {
-        task: study(results / "finetune" / task / "model", results / "data" / task / "dev.parquet",
-                    spec=TaskSpec.from_config(task,
-                                              task_cfg), attribution_cfg=config["attribution"],
-                    model_cfg=config["model"], examples=args.examples,
-                    device=torch.device("cpu"))
-        for task, task_cfg in config["tasks"].items()
-    }
+    cpu = torch.device("cpu")
+    report = {}
+    for task, task_cfg in config["tasks"].items():
+        spec = TaskSpec.from_config(task, task_cfg)
+        model, tokenizer = load_classifier(results / "finetune" / task / "model", cpu)
+        dev = load_split(results / "data" / task / "dev.parquet", spec)
+        report[task] = study(model, tokenizer, dev.iloc[: args.examples].reset_index(drop=True),
+                             spec, config["attribution"], config["model"], device=cpu)
     Path(args.figure).parent.mkdir(parents=True, exist_ok=True)
     plot_study(report, args.figure)
     write_report({"config": args.config, "figure": args.figure, "tasks": report}, None)

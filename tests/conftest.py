@@ -1,5 +1,6 @@
 """Shared test fixtures. Everything runs offline, on CPU, with one thread."""
 
+import json
 import multiprocessing
 import os
 from collections.abc import Callable
@@ -77,19 +78,22 @@ def _train_default_task(name: str, folder: Path) -> dict:
     values and seed, unless ATTNLAB_TEST_SEED or ATTNLAB_TEST_THREADS say otherwise) into
     `folder`; returns the training metrics."""
     # imported here, after HF_HUB_OFFLINE is set above
-    from attnlab.data.tasks import TaskSpec, prepare_task
-    from attnlab.engine.training import finetune
+    from attnlab.data.tasks import prepare_task
+    from attnlab.model_job import ModelJob
+    from attnlab.stages import finetune
 
-    torch.set_num_threads(TRAIN_THREADS)
     task = DEFAULT_CONFIG["tasks"][name]
     prepare_task(name, task, DEFAULT_CONFIG["seed"], folder / "train.parquet",
                  folder / "dev.parquet")
-    return finetune(
-        folder / "train.parquet", folder / "dev.parquet", spec=TaskSpec.from_config(name, task),
-        model_cfg={"truncate": False, **DEFAULT_CONFIG["model"]},
-        train_cfg={**DEFAULT_CONFIG["finetune"], **task.get("finetune", {})},
-        device=torch.device("cpu"), seed=TRAIN_SEED, out_dir=folder / "model",
+    job = ModelJob.from_config(
+        "finetune", {**DEFAULT_CONFIG, "device": "cpu"}, task=name, seed=TRAIN_SEED,
+        threads=TRAIN_THREADS,
+        inputs={"train": folder / "train.parquet", "dev": folder / "dev.parquet",
+                "pretrained": None, "start": None},
+        outputs={"model": folder / "model", "metrics": folder / "metrics.json"},
     )
+    finetune.run(job)
+    return json.loads((folder / "metrics.json").read_text())
 
 
 @pytest.fixture(scope="session")

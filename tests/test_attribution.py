@@ -3,6 +3,10 @@ brute-force reference."""
 
 from __future__ import annotations
 
+import inspect
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -18,8 +22,12 @@ from attnlab.engine.attribution import (
     _Runner,
     attribute,
     composite_gauss_legendre,
+    engine_options,
     quadrature,
 )
+from attnlab.plumbing.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
@@ -319,3 +327,22 @@ def test_under_bf16_autocast_the_integral_and_attr_stay_full_precision():
     change = ((low.attr - exact.attr).abs().amax(dim=(2, 3, 4)) / scale).max()
     assert 1e-5 < change < 0.05
     assert low.residual.abs().max() < 2e-3
+
+
+def engine_keys() -> list[str]:
+    """The attribution keys of ENGINE, the params every attributing rule passes
+    (workflow/rules/common.smk)."""
+    common = (ROOT / "workflow" / "rules" / "common.smk").read_text()
+    match = re.search(r'^ENGINE = tuple\(f"attribution\.\{key\}" for key in\s*\(([^)]*)\)\)',
+                      common, flags=re.M)
+    assert match, "ENGINE is no longer a tuple of attribution keys in common.smk"
+    return re.findall(r'"(\w+)"', match[1])
+
+
+def test_engine_options_reads_exactly_the_keys_the_rules_pass():
+    keys = engine_keys()
+    # a distinct value per key, so that each argument shows which key it came from
+    values = {key: f"value of {key}" for key in keys}
+    options = engine_options(Settings(values))  # a key ENGINE lacks would fail here
+    assert sorted(options.values()) == sorted(values.values())  # and every key is read
+    assert set(options) <= set(inspect.signature(attribute).parameters)

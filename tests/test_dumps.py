@@ -2,23 +2,32 @@
 
 from __future__ import annotations
 
+import json
 import math
+from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from conftest import DEFAULT_CONFIG
 from transformers import BertConfig, BertForSequenceClassification
 
 from attnlab.analyses.attribution_summary import summarise_task
-from attnlab.data.dumps import read_dump, read_task_dump, write_dump
+from attnlab.analyses.claims import COLUMNS
+from attnlab.data.dumps import dump_frame, read_dump, read_task_dump, write_dump
 from attnlab.data.tasks import TaskSpec, load_split, prepare_task
 from attnlab.data.tokenization import build_tokenizer, training_words
-from attnlab.engine import attribution_shards
+from attnlab.engine import dump_rows
 from attnlab.engine.attribution import Attribution
-from attnlab.engine.attribution_shards import attribute_shard, example_row, shard_rows
+from attnlab.engine.dump_rows import example_row
+from attnlab.engine.models import load_classifier
+from attnlab.job import Job
+from attnlab.model_job import ModelJob
 from attnlab.plumbing.device import CPU_BATCH_SIZE
 from attnlab.plumbing.errors import AttnlabError, ConfigError
+from attnlab.stages import attribute, summarise_attributions
 
 CFG = {"top_pairs": 3, "keep_full": False, "edge_min_fraction": 0.1, "max_edges_per_layer": 256}
 
@@ -141,7 +150,8 @@ def test_interrupted_write_leaves_no_file(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("n_examples,n_shards", [(10, 3), (2, 4), (0, 2), (7, 1)])
 def test_shards_cover_every_example_once(n_examples, n_shards):
-    covered = [i for shard in range(n_shards) for i in shard_rows(n_examples, shard, n_shards)]
+    covered = [i for shard in range(n_shards)
+               for i in attribute.shard_rows(n_examples, shard, n_shards)]
     assert covered == list(range(n_examples))
 
 
@@ -176,6 +186,18 @@ def test_summary_fails_when_the_config_asks_for_other_shards(tmp_path):
         summarise_task(paths, 3, tolerance=1e-3)
 
 
+def test_the_summary_stage_writes_the_summary_and_no_claims_without_planted_pairs(tmp_path):
+    paths = _shard_files(tmp_path, [(0, 2), (1, 2)])
+    config = {**DEFAULT_CONFIG, "attribution": {**DEFAULT_CONFIG["attribution"], "shards": 2}}
+    out = {"summary": tmp_path / "summary.json", "claims": tmp_path / "claims.parquet"}
+    summarise_attributions.run(Job.from_config("summarise_attributions", config, task="syn_mnli",
+                                               inputs={"parts": paths}, outputs=out))
+    summary = json.loads(out["summary"].read_text())
+    assert summary["examples"] == 2 and summary["planted_pair_recovery"]["examples"] == 0
+    claims = pd.read_parquet(out["claims"])
+    assert claims.empty and list(claims.columns) == ["task", *COLUMNS]
+
+
 def test_summary_reports_relative_and_absolute_completeness_error(tmp_path):
     row = example_row(random_result(n_examples=1, real=(6,)), 0, CFG)
     row.update(idx=0, label=0, tokens=["w"] * 6, segments=[0] * 6, planted_i=None, planted_j=None)
@@ -202,12 +224,11 @@ def test_row_records_the_residual_and_nodes_of_every_layer():
     assert row["residual"] == pytest.approx(result.residual[1].tolist(), rel=1e-6)
 
 
-@pytest.fixture
-def tiny_shard(tmp_path, pair_task):
-    """A random tiny BERT saved with its word-level tokenizer, and a small synthetic dev split:
-    what attribute_shard reads (spec, model folder, dev path)."""
+def tiny_task_model(folder: Path, pair_task: dict) -> tuple[dict, Path, Path]:
+    """A random tiny BERT saved with its word-level tokenizer, and a small synthetic dev split,
+    in `folder`: what rule attribute reads (its task's section, model folder, dev path)."""
     pair_task["synthetic"].update(n_train=40, n_dev=6)
-    train, dev = tmp_path / "train.parquet", tmp_path / "dev.parquet"
+    train, dev = folder / "train.parquet", folder / "dev.parquet"
     prepare_task("syn_mnli", pair_task, 0, train, dev)
     spec = TaskSpec.from_config("syn_mnli", pair_task)
     tokenizer = build_tokenizer(training_words(load_split(train, spec), spec))
@@ -215,21 +236,31 @@ def tiny_shard(tmp_path, pair_task):
     model = BertForSequenceClassification(BertConfig(
         vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
         intermediate_size=48, num_labels=3, initializer_range=0.1))
-    model.save_pretrained(tmp_path / "model")
-    tokenizer.save_pretrained(tmp_path / "model")
-    return spec, tmp_path / "model", dev
+    model.save_pretrained(folder / "model")
+    tokenizer.save_pretrained(folder / "model")
+    return pair_task, folder / "model", dev
+
+
+@pytest.fixture
+def tiny_shard(tmp_path, pair_task):
+    return tiny_task_model(tmp_path, pair_task)
 
 
 SHARD_CFG = {**DEFAULT_CONFIG["attribution"], "batch_size": "auto", "quadrature": "gauss_legendre",
              "steps": 6}
-MODEL_CFG = {"max_length": 64, "truncate": False}
+MODEL_CFG = {**DEFAULT_CONFIG["model"], "max_length": 64, "truncate": False}
 
 
-def run_shard(tiny_shard, path, cfg=SHARD_CFG, **kwargs):
-    spec, model_dir, dev = tiny_shard
-    return attribute_shard(model_dir, dev, spec=spec, attribution_cfg=cfg, model_cfg=MODEL_CFG,
-                           shard=0, n_shards=1, device=torch.device("cpu"), out_path=path,
-                           provenance={}, **kwargs)
+def run_shard(tiny_shard, path, cfg=SHARD_CFG) -> dict:
+    """Rule attribute's job for shard 0 of 1 of the tiny task, on the CPU; its summary."""
+    task, model_dir, dev = tiny_shard
+    config = {**DEFAULT_CONFIG, "tasks": {"syn_mnli": task}, "attribution": cfg,
+              "model": MODEL_CFG, "device": "cpu"}
+    job = ModelJob.from_config("attribute", config, task="syn_mnli",
+                               inputs={"model": model_dir, "dev": dev},
+                               outputs={"part": path, "summary": path.with_suffix(".json")})
+    attribute.run(replace(job, wildcards={**job.wildcards, "shard": "0"}))
+    return json.loads(path.with_suffix(".json").read_text())
 
 
 def test_shard_with_auto_batch_size_takes_the_cpu_default(tiny_shard, tmp_path):
@@ -242,11 +273,23 @@ def test_shard_with_auto_batch_size_takes_the_cpu_default(tiny_shard, tmp_path):
     assert np.allclose(np.stack(auto["attr_max"]), np.stack(five["attr_max"]), atol=1e-6)
 
 
-def test_bf16_shard_stays_near_float32(tiny_shard, tmp_path):
-    run_shard(tiny_shard, tmp_path / "fp32.parquet")
-    run_shard(tiny_shard, tmp_path / "bf16.parquet", bf16=True)
-    fp32, _ = read_dump(tmp_path / "fp32.parquet")
-    bf16, _ = read_dump(tmp_path / "bf16.parquet")
+def test_a_shard_without_examples_writes_an_empty_dump(tiny_shard, tmp_path):
+    # 6 dev examples in 20 shards: shard 0 has none
+    summary = run_shard(tiny_shard, tmp_path / "empty.parquet", {**SHARD_CFG, "shards": 20})
+    assert summary["examples"] == 0 and summary["accuracy"] is None
+    dump, meta = read_dump(tmp_path / "empty.parquet")
+    assert dump.empty and (meta["n_layers"], meta["n_heads"], meta["n_shards"]) == (2, 4, 20)
+
+
+def test_bf16_shard_stays_near_float32(tiny_shard):
+    # bfloat16 autocast as a job on a GPU with precision bf16 runs it, here on the CPU
+    task, model_dir, dev = tiny_shard
+    spec = TaskSpec.from_config("syn_mnli", task)
+    model, tokenizer = load_classifier(model_dir)
+    fp32, bf16 = (dump_frame(dump_rows.dump_rows(model, tokenizer, load_split(dev, spec), spec,
+                                                 SHARD_CFG, MODEL_CFG, device=torch.device("cpu"),
+                                                 bf16=low).rows)
+                  for low in (False, True))
     maxima = {name: np.stack(dump["attr_max"]) for name, dump in (("32", fp32), ("16", bf16))}
     change = np.abs(maxima["16"] - maxima["32"]).max() / np.abs(maxima["32"]).max()
     assert 1e-5 < change < 0.05  # bfloat16 did run, and moved the largest entries by < 5%
@@ -256,11 +299,21 @@ def test_bf16_shard_stays_near_float32(tiny_shard, tmp_path):
     assert np.abs(np.stack(fp32["residual"])).max() < 1e-5
 
 
+def test_dump_frame_is_what_a_written_dump_reads_back(tmp_path):
+    result = random_result()
+    rows = [{**example_row(result, b, CFG), "idx": b, "label": 0, "tokens": ["w"] * n,
+             "segments": [0] * n, "planted_i": None, "planted_j": None}
+            for b, n in enumerate((6, 4))]
+    write_dump(rows, tmp_path / "part.parquet", {})
+    written, _ = read_dump(tmp_path / "part.parquet")
+    pd.testing.assert_frame_equal(dump_frame(rows), written, check_exact=True)
+
+
 def test_out_of_memory_in_a_shard_names_attribution_batch_size(tiny_shard, tmp_path, monkeypatch):
     def out_of_memory(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 9.00 GiB. GPU 0 ...")
 
-    monkeypatch.setattr(attribution_shards, "attribute", out_of_memory)
+    monkeypatch.setattr(dump_rows, "attribute", out_of_memory)
     with pytest.raises(ConfigError, match=(
             r"^out of GPU memory attributing task syn_mnli \(32 rows per pass, up to \d+ tokens\) "
             r"with attribution.batch_size=auto: lower it to an integer that fits \(CUDA out of "

@@ -11,15 +11,23 @@ import math
 import pandas as pd
 import pytest
 import torch
+from conftest import DEFAULT_CONFIG
 from test_config import default_config, dry_run
 from tiny_models import tiny_batch, tiny_classifier
 
 from attnlab.analyses import adversarial_attention as aa
 from attnlab.analyses import attention_permutation as ap
-from attnlab.analyses import effective_attention, token_identifiability, token_mixing
 from attnlab.analyses.divergences import jensen_shannon, total_variation
 from attnlab.engine import models
 from attnlab.engine.intervention import Intervention
+from attnlab.model_job import ModelJob
+from attnlab.stages import (
+    adversarial_attention,
+    attention_permutation,
+    effective_attention,
+    token_identifiability,
+    token_mixing,
+)
 
 LENGTHS = (9, 6, 8, 7, 9, 5)
 
@@ -165,37 +173,35 @@ def test_key_adversary_is_reproducible_and_reports_every_example_and_layer():
     assert tables[0]["key_distance"].gt(0).all() and tables[0]["jsd"].ge(0).all()
 
 
+def _job(rule: str, model_dir, missing, outputs, config=DEFAULT_CONFIG) -> ModelJob:
+    """A job of `rule` on the CPU, on the model in `model_dir`, whose splits are the (missing)
+    file `missing`."""
+    return ModelJob.from_config(rule, {**config, "device": "cpu"}, task="syn_mnli",
+                                inputs={"model": model_dir, "train": missing, "dev": missing},
+                                outputs=outputs)
+
+
 def test_adversarial_layer_out_of_range_fails_in_one_line_before_any_work(tmp_path, tokenizer):
     """The layers are checked right after the model is loaded: the data paths do not exist,
     so any further work would fail differently; nothing is written."""
     model_dir = tmp_path / "model"
     models.prepare_model(tiny_classifier("bert")).save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
-    cfg = {"batch_size": 4, "adversarial_keys": {}, "adversarial_attention": {"layers": [0, 3]}}
+    config = copy.deepcopy(DEFAULT_CONFIG)
+    config["explanation"]["adversarial_attention"]["layers"] = [0, 3]
     out = {k: tmp_path / f"{k}.out" for k in ("key_table", "attention_table", "claims",
                                                "figure")}
     with pytest.raises(ValueError) as error:
-        aa.analyse_task(model_dir, train_path=tmp_path / "no_train.parquet",
-                        dev_path=tmp_path / "no_dev.parquet",
-                        spec=None, cfg=cfg, model_cfg={}, seed=0, device=torch.device("cpu"),
-                        out=out, provenance={})
+        adversarial_attention.run(_job("adversarial_attention", model_dir,
+                                       tmp_path / "missing.parquet", out, config))
     assert str(error.value) == ("explanation.adversarial_attention.layers: layer 3 is out of "
                                 "range; the model has 3 layers (0..2)")
     assert not any(path.exists() for path in out.values())
 
 
-NOTHING = {"spec": None, "cfg": {}, "model_cfg": {}, "device": torch.device("cpu"), "out": {},
-           "provenance": {}}
-ANALYSES = {
-    "effective_attention": lambda m, p: effective_attention.analyse_task(
-        m, dev_path=p, **NOTHING),
-    "token_identifiability": lambda m, p: token_identifiability.analyse_task(
-        m, train_path=p, dev_path=p, seed=0, **NOTHING),
-    "token_mixing": lambda m, p: token_mixing.analyse_task(m, dev_path=p, seed=0, **NOTHING),
-    "attention_permutation": lambda m, p: ap.analyse_task(m, dev_path=p, seed=0, **NOTHING),
-    "adversarial_attention": lambda m, p: aa.analyse_task(
-        m, train_path=p, dev_path=p, seed=0, **NOTHING),
-}
+STAGES = {stage.__name__.rsplit(".", 1)[-1]: stage.run
+          for stage in (effective_attention, token_identifiability, token_mixing,
+                        attention_permutation, adversarial_attention)}
 
 
 @pytest.fixture(scope="module")
@@ -205,12 +211,12 @@ def deberta_dir(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize("analysis", ANALYSES)
-def test_unsupported_family_fails_in_one_line_before_any_work(analysis, deberta_dir, tmp_path):
+@pytest.mark.parametrize("rule", STAGES)
+def test_unsupported_family_fails_in_one_line_before_any_work(rule, deberta_dir, tmp_path):
     """Every stage loads the model first; an unsupported family is refused there, before the
     (here missing) data would be read."""
     with pytest.raises(models.UnsupportedModelError) as error:
-        ANALYSES[analysis](deberta_dir, tmp_path / "missing.parquet")
+        STAGES[rule](_job(rule, deberta_dir, tmp_path / "missing.parquet", {}))
     assert "\n" not in str(error.value) and "deberta-v2" in str(error.value)
     assert list(tmp_path.iterdir()) == []
 

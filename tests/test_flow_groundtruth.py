@@ -13,49 +13,46 @@ what seeds 0 and 1 measured (docs/replication.md) and says which.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pandas as pd
 import pytest
-import torch
 from conftest import DEFAULT_CONFIG
 
-from attnlab.analyses.attack import attack_eval
-from attnlab.analyses.information_flow import trees_stage
-from attnlab.analyses.triggers import mine_triggers
-from attnlab.data.tasks import TaskSpec
-from attnlab.engine.attribution_shards import attribute_shard
+from attnlab.job import Job
+from attnlab.model_job import ModelJob
+from attnlab.stages import attack_eval, attribute, mine_triggers, trees
 
 NAME = "syn_sst2"
-CPU = torch.device("cpu")
+CONFIG = {**DEFAULT_CONFIG, "device": "cpu"}
 
 
 @pytest.fixture(scope="module")
 def stages(default_task_model, tmp_path_factory):
     trained, _ = default_task_model(NAME)
     folder = tmp_path_factory.mktemp("flow")
-    task = DEFAULT_CONFIG["tasks"][NAME]
-    spec = TaskSpec.from_config(NAME, task)
-    model = {"truncate": False, **DEFAULT_CONFIG["model"]}
-    attribution, triggers = DEFAULT_CONFIG["attribution"], DEFAULT_CONFIG["triggers"]
+    model = {"model": trained / "model"}
     dump = folder / "dump.parquet"
-    attribute_shard(trained / "model", trained / "dev.parquet", spec=spec,
-                    attribution_cfg=attribution, model_cfg=model, shard=0, n_shards=1,
-                    device=CPU, out_path=dump, provenance={})
+    job = ModelJob.from_config("attribute", CONFIG, task=NAME,
+                               inputs={**model, "dev": trained / "dev.parquet"},
+                               outputs={"part": dump, "summary": folder / "dump.json"})
+    attribute.run(replace(job, wildcards={**job.wildcards, "shard": "0"}))
     out = {name: folder / f"trees_{name}" for name in
            ("edges", "trees", "claims", "summary", "sizes", "figures")}
-    tree_claims = trees_stage([dump], spec=spec, trees_cfg=DEFAULT_CONFIG["trees"],
-                              seed=DEFAULT_CONFIG["seed"], out=out,
-                              provenance={})
+    trees.run(Job.from_config("trees", DEFAULT_CONFIG, task=NAME, inputs={"parts": [dump]},
+                              outputs=out))
+    tree_claims = pd.read_parquet(out["claims"])
     mined = {name: folder / f"{name}.parquet" for name in ("source", "patterns", "triggers")}
-    mine_triggers(trained / "model", source_path=trained / "train.parquet", spec=spec,
-                  task_cfg=task, triggers_cfg=triggers, attribution_cfg=attribution,
-                  model_cfg=model, device=CPU, out=mined, provenance={})
-    attack_claims = attack_eval(trained / "model", dev_path=trained / "dev.parquet",
-                                triggers_path=mined["triggers"],
-                                source_path=mined["source"], spec=spec, triggers_cfg=triggers,
-                                model_cfg=model, seed=DEFAULT_CONFIG["seed"],
-                                device=CPU, out={"table": folder / "attack.parquet",
-                                      "claims": folder / "attack_claims.parquet",
-                                      "figure": folder / "attack.png"}, provenance={})
+    mine_triggers.run(ModelJob.from_config(
+        "mine_triggers", CONFIG, task=NAME,
+        inputs={**model, "source": trained / "train.parquet"}, outputs=mined))
+    attacked = {"table": folder / "attack.parquet", "claims": folder / "attack_claims.parquet",
+                "figure": folder / "attack.png"}
+    attack_eval.run(ModelJob.from_config(
+        "attack_eval", CONFIG, task=NAME,
+        inputs={**model, "dev": trained / "dev.parquet", "triggers": mined["triggers"],
+                "source": mined["source"]}, outputs=attacked))
+    attack_claims = pd.read_parquet(attacked["claims"])
     claims = pd.concat([tree_claims, attack_claims], ignore_index=True)
     print(claims[["claim", "value", "verdict"]].to_string())  # the numbers (pytest -s)
     return claims.set_index("claim")["value"]

@@ -15,17 +15,21 @@ often on others, so there the test asserts "at least a tie", as the ground-truth
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
-import torch
 from conftest import DEFAULT_CONFIG
 
-from attnlab.analyses.attribution_summary import summarise_task
-from attnlab.data.groundtruth import RECOVERY_BAR, TIE_MARGIN, recovery_claims
-from attnlab.data.tasks import TaskSpec
-from attnlab.engine.attribution_shards import attribute_shard
+from attnlab.analyses.attribution_summary import (
+    RECOVERY_BAR,
+    TIE_MARGIN,
+    recovery_claims,
+    summarise_task,
+)
+from attnlab.model_job import ModelJob
+from attnlab.stages import attribute
 
-ATTRIBUTION = {**DEFAULT_CONFIG["attribution"], "max_examples": 150}
+ATTRIBUTION = {**DEFAULT_CONFIG["attribution"], "max_examples": 150, "shards": 1}
 # The tasks on which attribution finds the planted pair clearly (by TIE_MARGIN) more often than
 # raw attention; on the others the two tie.
 ATTRIBUTION_WINS = {"syn_mnli"}
@@ -36,11 +40,11 @@ def trained(request, default_task_model):
     name = request.param
     folder, metrics = default_task_model(name)
     dump = folder / "ground_truth_dump.parquet"
-    attribute_shard(folder / "model", folder / "dev.parquet",
-                    spec=TaskSpec.from_config(name, DEFAULT_CONFIG["tasks"][name]),
-                    attribution_cfg=ATTRIBUTION,
-                    model_cfg={"truncate": False, **DEFAULT_CONFIG["model"]}, shard=0, n_shards=1,
-                    device=torch.device("cpu"), out_path=dump, provenance={})
+    config = {**DEFAULT_CONFIG, "attribution": ATTRIBUTION, "device": "cpu"}
+    job = ModelJob.from_config("attribute", config, task=name,
+                               inputs={"model": folder / "model", "dev": folder / "dev.parquet"},
+                               outputs={"part": dump, "summary": folder / "ground_truth.json"})
+    attribute.run(replace(job, wildcards={**job.wildcards, "shard": "0"}))
     return name, metrics, summarise_task([dump], 1, tolerance=ATTRIBUTION["tolerance"])
 
 

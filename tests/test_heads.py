@@ -16,6 +16,9 @@ from tiny_models import tiny_batch, tiny_classifier
 from attnlab.analyses import heads, task_correlation
 from attnlab.engine import examples, models
 from attnlab.engine.intervention import Intervention
+from attnlab.job import Job
+from attnlab.plumbing.errors import ConfigError
+from attnlab.stages import task_correlation as task_correlation_stage
 
 LENGTHS = (9, 6, 8, 7, 9, 5)
 
@@ -146,14 +149,20 @@ def test_fewer_held_out_examples_than_requested_uses_all_and_says_so(caplog):
     assert caplog.text == ""
 
 
-def test_task_correlation_and_cross_task_claims():
-    rng = np.random.default_rng(1)
+def _importance(seed: int = 1) -> pd.DataFrame:
+    """Attribution importance of tasks a and b (nearly the same heads matter) and c (others)."""
+    rng = np.random.default_rng(seed)
     base = rng.random(16)
     vectors = {"a": base, "b": base + 0.05 * rng.random(16), "c": rng.random(16)}
     layers, head_index = np.divmod(np.arange(16), 4)
-    importance = pd.concat([pd.DataFrame({"task": t, "method": "attribution", "layer": layers,
-                                          "head": head_index, "importance": v})
-                            for t, v in vectors.items()])
+    return pd.concat([pd.DataFrame({"task": t, "method": "attribution", "layer": layers,
+                                    "head": head_index, "importance": v})
+                      for t, v in vectors.items()])
+
+
+def test_task_correlation_and_cross_task_claims():
+    importance = _importance()
+    vectors = {t: group["importance"].to_numpy() for t, group in importance.groupby("task")}
     correlations = task_correlation.task_correlations(importance)
     assert list(zip(correlations["task_a"], correlations["task_b"], strict=True)) == [
         ("a", "b"), ("a", "c"), ("b", "c")]
@@ -168,6 +177,26 @@ def test_task_correlation_and_cross_task_claims():
     assert flipped == ["does not hold"] * 3
     with pytest.raises(ValueError, match="'a' and 'x'"):
         task_correlation.cross_task_claims(correlations, [["a", "x"]], [])
+
+
+def test_task_correlation_stage_writes_the_pairs_claims_and_figure(tmp_path):
+    paths = []
+    for task, table in _importance().groupby("task"):
+        paths.append(str(tmp_path / f"{task}.parquet"))
+        table.to_parquet(paths[-1])
+    out = {"table": str(tmp_path / "table.parquet"), "claims": str(tmp_path / "claims.parquet"),
+           "figure": str(tmp_path / "figure.png")}
+    settings = {"heads": {"similar_pairs": [["a", "b"]], "dissimilar_pairs": [["a", "c"]]}}
+    task_correlation_stage.run(Job(rule="task_correlation", inputs={"importance": paths},
+                                   outputs=out, settings=settings))
+    assert len(pd.read_parquet(out["table"])) == 3
+    assert pd.read_parquet(out["claims"])["verdict"].tolist() == ["holds"] * 3
+    assert (tmp_path / "figure.png").stat().st_size > 0
+    only_taylor = _importance().assign(method="taylor")
+    only_taylor.to_parquet(paths[0])
+    with pytest.raises(ConfigError, match="task_correlation needs 'attribution' in heads.methods"):
+        task_correlation_stage.run(Job(rule="task_correlation", inputs={"importance": paths[:1]},
+                                       outputs=out, settings=settings))
 
 
 def test_unknown_importance_method_fails_config_validation(tmp_path):

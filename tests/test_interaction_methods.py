@@ -1,14 +1,21 @@
-"""The token-interaction methods on hand-built cases whose answer is known, and their
-evaluation (attnlab.methods.attention_graph, attention_norms, value_zeroing, edge_gradients,
-edge_occlusion, interaction_eval)."""
+"""The token-interaction methods on hand-built cases whose answer is known, their one interface
+(attnlab.methods.method, registry), their evaluation (attnlab.analyses.interaction_eval) and
+the stage that runs them all (attnlab.stages.interaction_methods)."""
 
 from __future__ import annotations
+
+from collections import defaultdict
+from importlib import import_module
+from pathlib import Path
 
 import networkx as nx
 import numpy as np
 import pandas as pd
 import pytest
+import test_dumps
 import torch
+from conftest import DEFAULT_CONFIG
+from test_dumps import MODEL_CFG, run_shard
 from tiny_models import tiny_batch, tiny_classifier
 
 from attnlab.analyses.interaction_eval import (
@@ -22,13 +29,28 @@ from attnlab.analyses.interaction_eval import (
     ground_truth_summary,
     planted_rank,
 )
+from attnlab.analyses.interaction_methods import score_example
 from attnlab.engine import models
 from attnlab.engine.capture import capture, target_probability
 from attnlab.engine.intervention import Intervention
-from attnlab.methods import attention_graph, attention_norms
-from attnlab.methods.edge_gradients import attattr_from_dump, attention_x_gradient
-from attnlab.methods.edge_occlusion import masked_f, occlusion
+from attnlab.methods import attention_graph, registry, sublayer_parts
+from attnlab.methods.alti import alti_layer
+from attnlab.methods.attattr import attattr_from_dump
+from attnlab.methods.attention_norm import attention_norm
+from attnlab.methods.attention_x_gradient import attention_x_gradient
+from attnlab.methods.edge_masking import masked_f
+from attnlab.methods.flow import flow
+from attnlab.methods.method import GRADIENTS, DumpRow
+from attnlab.methods.occlusion import occlusion
+from attnlab.methods.rollout import rollout
 from attnlab.methods.value_zeroing import normalise_rows, value_zeroing
+from attnlab.model_job import ModelJob
+from attnlab.stages import interaction_methods
+
+# the fixture: a random tiny BERT with its tokenizer, and a small synthetic dev split
+tiny_shard = test_dumps.tiny_shard
+TABLE_ORDER = ["attention", "attattr", "attention_x_gradient", "rollout", "flow",
+               "attention_norm", "alti", "value_zeroing", "occlusion"]
 
 
 def random_attention(layers: int, n: int, seed: int = 0) -> np.ndarray:
@@ -44,13 +66,13 @@ def bert_example():
 
 def test_rollout_of_identity_attention_is_the_identity():
     identity = np.stack([np.eye(5)] * 3)
-    assert np.allclose(attention_graph.rollout(identity), identity)
+    assert np.allclose(rollout(identity), identity)
 
 
 def test_rollout_is_the_product_of_the_residual_attentions_and_stays_stochastic():
     attention = random_attention(3, 4)
     mixed = attention_graph.residual_attention(attention)
-    rolled = attention_graph.rollout(attention)
+    rolled = rollout(attention)
     assert np.allclose(rolled[2], mixed[2] @ mixed[1] @ mixed[0])
     assert np.allclose(rolled.sum(axis=-1), 1)
 
@@ -58,37 +80,37 @@ def test_rollout_is_the_product_of_the_residual_attentions_and_stays_stochastic(
 def test_flow_of_one_layer_is_its_edge_and_of_two_layers_the_sum_of_narrowest_edges():
     attention = random_attention(2, 4, seed=1)
     mixed = attention_graph.residual_attention(attention)
-    flow = attention_graph.flow(attention)
-    assert np.allclose(flow[0], mixed[0])
+    flows = flow(attention)
+    assert np.allclose(flows[0], mixed[0])
     # two layers: the paths j -> k -> i are edge-disjoint, each carries its narrower edge
     expected = np.minimum(mixed[0][None, :, :], mixed[1][:, :, None]).sum(axis=1)
-    assert np.allclose(flow[1], expected)
+    assert np.allclose(flows[1], expected)
 
 
 def test_flow_never_exceeds_the_smallest_cut_and_matches_a_fresh_networkx_max_flow():
     attention = random_attention(3, 4, seed=2)
     mixed = attention_graph.residual_attention(attention)
-    flow = attention_graph.flow(attention)
+    flows = flow(attention)
     n = 4
     for layer in range(3):
         # cutting every edge out of the source, or into the sink, is a cut
         out_of_source = mixed[0].sum(axis=0)[None, :]  # by source j
         into_sink = mixed[layer].sum(axis=1)[:, None]  # by sink i
-        assert (flow[layer] <= np.minimum(out_of_source, into_sink) + 1e-9).all()
+        assert (flows[layer] <= np.minimum(out_of_source, into_sink) + 1e-9).all()
     graph = nx.DiGraph()
     for m in range(3):
         for i in range(n):
             for j in range(n):
                 graph.add_edge((m, j), (m + 1, i), capacity=mixed[m, i, j])
     for i, j in [(0, 0), (1, 3), (3, 2)]:  # the residual network reused gives the same flows
-        assert flow[2, i, j] == pytest.approx(nx.maximum_flow_value(graph, (0, j), (3, i)))
+        assert flows[2, i, j] == pytest.approx(nx.maximum_flow_value(graph, (0, j), (3, i)))
 
 
 def test_attention_norm_equals_attention_when_every_transformed_value_has_one_norm():
     probs = torch.tensor(random_attention(1, 5, seed=3))  # one head
     transformed = torch.randn(1, 5, 8, dtype=torch.float64)
     transformed = 2.0 * transformed / transformed.norm(dim=-1, keepdim=True)
-    assert torch.allclose(attention_norms.attention_norm(probs, transformed), 2.0 * probs[0])
+    assert torch.allclose(attention_norm(probs, transformed), 2.0 * probs[0])
 
 
 def test_alti_parts_rebuild_the_attention_sublayer_output(bert_example):
@@ -96,14 +118,14 @@ def test_alti_parts_rebuild_the_attention_sublayer_output(bert_example):
     layer = 1
     out_proj, layer_norm = models.attention_sublayer(model, layer)
     hidden = example.states[layer][0]
-    transformed = attention_norms.transformed_values(example.values[layer], out_proj)
-    parts = attention_norms.head_parts(example.probs[layer], transformed)
+    transformed = sublayer_parts.transformed_values(example.values[layer], out_proj)
+    parts = sublayer_parts.head_parts(example.probs[layer], transformed)
     with torch.no_grad():
         z = parts.sum(dim=1) + out_proj.bias + hidden
         expected = models.layer_stack(model)[layer].attention(hidden[None])[0][0]
         assert torch.allclose(layer_norm(z), expected, atol=1e-5)
-        contributions = attention_norms.alti_layer(example.probs[layer], transformed, hidden,
-                                                   out_proj, layer_norm)
+        contributions = alti_layer(example.probs[layer], transformed, hidden, out_proj,
+                                   layer_norm)
     assert torch.allclose(contributions.sum(dim=-1), torch.ones(7), atol=1e-6)
     assert (contributions >= 0).all()
 
@@ -216,3 +238,72 @@ def test_aopc_against_random_edges_on_the_same_examples_and_the_claims():
     assert verdicts["AttAttr's deletion curve falls faster than attention's"] == "holds"
     no_truth = claims(truth.iloc[:0], summary.reset_index())
     assert no_truth[0]["verdict"] == "not testable"
+
+
+def test_the_registry_holds_every_method_module_once_in_the_order_of_the_tables():
+    assert [method.name for method in registry.METHODS] == TABLE_ORDER
+    modules = [import_module(f"attnlab.methods.{path.stem}")
+               for path in Path(registry.__file__).parent.glob("*.py")]
+    exposing = {module.__name__.rsplit(".", 1)[1]: module.METHOD
+                for module in modules if hasattr(module, "METHOD")}
+    # one module per method, named for it, each in the registry
+    assert exposing == {method.name: method for method in registry.METHODS}
+    known = {"attention", "captured", "model", "dump", "batch_size", GRADIENTS}
+    assert all(method.needs <= known for method in registry.METHODS)
+
+
+def test_every_method_scores_an_example_from_what_it_needs_as_its_own_function_does(
+        bert_example):
+    model, example = bert_example
+    full = np.arange(3 * 4 * 7 * 7, dtype=float)
+    dump = DumpRow(pd.Series({"n_tokens": 7, "attr_full": full}), n_layers=3, n_heads=4)
+    seconds = defaultdict(float)
+    scores = score_example(model, example, dump, methods=registry.METHODS, batch_size=64,
+                           seconds=seconds)
+    assert list(scores) == TABLE_ORDER
+    for matrices in scores.values():
+        assert matrices.shape == (3, 7, 7) and matrices.dtype == np.float64
+    attention = attention_graph.head_mean(example.probs.double().numpy())
+    assert np.array_equal(scores["attention"], attention)
+    assert np.array_equal(scores["attattr"], attattr_from_dump(dump.row, 3, 4))
+    assert np.array_equal(scores["rollout"], rollout(attention))
+    assert np.array_equal(scores["flow"], flow(attention))
+    assert np.array_equal(scores["attention_x_gradient"],
+                          attention_x_gradient(model, example).double().numpy())
+    with torch.no_grad():
+        zeroed = normalise_rows(value_zeroing(model, example.states))
+    assert np.array_equal(scores["value_zeroing"], zeroed.double().numpy())
+    assert np.array_equal(scores["occlusion"], occlusion(model, example, 64).double().numpy())
+    assert np.allclose(scores["alti"].sum(axis=-1), 1) and (scores["attention_norm"] >= 0).all()
+    # what is read, not computed, here takes no time; the gradient method runs last
+    assert list(seconds) == ["rollout", "flow", "attention_norm", "alti", "value_zeroing",
+                             "occlusion", "attention_x_gradient"]
+
+
+def test_the_stage_scores_every_method_and_writes_tables_page_and_figures(tiny_shard, tmp_path):
+    task, model_dir, dev = tiny_shard
+    run_shard(tiny_shard, tmp_path / "dump.parquet")
+    config = {**DEFAULT_CONFIG, "device": "cpu", "tasks": {"syn_mnli": task}, "model": MODEL_CFG,
+              "interaction_methods": {"examples": 2, "flow_examples": 1, "deletion_steps": 3,
+                                      "batch_size": 64}}
+    out = {name: tmp_path / f"{name}.parquet"
+           for name in ("scores", "ground_truth", "deletion", "claims")}
+    out |= {"leaderboard": tmp_path / "leaderboard.html",
+            "ground_truth_figure": tmp_path / "ground_truth.png",
+            "deletion_figure": tmp_path / "deletion.png"}
+    interaction_methods.run(ModelJob.from_config(
+        "interaction_methods", config, task="syn_mnli", outputs=out,
+        inputs={"model": model_dir, "dev": dev, "parts": [tmp_path / "dump.parquet"]}))
+    scores = pd.read_parquet(out["scores"])
+    assert list(scores["method"].unique()) == TABLE_ORDER
+    assert "task" not in scores  # its folder, a partition of interaction_scores, names it
+    assert (scores["scores"].map(len) == scores["n_tokens"] ** 2).all()
+    examples = scores.groupby("method", sort=False)["idx"].unique()
+    assert len(examples["attention"]) == 2 and list(examples["flow"]) == [examples["attention"][0]]
+    truth, deletion, verdicts = (pd.read_parquet(out[name])
+                                 for name in ("ground_truth", "deletion", "claims"))
+    assert (truth["task"] == "syn_mnli").all() and set(truth["method"]) == set(TABLE_ORDER)
+    assert set(deletion["method"]) == {*TABLE_ORDER, "random"} and len(verdicts) == 4
+    page = out["leaderboard"].read_text()
+    assert all(f"<td>{name}</td>" in page for name in TABLE_ORDER)
+    assert out["ground_truth_figure"].stat().st_size and out["deletion_figure"].stat().st_size

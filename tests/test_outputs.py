@@ -47,13 +47,13 @@ def package_copy(tmp_path, monkeypatch):
 
 def test_code_version_follows_imports(package_copy):
     before = {m: code_version.code_version(m)
-              for m in ("engine.attribution_shards", "engine.attribution", "data.synthetic")}
-    # attribution.py is imported by attribution_shards.py, not by synthetic.py
+              for m in ("engine.dump_rows", "engine.attribution", "data.synthetic")}
+    # attribution.py is imported by dump_rows.py, not by synthetic.py
     source = package_copy / "engine" / "attribution.py"
     source.write_text(source.read_text() + "\n# an edit\n")
     after = {m: code_version.code_version(m) for m in before}
     assert after["engine.attribution"] != before["engine.attribution"]
-    assert after["engine.attribution_shards"] != before["engine.attribution_shards"]
+    assert after["engine.dump_rows"] != before["engine.dump_rows"]
     assert after["data.synthetic"] == before["data.synthetic"]
 
 

@@ -3,15 +3,28 @@ each claim's verdict follows the curves (and flips when they violate it)."""
 
 from __future__ import annotations
 
+import copy
+import json
+import logging
+
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 import torch
+from conftest import DEFAULT_CONFIG
 from tiny_models import tiny_batch, tiny_classifier
+from transformers import BertConfig, BertForSequenceClassification
 
 from attnlab.analyses import heads, pruning
+from attnlab.data.dumps import attributed_head_scores, write_dump
+from attnlab.data.tasks import TaskSpec, load_split, prepare_task
+from attnlab.data.tokenization import build_tokenizer, training_words
 from attnlab.engine import examples, models
 from attnlab.engine.intervention import Intervention
+from attnlab.model_job import ModelJob
+from attnlab.plumbing.errors import AttnlabError
+from attnlab.stages import head_importance, prune_eval
 
 
 def test_per_layer_mask_removes_the_k_lowest_or_highest_heads_of_each_layer():
@@ -99,3 +112,90 @@ def test_global_claims_hold_on_paper_like_curves_and_flip_on_violating_ones():
     assert [c["claim"] for c in pruning.global_claims(_global({"attribution": good}))] == [
         "keeping 10% of heads (by attribution) keeps most of the accuracy"]
     assert pruning.global_claims(_global({"taylor": good})) == []
+
+
+ATTRIBUTED = 6  # of 8 dev examples
+
+
+@pytest.fixture
+def head_task(tmp_path, pair_task):
+    """What the head stages read of a task: a saved tiny random BERT (3 layers of 4 heads), a
+    dev split of 8 examples and dumps (two shards) of random per-head maxima of its first 6.
+    Returns the config and the inputs."""
+    pair_task["synthetic"].update(n_train=40, n_dev=8)
+    prepare_task("syn_mnli", pair_task, 0, tmp_path / "train.parquet", tmp_path / "dev.parquet")
+    spec = TaskSpec.from_config("syn_mnli", pair_task)
+    tokenizer = build_tokenizer(training_words(load_split(tmp_path / "train.parquet", spec), spec))
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(BertConfig(
+        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+        intermediate_size=48, num_labels=3, initializer_range=0.5))
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    idx = load_split(tmp_path / "dev.parquet", spec)["idx"].tolist()
+    rng = np.random.default_rng(0)
+    parts = []
+    for shard, rows in enumerate((range(0, 3), range(3, ATTRIBUTED))):
+        parts.append(str(tmp_path / f"part{shard}.parquet"))
+        write_dump([{"idx": idx[i], "attr_max": rng.random(12).tolist(),
+                     "attn_max": rng.random(12).tolist()} for i in rows], parts[-1],
+                   {"n_layers": 3, "n_heads": 4, "shard": shard, "n_shards": 2})
+    config = copy.deepcopy(DEFAULT_CONFIG)
+    config["tasks"] = {"syn_mnli": pair_task}
+    config["heads"].update(methods=["attribution", "attention", "taylor", "random"],
+                           importance_examples=4, random_seeds=2, batch_size=3,
+                           prune_percents=[0, 50, 100])
+    config["device"] = "cpu"
+    inputs = {"parts": parts, "model": str(tmp_path / "model"),
+              "dev": str(tmp_path / "dev.parquet")}
+    return config, inputs
+
+
+def _job(rule: str, head_task, outputs: dict, **inputs) -> ModelJob:
+    config, task_inputs = head_task
+    return ModelJob.from_config(rule, config, task="syn_mnli", inputs={**task_inputs, **inputs},
+                                outputs=outputs)
+
+
+def test_the_head_stages_score_and_prune_the_attributed_examples(head_task, tmp_path):
+    importance = str(tmp_path / "importance.parquet")
+    head_importance.run(_job("head_importance", head_task, {"importance": importance}))
+    table = pd.read_parquet(importance)
+    assert (table["task"] == "syn_mnli").all()
+    assert table.groupby("method", sort=False).size().to_dict() == {
+        "attribution": 12, "attention": 12, "taylor": 12, "random": 2 * 12}
+    # the dump-based scores average the dump over the first heads.importance_examples examples
+    dump = pd.concat([pd.read_parquet(p) for p in head_task[1]["parts"]])
+    for method, column in (("attribution", "attr_max"), ("attention", "attn_max")):
+        expected = np.stack(dump[column].to_numpy())[:4].mean(axis=0)
+        np.testing.assert_allclose(table.loc[table["method"] == method, "importance"], expected)
+    assert json.loads(pq.read_schema(importance).metadata[b"attnlab"])["examples"] == 4
+
+    out = {name: str(tmp_path / f"{name}.parquet") for name in ("per_layer", "global_", "claims")}
+    prune_eval.run(_job("prune_eval", head_task, out, importance=importance))
+    model, tokenizer = models.load_classifier(head_task[1]["model"], torch.device("cpu"))
+    spec = TaskSpec.from_config("syn_mnli", head_task[0]["tasks"]["syn_mnli"])
+    dev = examples.encoded_examples(head_task[1]["dev"], spec, tokenizer, DEFAULT_CONFIG["model"])
+    per_layer, global_ = pd.read_parquet(out["per_layer"]), pd.read_parquet(out["global_"])
+    # per-layer pruning on the attributed examples, global pruning on the whole dev split
+    attributed = {k: v[:ATTRIBUTED] for k, v in dev.items()}
+    assert (per_layer.loc[per_layer["k"] == 0, "accuracy"] == examples.accuracy(
+        model, attributed)).all()
+    assert (global_.loc[global_["percent"] == 0, "accuracy"] == examples.accuracy(
+        model, dev)).all()
+    assert len(per_layer) == 2 * 2 * 5 and len(global_) == (3 + 2) * 3
+    assert set(pd.read_parquet(out["claims"])["stage"]) == {"per_layer", "global"}
+
+
+def test_dumps_of_other_examples_or_heads_fail_in_one_line(head_task, caplog):
+    _, inputs = head_task
+    dev = pd.read_parquet(inputs["dev"])
+    with caplog.at_level(logging.WARNING, logger="attnlab"):
+        scores = attributed_head_scores(inputs["parts"], dev, head_shape=(3, 4), target="pred")
+    assert scores["attention"].shape == (ATTRIBUTED, 3, 4)
+    assert "head rankings use attributions to the predicted label" in caplog.text
+    with pytest.raises(AttnlabError, match="the attribution dump has 3x4 heads, the model "
+                                           r"\(2, 4\): rebuild it with --forcerun attribute"):
+        attributed_head_scores(inputs["parts"], dev, head_shape=(2, 4), target="gold")
+    with pytest.raises(AttnlabError, match="rows are not the first dev examples in order"):
+        attributed_head_scores(inputs["parts"], dev.iloc[::-1], head_shape=(3, 4), target="gold")

@@ -3,13 +3,16 @@ the converged reference, where the fixed rules fail."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
-import torch
 from conftest import DEFAULT_CONFIG
 
-from attnlab.analyses.quadrature_study import _quantiles, plot_study, study
-from attnlab.data.tasks import TaskSpec
+from attnlab.analyses.quadrature_study import _quantiles
+from attnlab.model_job import ModelJob
+from attnlab.report.quadrature_figures import plot_study
+from attnlab.stages import quadrature_study
 
 
 @pytest.mark.slow
@@ -17,11 +20,13 @@ def test_adaptive_rule_meets_its_tolerance_and_the_reference_on_a_trained_model(
         default_task_model, tmp_path):
     name = "syn_sst2"
     folder, _ = default_task_model(name)
-    report = study(folder / "model", folder / "dev.parquet",
-                   spec=TaskSpec.from_config(name, DEFAULT_CONFIG["tasks"][name]),
-                   attribution_cfg=DEFAULT_CONFIG["attribution"],
-                   model_cfg={"truncate": False, **DEFAULT_CONFIG["model"]}, examples=12,
-                   device=torch.device("cpu"))
+    config = {**DEFAULT_CONFIG, "tasks": {name: DEFAULT_CONFIG["tasks"][name]}, "device": "cpu",
+              "attribution": {**DEFAULT_CONFIG["attribution"], "study_examples": 12}}
+    out = {"study": tmp_path / "study.json", "figure": tmp_path / "study.png"}
+    quadrature_study.run(ModelJob.from_config(
+        "quadrature_study", config, outputs=out,
+        inputs={"models": [folder / "model"], "devs": [folder / "dev.parquet"]}))
+    report = json.loads(out["study"].read_text())["tasks"][name]
     assert report["reference"]["head_max_change_when_halved"] < 1e-4  # converged
     adaptive, fixed = report["rules"]["adaptive_0.001"], report["rules"]["gauss_legendre_6"]
     assert adaptive["layers_compared"] >= 3, "the test needs layers whose removal moves F"
@@ -33,8 +38,7 @@ def test_adaptive_rule_meets_its_tolerance_and_the_reference_on_a_trained_model(
     assert adaptive["grad_nodes_mean"] <= 20
     # Gauss-Legendre 6 misses by ~15 % (median) on this saturated model
     assert fixed["head_max_error"]["median"] > 10 * adaptive["head_max_error"]["median"]
-    plot_study({name: report}, tmp_path / "study.png")
-    assert (tmp_path / "study.png").stat().st_size > 0
+    assert out["figure"].stat().st_size > 0
 
 
 def test_a_model_whose_layers_leave_f_alone_has_nothing_to_compare(tmp_path):

@@ -1,3 +1,5 @@
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -13,6 +15,8 @@ from attnlab.data.tasks import (
 )
 from attnlab.data.tokenization import build_tokenizer
 from attnlab.engine.examples import encode
+from attnlab.job import Job
+from attnlab.stages import prepare_data
 
 
 def _local_task(train, dev) -> dict:
@@ -166,6 +170,35 @@ def test_too_long_is_one_line_error_unless_truncating(tokenizer, single_task):
     message = _error_of(lambda: encode(frame, spec, tokenizer, max_length=8))
     assert "idx=0" in message and "model.max_length=8" in message and "model.truncate" in message
     assert encode(frame, spec, tokenizer, max_length=8, truncate=True)["input_ids"].shape[1] == 8
+
+
+def _prepare_data(task: dict, out, max_length: int, truncate: bool = False) -> Job:
+    """Rule prepare_data's job of task `task` (a scratch model), writing into `out`."""
+    return Job(rule="prepare_data", inputs={"pretrained": []},
+               outputs={split: str(out / name) for split, name in (
+                   ("train", "train.parquet"), ("dev", "dev.parquet"),
+                   ("summary", "summary.json"))},
+               settings={"task": task, "seed": 0, "model": {
+                   "source": "scratch", "max_length": max_length, "truncate": truncate}},
+               wildcards={"task": "syn_sst2"})
+
+
+def test_prepare_data_refuses_an_example_too_long_for_the_model_before_writing(tmp_path,
+                                                                                single_task):
+    out = tmp_path / "out"
+    message = _error_of(lambda: prepare_data.run(_prepare_data(single_task, out, 8)))
+    assert "task syn_sst2: example idx=" in message and "model.max_length=8" in message
+    assert not out.exists()
+    # truncated by the model instead: the splits as prepare_task writes them, and their summary
+    prepare_data.run(_prepare_data(single_task, out, 8, truncate=True))
+    expected = prepare_task("syn_sst2", single_task, 0, tmp_path / "train.parquet",
+                            tmp_path / "dev.parquet")
+    summary = json.loads((out / "summary.json").read_text())
+    assert {split: summary[split] for split in ("train", "dev")} == expected
+    assert summary["params"]["model"] == {"source": "scratch", "max_length": 8, "truncate": True}
+    for split in ("train", "dev"):
+        pd.testing.assert_frame_equal(pd.read_parquet(out / f"{split}.parquet"),
+                                      pd.read_parquet(tmp_path / f"{split}.parquet"))
 
 
 def _check_positions(frame, spec, tokenizer, first_piece):

@@ -1,4 +1,6 @@
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,14 +19,11 @@ from attnlab.data.tokenization import build_tokenizer, training_words
 from attnlab.engine import training
 from attnlab.engine.examples import encode
 from attnlab.engine.models import align_labels
-from attnlab.engine.training import (
-    _trimmed,
-    accuracy,
-    finetune,
-    length_bucket_order,
-    pretrain,
-)
+from attnlab.engine.training import _trimmed, accuracy, finetune, length_bucket_order
+from attnlab.model_job import ModelJob
 from attnlab.plumbing.errors import ConfigError
+from attnlab.stages import finetune as finetune_stage
+from attnlab.stages import pretrain as pretrain_stage
 
 TINY_MODEL = {
     "source": "scratch",
@@ -35,6 +34,33 @@ SHORT_TRAINING = {
     "epochs": 2, "batch_size": 16, "learning_rate": 1e-3, "warmup": 0.1, "weight_decay": 0.01,
 }
 CPU = torch.device("cpu")
+ON_CPU = {"device": "cpu", "precision": "fp32"}
+
+
+def columns(spec: TaskSpec) -> dict:
+    """A task's columns and class names, as the rules finetune and pretrain get them."""
+    return {"text_fields": list(spec.text_fields), "label_names": list(spec.label_names),
+            "label_field": spec.label_field}
+
+
+def run_finetune(spec: TaskSpec, train: Path, dev: Path, out: Path, *, model: dict = TINY_MODEL,
+                 training: dict = SHORT_TRAINING, seed: int = 0, pretrained: Path | None = None,
+                 start: Path | None = None) -> dict:
+    """Rule finetune's stage on a prepared task: the model into `out`, its metrics into
+    `out`.json, which it returns."""
+    metrics = out.parent / f"{out.name}.json"
+    finetune_stage.run(ModelJob(
+        rule="finetune",
+        # as Snakemake names them: an input the rule has not is an empty list
+        inputs={"train": str(train), "dev": str(dev),
+                "pretrained": str(pretrained) if pretrained else [],
+                "start": str(start) if start else []},
+        outputs={"model": str(out), "metrics": str(metrics)},
+        settings={"task": columns(spec), "model": model, "finetune": training, "seed": seed,
+                  **ON_CPU},
+        wildcards={"task": spec.name},
+    ))
+    return json.loads(metrics.read_text())
 
 
 @pytest.fixture
@@ -66,11 +92,7 @@ def test_training_words_follow_the_tokenizer(small_task):
 
 def test_short_run_is_reproducible_and_reloads(tmp_path, small_task):
     spec, train, dev = small_task
-    runs = [
-        finetune(train, dev, spec=spec, model_cfg=TINY_MODEL, train_cfg=SHORT_TRAINING, device=CPU,
-                 seed=3, out_dir=tmp_path / f"model{i}")
-        for i in range(2)
-    ]
+    runs = [run_finetune(spec, train, dev, tmp_path / f"model{i}", seed=3) for i in range(2)]
     for key in ("dev_accuracy", "train_loss", "steps", "n_train", "n_dev"):
         assert runs[0][key] == runs[1][key]
     assert runs[0]["steps"] == 2 * 6 and runs[0]["n_dev"] == 32
@@ -91,9 +113,8 @@ def test_short_run_is_reproducible_and_reloads(tmp_path, small_task):
 def test_training_stops_after_the_first_epoch_below_stop_loss(tmp_path, small_task, stop_loss,
                                                               epochs):
     spec, train, dev = small_task
-    metrics = finetune(train, dev, spec=spec, model_cfg=TINY_MODEL,
-                       train_cfg={**SHORT_TRAINING, "stop_loss": stop_loss},
-                       device=CPU, seed=0, out_dir=tmp_path / "model")
+    metrics = run_finetune(spec, train, dev, tmp_path / "model",
+                           training={**SHORT_TRAINING, "stop_loss": stop_loss})
     # 96 examples in batches of 16: 6 steps per epoch
     assert (metrics["epochs"], metrics["steps"]) == (epochs, 6 * epochs)
 
@@ -101,9 +122,8 @@ def test_training_stops_after_the_first_epoch_below_stop_loss(tmp_path, small_ta
 def test_another_seed_gives_other_weights(tmp_path, small_task):
     spec, train, dev = small_task
     for seed in (0, 1):
-        finetune(train, dev, spec=spec, model_cfg=TINY_MODEL,
-                 train_cfg={**SHORT_TRAINING, "epochs": 1}, device=CPU, seed=seed,
-                 out_dir=tmp_path / f"seed{seed}")
+        run_finetune(spec, train, dev, tmp_path / f"seed{seed}",
+                     training={**SHORT_TRAINING, "epochs": 1}, seed=seed)
     first, second = (load_file(tmp_path / f"seed{s}" / "model.safetensors") for s in (0, 1))
     assert not all(torch.equal(first[k], second[k]) for k in first)
 
@@ -112,9 +132,10 @@ def test_bf16_trains_under_autocast_and_keeps_float32_weights(tmp_path, small_ta
     # CPU autocast runs the same bfloat16 path a GPU takes with precision: bf16
     spec, train, dev = small_task
     short = {**SHORT_TRAINING, "epochs": 1}
+    splits = load_split(train, spec), load_split(dev, spec)
     for bf16 in (False, True):
-        finetune(train, dev, spec=spec, model_cfg=TINY_MODEL, train_cfg=short, device=CPU, seed=0,
-                 out_dir=tmp_path / f"bf16={bf16}", bf16=bf16)
+        finetune(*splits, spec=spec, model_cfg=TINY_MODEL, train_cfg=short, device=CPU, seed=0,
+                 bf16=bf16).save(tmp_path / f"bf16={bf16}")
     fp32, bf16 = (load_file(tmp_path / f"bf16={b}" / "model.safetensors") for b in (False, True))
     assert all(weight.dtype == torch.float32 for weight in bf16.values())
     assert not all(torch.equal(fp32[k], bf16[k]) for k in fp32)  # bfloat16 rounding took effect
@@ -152,8 +173,8 @@ def test_a_finetuned_checkpoint_is_evaluated_as_published(tmp_path, small_task, 
     BertForSequenceClassification(config).save_pretrained(published)
     tokenizer.save_pretrained(published)
     model_cfg = {**TINY_MODEL, "source": "finetuned", "pretrained": str(published)}
-    metrics = finetune(train, dev, spec=spec, model_cfg=model_cfg, train_cfg=SHORT_TRAINING,
-                       device=CPU, seed=0, out_dir=tmp_path / "out")
+    metrics = run_finetune(spec, train, dev, tmp_path / "out", model=model_cfg,
+                           pretrained=published)
     assert (metrics["epochs"], metrics["steps"], metrics["n_train"]) == (0, 0, 0)
 
     before, after = (load_file(p / "model.safetensors") for p in (published, tmp_path / "out"))
@@ -208,12 +229,10 @@ def test_a_batch_padded_to_its_longest_example_gives_the_same_loss_and_gradients
 def test_length_buckets_train_reproducibly(tmp_path, small_task):
     spec, train, dev = small_task
     bucketed = {**SHORT_TRAINING, "length_buckets": True}
-    runs = [finetune(train, dev, spec=spec, model_cfg=TINY_MODEL, train_cfg=bucketed, device=CPU,
-                     seed=3, out_dir=tmp_path / f"m{i}")
+    runs = [run_finetune(spec, train, dev, tmp_path / f"m{i}", training=bucketed, seed=3)
             for i in range(2)]
     assert runs[0]["train_loss"] == runs[1]["train_loss"] and runs[0]["steps"] == 2 * 6
-    plain = finetune(train, dev, spec=spec, model_cfg=TINY_MODEL, train_cfg=SHORT_TRAINING,
-                     device=CPU, seed=3, out_dir=tmp_path / "plain")
+    plain = run_finetune(spec, train, dev, tmp_path / "plain", seed=3)
     assert plain["train_loss"] != runs[0]["train_loss"]  # other batches: other numbers
     assert abs(plain["train_loss"] - runs[0]["train_loss"]) < 0.1
 
@@ -229,8 +248,7 @@ def test_out_of_memory_in_training_names_finetune_batch_size(tmp_path, small_tas
             r"^out of GPU memory fine-tuning task syn_mnli \(up to \d+ tokens\) with "
             r"finetune.batch_size=16: lower it \(e.g. 8\) \(CUDA out of memory. Tried to "
             r"allocate 1.00 GiB\)$")):
-        finetune(train, dev, spec=spec, model_cfg=TINY_MODEL, train_cfg=SHORT_TRAINING, device=CPU,
-                 seed=0, out_dir=tmp_path / "model")
+        run_finetune(spec, train, dev, tmp_path / "model")
     assert not (tmp_path / "model").exists()
 
 
@@ -246,10 +264,15 @@ def test_pretrained_start_is_one_vocabulary_and_one_set_of_weights_for_every_tas
     single_train, single_dev = tmp_path / "single_train.parquet", tmp_path / "single_dev.parquet"
     prepare_task("syn_sst2", single_task, 0, single_train, single_dev)
     single_spec = TaskSpec.from_config("syn_sst2", single_task)
-    start = tmp_path / "start"
-    metrics = pretrain([pair_train, single_train], specs=[pair_spec, single_spec],
-                       model_cfg=TINY_MODEL, pretrain_cfg=PRETRAIN,
-                       device=CPU, seed=0, out_dir=start)
+    start, metrics = tmp_path / "start", tmp_path / "start.json"
+    pretrain_stage.run(ModelJob(
+        rule="pretrain",
+        inputs={"train": [str(pair_train), str(single_train)]},
+        outputs={"model": str(start), "metrics": str(metrics)},
+        settings={"tasks": {spec.name: columns(spec) for spec in (pair_spec, single_spec)},
+                  "model": {**TINY_MODEL, "pretrain": PRETRAIN}, "seed": 0, **ON_CPU},
+    ))
+    metrics = json.loads(metrics.read_text())
     assert metrics["texts"] == 2 * 96 and metrics["epochs"] == 2
     assert metrics["mlm_loss"] < math.log(metrics["vocabulary"])  # it learned something
     tokenizer = AutoTokenizer.from_pretrained(start)
@@ -260,9 +283,8 @@ def test_pretrained_start_is_one_vocabulary_and_one_set_of_weights_for_every_tas
     models = []
     for spec, train, dev in ((pair_spec, pair_train, pair_dev),
                              (single_spec, single_train, single_dev)):
-        finetune(train, dev, spec=spec, model_cfg=TINY_MODEL,
-                 train_cfg={**SHORT_TRAINING, "learning_rate": 0.0}, device=CPU, seed=0,
-                 out_dir=tmp_path / spec.name, start=start)
+        run_finetune(spec, train, dev, tmp_path / spec.name,
+                     training={**SHORT_TRAINING, "learning_rate": 0.0}, start=start)
         models.append(load_file(tmp_path / spec.name / "model.safetensors"))
     encoder = [key for key in models[0] if key.startswith("bert.")]
     assert encoder and all(torch.equal(models[0][k], models[1][k]) for k in encoder)

@@ -12,11 +12,12 @@ import torch
 from test_config import default_config, dry_run
 from test_dumps import CFG, random_result
 
-from attnlab.analyses import information_flow, trees
+from attnlab.analyses import trees
 from attnlab.data.dumps import write_dump
-from attnlab.data.tasks import TaskSpec
-from attnlab.engine.attribution_shards import example_row
+from attnlab.engine.dump_rows import example_row
+from attnlab.job import Job
 from attnlab.report.flow_figures import plot_tree_sizes
+from attnlab.stages import trees as trees_stage
 
 TAU = 0.5
 
@@ -127,9 +128,9 @@ def test_layers_cut_by_the_edge_cap_are_named():
     assert trees.incomplete_layers(row, 3, 0.1, "layer") == [0, 1]
     assert trees.incomplete_layers(row, 3, 0.99, "layer") == []
     row.update(label=0, pred=0, tokens=["w"] * 8, planted_i=None, planted_j=None)
-    _, table = information_flow.tree_tables(pd.DataFrame([row]), 3, 0.1, "layer")
+    _, table = trees.tree_tables(pd.DataFrame([row]), 3, 0.1, "layer")
     assert table["incomplete_layers"].tolist() == [2]
-    assert information_flow.size_summary(table)["incomplete_trees"] == 1
+    assert trees.size_summary(table)["incomplete_trees"] == 1
 
 
 def test_tree_table_keeps_a_row_for_an_empty_tree():
@@ -141,11 +142,11 @@ def test_tree_table_keeps_a_row_for_an_empty_tree():
         row.update(idx=10 + b, label=0, pred=0, tokens=[f"w{k}" for k in range(row["n_tokens"])],
                    planted_i=1, planted_j=2)
         rows.append(row)
-    edges, table = information_flow.tree_tables(pd.DataFrame(rows), 3, 0.4, "layer")
+    edges, table = trees.tree_tables(pd.DataFrame(rows), 3, 0.4, "layer")
     empty = table.set_index("example").loc[11]
     assert empty["edges"] == 0 and empty["nodes"] == 1 and not empty["joins_planted"]
     assert set(edges.loc[edges["example"] == 11, "kind"]) == {"root"}  # [CLS] -> top node only
-    summary = information_flow.size_summary(table)
+    summary = trees.size_summary(table)
     assert summary["examples"] == 2 and summary["empty_trees"] >= 1
 
 
@@ -157,11 +158,14 @@ def test_unknown_example_to_render_fails_before_anything_is_written(tmp_path):
                                                   "n_heads": 2})
     out = {name: tmp_path / "out" / name for name in
            ("edges", "trees", "claims", "summary", "sizes", "figures")}
-    spec = TaskSpec("t", ("sentence",), ("neg", "pos"))
+    job = Job(rule="trees", inputs={"parts": [tmp_path / "part.parquet"]}, outputs=out,
+              settings={"task": {"text_fields": ["sentence"], "label_names": ["neg", "pos"]},
+                        "trees": {"tau": 0.4, "normalise": "layer", "examples": 1,
+                                  "example_idx": [999]},
+                        "seed": 0},
+              wildcards={"task": "t"})
     with pytest.raises(ValueError, match=r"trees.example_idx: \[999\] are not attributed dev"):
-        information_flow.trees_stage([tmp_path / "part.parquet"], spec=spec,
-                          trees_cfg={"tau": 0.4, "normalise": "layer", "examples": 1,
-                           "example_idx": [999]}, seed=0, out=out, provenance={})
+        trees_stage.run(job)
     assert not (tmp_path / "out").exists()
 
 
@@ -170,11 +174,11 @@ def test_tree_claim_counts_only_correct_examples_with_ground_truth():
         "correct": [True, True, True, True, True, False, True],
         "joins_planted": pd.array([True, True, True, True, False, True, None], dtype="boolean"),
     })
-    (claim,) = information_flow.tree_claims(table)
+    (claim,) = trees.tree_claims(table)
     assert claim["value"] == pytest.approx(0.8) and claim["verdict"] == "holds"
     table.loc[0, "joins_planted"] = False
-    assert information_flow.tree_claims(table)[0]["verdict"] == "does not hold"
-    assert information_flow.tree_claims(table.assign(joins_planted=pd.NA).astype(
+    assert trees.tree_claims(table)[0]["verdict"] == "does not hold"
+    assert trees.tree_claims(table.assign(joins_planted=pd.NA).astype(
         {"joins_planted": "boolean"})) == []  # real data: no ground-truth claim
 
 

@@ -7,11 +7,16 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from conftest import DEFAULT_CONFIG
+from test_dumps import MODEL_CFG, tiny_task_model
 from transformers import BertConfig, BertForSequenceClassification
 
 from attnlab.analyses import attack, triggers
 from attnlab.data import tasks
+from attnlab.data.dumps import read_dump
 from attnlab.engine import examples, models
+from attnlab.model_job import ModelJob
+from attnlab.stages import attack_eval, mine_triggers
 
 SEGMENTS = [-1, 0, 0, 0, -1, 1, 1, -1]  # [CLS] a a a [SEP] b b [SEP]
 
@@ -197,3 +202,31 @@ def test_attack_claims_hold_on_a_working_attack_and_fail_otherwise():
     # real data: no planted pairs, no ground-truth claim
     assert len(attack.attack_claims(_summary([1.0, 1.0], [0.5, 0.5], [1.0, 1.0]),
                                     _planted_triggers(1).assign(planted=pd.NA), top=3)) == 2
+
+
+def test_the_trigger_stages_write_what_their_rules_declare(pair_task, tmp_path):
+    """mine_triggers on the first source examples, then attack_eval with what it mined: a random
+    tiny model, so only the outputs' shape is known."""
+    task, model_dir, dev = tiny_task_model(tmp_path, pair_task)
+    config = {**DEFAULT_CONFIG, "tasks": {"syn_mnli": task}, "model": MODEL_CFG, "device": "cpu",
+              "triggers": {**DEFAULT_CONFIG["triggers"], "source_examples": 4, "top": 1,
+                           "random_draws": 1}}
+    mined = {name: tmp_path / f"{name}.parquet" for name in ("source", "patterns", "triggers")}
+    mine_triggers.run(ModelJob.from_config("mine_triggers", config, task="syn_mnli",
+                                           inputs={"model": model_dir, "source": dev},
+                                           outputs=mined))
+    source, meta = read_dump(mined["source"])
+    assert len(source) == 4 and meta["top_pairs"] == 3
+    assert len(pd.read_parquet(mined["patterns"])) == 4
+    ranked = pd.read_parquet(mined["triggers"])
+    out = {"table": tmp_path / "attack.parquet", "claims": tmp_path / "claims.parquet",
+           "figure": tmp_path / "attack.png"}
+    attack_eval.run(ModelJob.from_config(
+        "attack_eval", config, task="syn_mnli", outputs=out,
+        inputs={"model": model_dir, "dev": dev, "triggers": mined["triggers"],
+                "source": mined["source"]}))
+    table = pd.read_parquet(out["table"])
+    # (trigger, random tokens) x gold class for each class's top trigger
+    assert len(table) == 2 * 3 * ranked["class"].nunique()
+    assert set(pd.read_parquet(out["claims"])["task"]) == {"syn_mnli"}
+    assert out["figure"].stat().st_size > 0

@@ -3,14 +3,21 @@ self-contained HTML page."""
 
 from __future__ import annotations
 
+import copy
 import re
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import DEFAULT_CONFIG
 
 from attnlab.analyses import views
+from attnlab.data.dumps import write_dump
+from attnlab.data.tasks import prepare_task
+from attnlab.model_job import ModelJob
+from attnlab.report.flow_figures import example_section, flow_page
+from attnlab.stages import example_views
 
 
 def test_token_flow_sums_a_tokens_row_and_column_without_itself():
@@ -37,8 +44,7 @@ def test_html_section_colours_every_token_of_every_layer_and_embeds_its_figures(
     row = pd.Series({"idx": 3, "label": 1, "pred": 0, "probs": [0.6, 0.4],
                      "tokens": ["[CLS]", "a<b", "c", "[SEP]"], "planted_i": 1, "planted_j": 2})
     flow = np.array([[0.0, 2.0, -1.0, 0.5], [4.0, 0.0, 0.0, 0.0]])
-    html = views.PAGE.format(title="t", sections=views.example_section(
-        row, flow, ["neg", "pos"], [figure]))
+    html = flow_page("t", [example_section(row, flow, ["neg", "pos"], [figure])])
     assert "a&lt;b" in html and "a<b" not in html  # tokens are escaped
     rows = re.findall(r"<tr><th>layer (\d)</th>(.*?)</tr>", html)
     assert [layer for layer, _ in rows] == ["1", "0"]  # the last layer on top
@@ -49,3 +55,24 @@ def test_html_section_colours_every_token_of_every_layer_and_embeds_its_figures(
     assert html.count("class=planted") == 2 * 2  # two planted tokens in two layers
     assert html.count('src="data:image/png;base64,') == 1
     assert not re.search(r'(src|href)="(?!data:)', html)  # nothing loaded from elsewhere
+
+
+def test_no_sampled_example_gives_an_empty_page_without_loading_the_model(tmp_path, pair_task):
+    pair_task["synthetic"].update(n_train=20, n_dev=4)
+    prepare_task("syn_mnli", pair_task, 0, tmp_path / "train.parquet", tmp_path / "dev.parquet")
+    write_dump([{"idx": int(i)} for i in pd.read_parquet(tmp_path / "dev.parquet")["idx"]],
+               tmp_path / "part.parquet", {"n_layers": 2, "n_heads": 4, "shard": 0, "n_shards": 1})
+    config = copy.deepcopy(DEFAULT_CONFIG)
+    config["tasks"] = {"syn_mnli": pair_task}
+    config["trees"].update(examples=0, example_idx=[])
+    out = tmp_path / "views"
+    # no model folder: a job that loaded the model would fail
+    example_views.run(ModelJob.from_config(
+        "example_views", config, task="syn_mnli",
+        inputs={"parts": [str(tmp_path / "part.parquet")], "model": str(tmp_path / "model"),
+                "dev": str(tmp_path / "dev.parquet"), "tree_figures": str(tmp_path / "trees")},
+        outputs={"views": str(out)}))
+    assert [p.name for p in out.iterdir()] == ["index.html"]
+    page = (out / "index.html").read_text()
+    assert "<h1>attribution flow through the tokens: task syn_mnli</h1>" in page
+    assert "<section>" not in page

@@ -25,7 +25,6 @@ _EXPORTS = {
     "load_config": "plumbing.config",
     "validate_config": "plumbing.config",
     "tree_from_matrix": "analyses.trees",
-    "head_importance": "analyses.heads",
     "importance_table": "analyses.heads",
 }
 __all__ = ["__version__", *_EXPORTS]

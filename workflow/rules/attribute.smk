@@ -1,11 +1,3 @@
-# The attribution engine's settings (attnlab.engine.attribution.engine_options): every rule that
-# attributes passes them, and its own target and example selection.
-ENGINE_SETTINGS = {
-    key: config["attribution"][key]
-    for key in ("quadrature", "steps", "tolerance", "max_steps", "scan_steps", "batch_size")
-}
-
-
 # Each task's dev split is attributed in config attribution.shards independent jobs; the
 # shards form one hive-partitioned Parquet dataset (results/<name>/attributions/).
 rule attribute:
@@ -17,11 +9,12 @@ rule attribute:
         # "_" keeps the summary out of the dataset when pyarrow or pandas read the folder
         summary="results/{name}/attributions/task={task}/shard={shard}/_summary.json",
     params:
+        **config_paths(*ENGINE, "attribution.target", "attribution.top_pairs",
+                       "attribution.keep_full", "attribution.edge_min_fraction",
+                       "attribution.max_edges_per_layer", "attribution.shards",
+                       "attribution.max_examples", *MODEL_JOB),
         task=task_spec,
-        attribution=config["attribution"],
-        model=TOKENIZATION,
-        **DEVICE_PARAMS,
-        code=code_version("engine.attribution_shards"),
+        code=code_version("stages.attribute"),
     log:
         "results/{name}/logs/attribute/{task}/shard={shard}.log",
     benchmark:
@@ -37,7 +30,8 @@ rule attribute:
 
 # Gathers a task's shards: fails unless every shard is there, then summarises the dump
 # (accuracy, completeness error, size, planted-pair recovery on synthetic tasks) and judges the
-# ground-truth claims of synthetic tasks (attnlab.data.groundtruth; no rows for other tasks).
+# ground-truth claims of synthetic tasks (attnlab.analyses.attribution_summary; no rows for other
+# tasks).
 rule summarise_attributions:
     input:
         parts=lambda wildcards: expand(
@@ -52,9 +46,8 @@ rule summarise_attributions:
         ),
         claims="results/{name}/attribution_summary/{task}_claims.parquet",
     params:
-        shards=config["attribution"]["shards"],
-        tolerance=config["attribution"]["tolerance"],
-        code=code_version("analyses.attribution_summary"),
+        **config_paths("attribution.shards", "attribution.tolerance"),
+        code=code_version("stages.summarise_attributions"),
     log:
         "results/{name}/logs/summarise_attributions/{task}.log",
     benchmark:
@@ -67,7 +60,8 @@ rule summarise_attributions:
 
 
 # Accuracy against cost of every quadrature rule on each task's trained model, against a
-# converged reference (attnlab.analyses.quadrature_study; benchmarks/quadrature.py runs it on more examples).
+# converged reference (attnlab.stages.quadrature_study; benchmarks/quadrature.py runs it on more
+# examples).
 rule quadrature_study:
     input:
         models=expand(rules.finetune.output.model, task=TASKS, allow_missing=True),
@@ -80,11 +74,12 @@ rule quadrature_study:
             category="Attribution",
         ),
     params:
+        **config_paths(*ENGINE, "attribution.target", "attribution.top_pairs",
+                       "attribution.keep_full", "attribution.edge_min_fraction",
+                       "attribution.max_edges_per_layer", "attribution.study_examples",
+                       *MODEL_JOB),
         tasks={task: config["tasks"][task] for task in TASKS},
-        attribution=config["attribution"],
-        model=TOKENIZATION,
-        **DEVICE_PARAMS,
-        code=code_version("analyses.quadrature_study"),
+        code=code_version("stages.quadrature_study"),
     log:
         "results/{name}/logs/quadrature_study.log",
     benchmark:

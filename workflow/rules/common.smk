@@ -55,10 +55,29 @@ if len(SEEDS) == 1:
 else:
     RUNS = {f"{config['name']}/seed={seed}": seed for seed in SEEDS}
 SHARDS = range(config["attribution"]["shards"])
-# Params shared by the rules that run a trained model: its tokenization settings (the model
+
+
+def config_paths(*paths):
+    """The parts of the config that a stage reads, named by their dotted paths, as one nested
+    mapping. Its rule passes them as params, so a change to any of them reruns it and nothing
+    else does; the stage reads them under the same paths (attnlab.job.Job.settings)."""
+    part = {}
+    for path in paths:
+        *parents, key = path.split(".")
+        source, target = config, part
+        for name in parents:
+            source, target = source[name], target.setdefault(name, {})
+        target[key] = source[key]
+    return part
+
+
+# The settings of every stage that runs a trained model: its tokenization settings (the model
 # itself is an input) and where and in which precision it runs.
-TOKENIZATION = {key: config["model"][key] for key in ("max_length", "truncate")}
-DEVICE_PARAMS = {key: config[key] for key in ("device", "precision")}
+MODEL_JOB = ("model.max_length", "model.truncate", "device", "precision")
+# The settings of every stage that attributes: the attribution engine's
+# (attnlab.engine.attribution.engine_options reads exactly these).
+ENGINE = tuple(f"attribution.{key}" for key in
+               ("quadrature", "steps", "tolerance", "max_steps", "scan_steps", "batch_size"))
 # Rules that run a model declare `gpu=GPU`: one GPU is requested (from SLURM, or from the
 # local `gpu` limit of profiles/local) unless the config pins the CPU. Memory and run time
 # depend on the scale of the configuration and the machine, so they live in the profiles.

@@ -2,9 +2,9 @@
 # rules), into resources/, which every configuration shares; every other rule reads local files.
 rule download_data:
     output:
-        "resources/datasets/{dataset}/{subset}/{split}.parquet",
+        split="resources/datasets/{dataset}/{subset}/{split}.parquet",
     params:
-        code=code_version("data.hub"),
+        code=code_version("stages.download_data"),
     log:
         "resources/logs/download_data/{dataset}/{subset}/{split}.log",
     wildcard_constraints:
@@ -20,9 +20,9 @@ rule download_data:
 
 rule download_model:
     output:
-        directory("resources/models/{model}"),
+        model=directory("resources/models/{model}"),
     params:
-        code=code_version("data.hub"),
+        code=code_version("stages.download_model"),
     log:
         "resources/logs/download_model/{model}.log",
     wildcard_constraints:
@@ -44,10 +44,10 @@ rule prepare_data:
         dev="results/{name}/data/{task}/dev.parquet",
         summary="results/{name}/data/{task}/summary.json",
     params:
+        **config_paths("model.source", "model.max_length", "model.truncate"),
         task=task_data,
-        model={key: config["model"][key] for key in ("source", "max_length", "truncate")},
         seed=data_seed,
-        code=code_version("data.tokenization"),
+        code=code_version("stages.prepare_data"),
     log:
         "results/{name}/logs/prepare_data/{task}.log",
     benchmark:

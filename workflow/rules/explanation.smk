@@ -17,13 +17,11 @@ rule attention_permutation:
             labels={"task": "{task}", "analysis": "attention permutation"},
         ),
     params:
-        task=task_data,
-        settings={**config["explanation"]["attention_permutation"],
-                  "batch_size": config["explanation"]["batch_size"]},
-        model=TOKENIZATION,
+        **config_paths("explanation.attention_permutation", "explanation.batch_size",
+                       *MODEL_JOB),
+        task=task_spec,
         seed=run_seed,
-        **DEVICE_PARAMS,
-        code=code_version("analyses.attention_permutation"),
+        code=code_version("stages.attention_permutation"),
     log:
         "results/{name}/logs/attention_permutation/{task}.log",
     benchmark:
@@ -53,13 +51,11 @@ rule adversarial_attention:
             labels={"task": "{task}", "analysis": "adversarial keys and attention"},
         ),
     params:
-        task=task_data,
-        settings={key: config["explanation"][key]
-                  for key in ("batch_size", "adversarial_keys", "adversarial_attention")},
-        model=TOKENIZATION,
+        **config_paths("explanation.adversarial_keys", "explanation.adversarial_attention",
+                       "explanation.batch_size", *MODEL_JOB),
+        task=task_spec,
         seed=run_seed,
-        **DEVICE_PARAMS,
-        code=code_version("analyses.adversarial_attention"),
+        code=code_version("stages.adversarial_attention"),
     log:
         "results/{name}/logs/adversarial_attention/{task}.log",
     benchmark:

@@ -11,14 +11,11 @@ rule head_importance:
     output:
         importance="results/{name}/heads/{task}/importance.parquet",
     params:
+        **config_paths("heads.methods", "heads.importance_examples", "heads.random_seeds",
+                       "heads.batch_size", "attribution.target", *MODEL_JOB),
         task=task_spec,
-        heads={key: config["heads"][key]
-               for key in ("methods", "importance_examples", "random_seeds", "batch_size")},
-        model=TOKENIZATION,
-        target=config["attribution"]["target"],
         seed=run_seed,
-        **DEVICE_PARAMS,
-        code=code_version("analyses.heads"),
+        code=code_version("stages.head_importance"),
     log:
         "results/{name}/logs/head_importance/{task}.log",
     benchmark:
@@ -43,12 +40,10 @@ rule prune_eval:
         global_="results/{name}/heads/{task}/global.parquet",
         claims="results/{name}/heads/{task}/claims.parquet",
     params:
+        **config_paths("heads.prune_percents", "heads.batch_size", "attribution.target",
+                       *MODEL_JOB),
         task=task_spec,
-        heads={key: config["heads"][key] for key in ("prune_percents", "batch_size")},
-        model=TOKENIZATION,
-        target=config["attribution"]["target"],
-        **DEVICE_PARAMS,
-        code=code_version("analyses.pruning"),
+        code=code_version("stages.prune_eval"),
     log:
         "results/{name}/logs/prune_eval/{task}.log",
     benchmark:
@@ -78,7 +73,7 @@ rule pruning_figures:
             category="Head importance",
         ),
     params:
-        code=code_version("report.head_figures"),
+        code=code_version("stages.pruning_figures"),
     log:
         "results/{name}/logs/pruning_figures.log",
     benchmark:
@@ -104,8 +99,8 @@ rule task_correlation:
             category="Head importance",
         ),
     params:
-        pairs={key: config["heads"][key] for key in ("similar_pairs", "dissimilar_pairs")},
-        code=code_version("analyses.task_correlation"),
+        **config_paths("heads.similar_pairs", "heads.dissimilar_pairs"),
+        code=code_version("stages.task_correlation"),
     log:
         "results/{name}/logs/task_correlation.log",
     benchmark:

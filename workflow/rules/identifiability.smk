@@ -18,12 +18,10 @@ rule effective_attention:
             labels={"task": "{task}", "analysis": "effective attention"},
         ),
     params:
-        task=task_data,
-        settings={**config["identifiability"]["effective_attention"],
-                  "batch_size": config["identifiability"]["batch_size"]},
-        model=TOKENIZATION,
-        **DEVICE_PARAMS,
-        code=code_version("analyses.effective_attention"),
+        **config_paths("identifiability.effective_attention", "identifiability.batch_size",
+                       *MODEL_JOB),
+        task=task_spec,
+        code=code_version("stages.effective_attention"),
     log:
         "results/{name}/logs/effective_attention/{task}.log",
     benchmark:
@@ -52,13 +50,11 @@ rule token_identifiability:
             labels={"task": "{task}", "analysis": "token identifiability"},
         ),
     params:
-        task=task_data,
-        settings={**config["identifiability"]["token_identifiability"],
-                  "batch_size": config["identifiability"]["batch_size"]},
-        model=TOKENIZATION,
+        **config_paths("identifiability.token_identifiability", "identifiability.batch_size",
+                       *MODEL_JOB),
+        task=task_spec,
         seed=run_seed,
-        **DEVICE_PARAMS,
-        code=code_version("analyses.token_identifiability"),
+        code=code_version("stages.token_identifiability"),
     log:
         "results/{name}/logs/token_identifiability/{task}.log",
     benchmark:
@@ -87,12 +83,11 @@ rule token_mixing:
             labels={"task": "{task}", "analysis": "token mixing"},
         ),
     params:
-        task=task_data,
-        settings=config["identifiability"]["token_mixing"],  # one example at a time
-        model=TOKENIZATION,
+        # one example at a time: identifiability.batch_size is not read
+        **config_paths("identifiability.token_mixing", *MODEL_JOB),
+        task=task_spec,
         seed=run_seed,
-        **DEVICE_PARAMS,
-        code=code_version("analyses.token_mixing"),
+        code=code_version("stages.token_mixing"),
     log:
         "results/{name}/logs/token_mixing/{task}.log",
     benchmark:

@@ -32,12 +32,10 @@ rule interaction_methods:
             labels={"task": "{task}", "output": "deletion curves"},
         ),
     params:
+        # the config's seed, not the run's (run_seed): every run of `seeds` breaks ties alike
+        **config_paths("interaction_methods", "seed", *MODEL_JOB),
         task=task_spec,
-        settings=config["interaction_methods"],
-        model=TOKENIZATION,
-        seed=config["seed"],
-        **DEVICE_PARAMS,
-        code=code_version("analyses.interaction_methods"),
+        code=code_version("stages.interaction_methods"),
     log:
         "results/{name}/logs/interaction_methods/{task}.log",
     benchmark:

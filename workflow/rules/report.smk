@@ -14,7 +14,7 @@ rule run_summary:
         ),
     params:
         config=config,
-        code=code_version("report.summary"),
+        code=code_version("stages.run_summary"),
     log:
         "results/{name}/logs/run_summary.log",
     threads: 1
@@ -35,8 +35,8 @@ rule claims:
             category="Claims",
         ),
     params:
-        papers=config["report"]["papers"],
-        code=code_version("report.summary"),
+        **config_paths("report.papers"),
+        code=code_version("stages.claims"),
     log:
         "results/{name}/logs/claims.log",
     threads: 1

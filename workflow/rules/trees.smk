@@ -29,11 +29,10 @@ rule trees:
             labels={"task": "{task}", "output": "tree of example {idx}"},
         ),
     params:
-        task=task_data,
-        trees={key: config["trees"][key]
-               for key in ("tau", "normalise", "examples", "example_idx")},
+        **config_paths("trees.tau", "trees.normalise", "trees.examples", "trees.example_idx"),
+        task=task_spec,
         seed=run_seed,
-        code=code_version("analyses.information_flow"),
+        code=code_version("stages.trees"),
     log:
         "results/{name}/logs/trees/{task}.log",
     benchmark:
@@ -60,13 +59,11 @@ rule example_views:
             labels={"task": "{task}", "output": "attribution flow per token"},
         ),
     params:
-        task=task_data,
-        trees={key: config["trees"][key] for key in ("examples", "example_idx", "heatmap_layer")},
-        attribution={**ENGINE_SETTINGS, "target": config["attribution"]["target"]},
-        model=TOKENIZATION,
+        **config_paths("trees.examples", "trees.example_idx", "trees.heatmap_layer", *ENGINE,
+                       "attribution.target", *MODEL_JOB),
+        task=task_spec,
         seed=run_seed,
-        **DEVICE_PARAMS,
-        code=code_version("analyses.views"),
+        code=code_version("stages.example_views"),
     log:
         "results/{name}/logs/example_views/{task}.log",
     benchmark:

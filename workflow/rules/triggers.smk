@@ -12,19 +12,14 @@ rule mine_triggers:
         patterns="results/{name}/triggers/{task}/patterns.parquet",
         triggers="results/{name}/triggers/{task}/triggers.parquet",
     params:
+        # the dumps' engine and edges; target and example count come from triggers (the source
+        # split is the input's)
+        **config_paths("triggers.source_examples", "triggers.target", "triggers.score_threshold",
+                       "triggers.second_pair_ratio", *ENGINE, "attribution.top_pairs",
+                       "attribution.edge_min_fraction", "attribution.max_edges_per_layer",
+                       *MODEL_JOB),
         task=task_data,
-        triggers={key: config["triggers"][key]
-                  for key in ("source_split", "source_examples", "target", "score_threshold",
-                              "second_pair_ratio")},
-        # the engine's settings; target and example count come from triggers
-        attribution={
-            **ENGINE_SETTINGS,
-            **{key: config["attribution"][key]
-               for key in ("edge_min_fraction", "max_edges_per_layer", "top_pairs")},
-        },
-        model=TOKENIZATION,
-        **DEVICE_PARAMS,
-        code=code_version("analyses.triggers"),
+        code=code_version("stages.mine_triggers"),
     log:
         "results/{name}/logs/mine_triggers/{task}.log",
     benchmark:
@@ -54,12 +49,11 @@ rule attack_eval:
             labels={"task": "{task}"},
         ),
     params:
-        task=task_data,
-        triggers={key: config["triggers"][key] for key in ("top", "random_draws", "batch_size")},
-        model=TOKENIZATION,
+        **config_paths("triggers.top", "triggers.random_draws", "triggers.batch_size",
+                       *MODEL_JOB),
+        task=task_spec,
         seed=run_seed,
-        **DEVICE_PARAMS,
-        code=code_version("analyses.attack"),
+        code=code_version("stages.attack_eval"),
     log:
         "results/{name}/logs/attack_eval/{task}.log",
     benchmark:

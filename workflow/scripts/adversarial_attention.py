@@ -1,22 +1,6 @@
-"""Snakemake adapter of rule adversarial_attention: adversarial keys and attention, one task."""
+"""Rule adversarial_attention: attnlab.stages.adversarial_attention."""
 
-from attnlab.analyses.adversarial_attention import analyse_task
-from attnlab.data.tasks import TaskSpec
-from attnlab.plumbing.device import start_model_job
-from attnlab.plumbing.outputs import provenance, workflow_job
+from attnlab.model_job import ModelJob
+from attnlab.stages import adversarial_attention
 
-params = snakemake.params
-with workflow_job(snakemake):
-    device, _ = start_model_job(snakemake.threads, params.device, params.precision)
-    analyse_task(
-        snakemake.input.model,
-        train_path=snakemake.input.train,
-        dev_path=snakemake.input.dev,
-        spec=TaskSpec.from_config(snakemake.wildcards.task, params.task),
-        cfg=params.settings,
-        model_cfg=params.model,
-        seed=params.seed,
-        device=device,
-        out=dict(snakemake.output.items()),
-        provenance=provenance(dict(params.items())),
-    )
+ModelJob.run_rule(snakemake, adversarial_attention.run)

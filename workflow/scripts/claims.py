@@ -1,12 +1,6 @@
-"""Snakemake adapter of rule claims: every stage's claims in one page, beside the papers'."""
+"""Rule claims: attnlab.stages.claims."""
 
-from attnlab.plumbing.outputs import provenance, workflow_job
-from attnlab.report.summary import claims_table
+from attnlab.job import Job
+from attnlab.stages import claims
 
-with workflow_job(snakemake):
-    claims_table(
-        snakemake.input.claims,
-        findings_paths=snakemake.input.findings,
-        out=snakemake.output.page,
-        origin=provenance(dict(snakemake.params.items())),
-    )
+Job.run_rule(snakemake, claims.run)

@@ -1,9 +1,6 @@
-"""Snakemake adapter of rule download_data: one split of a hub dataset, as Parquet."""
+"""Rule download_data: attnlab.stages.download_data."""
 
-from attnlab.data.hub import fetch_dataset_split
-from attnlab.plumbing.outputs import workflow_job
+from attnlab.job import Job
+from attnlab.stages import download_data
 
-wildcards = snakemake.wildcards
-with workflow_job(snakemake):
-    fetch_dataset_split(wildcards.dataset, name=wildcards.subset, split=wildcards.split,
-                        out=snakemake.output[0])
+Job.run_rule(snakemake, download_data.run)

@@ -1,7 +1,6 @@
-"""Snakemake adapter of rule download_model: a hub checkpoint's files, as published."""
+"""Rule download_model: attnlab.stages.download_model."""
 
-from attnlab.data.hub import fetch_checkpoint
-from attnlab.plumbing.outputs import workflow_job
+from attnlab.job import Job
+from attnlab.stages import download_model
 
-with workflow_job(snakemake):
-    fetch_checkpoint(snakemake.wildcards.model, snakemake.output[0])
+Job.run_rule(snakemake, download_model.run)

@@ -1,20 +1,6 @@
-"""Snakemake adapter of rule effective_attention: effective attention of one task's model."""
+"""Rule effective_attention: attnlab.stages.effective_attention."""
 
-from attnlab.analyses.effective_attention import analyse_task
-from attnlab.data.tasks import TaskSpec
-from attnlab.plumbing.device import start_model_job
-from attnlab.plumbing.outputs import provenance, workflow_job
+from attnlab.model_job import ModelJob
+from attnlab.stages import effective_attention
 
-params = snakemake.params
-with workflow_job(snakemake):
-    device, _ = start_model_job(snakemake.threads, params.device, params.precision)
-    analyse_task(
-        snakemake.input.model,
-        dev_path=snakemake.input.dev,
-        spec=TaskSpec.from_config(snakemake.wildcards.task, params.task),
-        cfg=params.settings,
-        model_cfg=params.model,
-        device=device,
-        out=dict(snakemake.output.items()),
-        provenance=provenance(dict(params.items())),
-    )
+ModelJob.run_rule(snakemake, effective_attention.run)

@@ -1,23 +1,6 @@
-"""Snakemake adapter of rule interaction_methods: eight token-interaction methods of one task,
-scored and judged on planted ground truth and faithfulness."""
+"""Rule interaction_methods: attnlab.stages.interaction_methods."""
 
-from attnlab.analyses.interaction_methods import analyse_task
-from attnlab.data.tasks import TaskSpec
-from attnlab.plumbing.device import start_model_job
-from attnlab.plumbing.outputs import provenance, workflow_job
+from attnlab.model_job import ModelJob
+from attnlab.stages import interaction_methods
 
-params = snakemake.params
-with workflow_job(snakemake):
-    device, _ = start_model_job(snakemake.threads, params.device, params.precision)
-    analyse_task(
-        snakemake.input.model,
-        dev_path=snakemake.input.dev,
-        dump_paths=list(snakemake.input.parts),
-        spec=TaskSpec.from_config(snakemake.wildcards.task, params.task),
-        cfg=params.settings,
-        model_cfg=params.model,
-        seed=params.seed,
-        device=device,
-        out=dict(snakemake.output.items()),
-        provenance=provenance(dict(params.items())),
-    )
+ModelJob.run_rule(snakemake, interaction_methods.run)

@@ -1,22 +1,6 @@
-"""Snakemake adapter of rule mine_triggers: attribute the source examples, rank their patterns."""
+"""Rule mine_triggers: attnlab.stages.mine_triggers."""
 
-from attnlab.analyses.triggers import mine_triggers
-from attnlab.data.tasks import TaskSpec
-from attnlab.plumbing.device import start_model_job
-from attnlab.plumbing.outputs import provenance, workflow_job
+from attnlab.model_job import ModelJob
+from attnlab.stages import mine_triggers
 
-params = snakemake.params
-with workflow_job(snakemake):
-    device, _ = start_model_job(snakemake.threads, params.device, params.precision)
-    mine_triggers(
-        snakemake.input.model,
-        source_path=snakemake.input.source,
-        spec=TaskSpec.from_config(snakemake.wildcards.task, params.task),
-        task_cfg=params.task,
-        triggers_cfg=params.triggers,
-        attribution_cfg=params.attribution,
-        model_cfg=params.model,
-        device=device,
-        out=dict(snakemake.output.items()),
-        provenance=provenance(dict(params.items())),
-    )
+ModelJob.run_rule(snakemake, mine_triggers.run)

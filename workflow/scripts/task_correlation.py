@@ -1,14 +1,6 @@
-"""Snakemake adapter of rule task_correlation: attribution head importance across tasks."""
+"""Rule task_correlation: attnlab.stages.task_correlation."""
 
-from attnlab.analyses.task_correlation import task_correlation
-from attnlab.plumbing.outputs import provenance, workflow_job
+from attnlab.job import Job
+from attnlab.stages import task_correlation
 
-with workflow_job(snakemake):
-    params = snakemake.params
-    task_correlation(
-        snakemake.input.importance,
-        similar=params.pairs["similar_pairs"],
-        dissimilar=params.pairs["dissimilar_pairs"],
-        out=dict(snakemake.output.items()),
-        provenance=provenance(dict(params.items())),
-    )
+Job.run_rule(snakemake, task_correlation.run)

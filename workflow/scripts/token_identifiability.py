@@ -1,22 +1,6 @@
-"""Snakemake adapter of rule token_identifiability: token identifiability of one task's model."""
+"""Rule token_identifiability: attnlab.stages.token_identifiability."""
 
-from attnlab.analyses.token_identifiability import analyse_task
-from attnlab.data.tasks import TaskSpec
-from attnlab.plumbing.device import start_model_job
-from attnlab.plumbing.outputs import provenance, workflow_job
+from attnlab.model_job import ModelJob
+from attnlab.stages import token_identifiability
 
-params = snakemake.params
-with workflow_job(snakemake):
-    device, _ = start_model_job(snakemake.threads, params.device, params.precision)
-    analyse_task(
-        snakemake.input.model,
-        train_path=snakemake.input.train,
-        dev_path=snakemake.input.dev,
-        spec=TaskSpec.from_config(snakemake.wildcards.task, params.task),
-        cfg=params.settings,
-        model_cfg=params.model,
-        seed=params.seed,
-        device=device,
-        out=dict(snakemake.output.items()),
-        provenance=provenance(dict(params.items())),
-    )
+ModelJob.run_rule(snakemake, token_identifiability.run)

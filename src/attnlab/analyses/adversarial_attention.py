@@ -23,7 +23,7 @@ original attention (JSD 0), so the bound holds on every example.
 from __future__ import annotations
 
 import logging
-import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,13 +33,10 @@ from torch import nn
 from tqdm import tqdm
 from transformers import PreTrainedModel
 
-from attnlab.analyses.claims import claim, log_claims
+from attnlab.analyses.claims import claim
 from attnlab.analyses.divergences import jensen_shannon, total_variation
-from attnlab.data import tasks
 from attnlab.engine import examples, models
 from attnlab.engine.intervention import Intervention
-from attnlab.plumbing.outputs import write_task_tables
-from attnlab.report.explanation_figures import plot_adversarial
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +93,7 @@ def _shuffled(inputs: dict[str, torch.Tensor], generator: torch.Generator) -> di
 def train_key_adversary(
     model: PreTrainedModel,
     inputs: dict[str, torch.Tensor],
-    cfg: dict[str, Any],
+    cfg: Mapping[str, Any],
     batch_size: int,
     seed: int,
 ) -> KeyAdversary:
@@ -169,7 +166,7 @@ def search_attention(
     model: PreTrainedModel,
     batch: dict[str, torch.Tensor],
     layer: int,
-    cfg: dict[str, Any],
+    cfg: Mapping[str, Any],
     noise: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Jain & Wallace's search for one batch, starting from the original log-attention plus
@@ -209,11 +206,21 @@ def search_attention(
     return attention, best, feasible_steps
 
 
+def searched_layers(model: PreTrainedModel, layers: Sequence[int] | None) -> list[int]:
+    """The layers whose adversarial attention is sought: config
+    explanation.adversarial_attention.layers (None: every layer), each checked to be one of
+    the model's, so that a wrong one fails in one line before any work."""
+    layers = list(range(models.num_layers(model))) if layers is None else list(layers)
+    for layer in layers:
+        models.check_layer(model, layer, "explanation.adversarial_attention.layers")
+    return layers
+
+
 def adversarial_attention(
     model: PreTrainedModel,
     inputs: dict[str, torch.Tensor],
     layer: int,
-    cfg: dict[str, Any],
+    cfg: Mapping[str, Any],
     batch_size: int,
     seed: int,
 ) -> pd.DataFrame:
@@ -274,51 +281,3 @@ def claims(keys: pd.DataFrame, attention: pd.DataFrame, epsilon: float) -> list[
             f"nats (holds if >= {LARGE_JSD})", jsd, jsd >= LARGE_JSD))
     return out
 
-
-def analyse_task(
-    model_dir: str | os.PathLike,
-    *,
-    train_path: str | os.PathLike,
-    dev_path: str | os.PathLike,
-    spec: tasks.TaskSpec,
-    cfg: dict[str, Any],
-    model_cfg: dict[str, Any],
-    seed: int,
-    device: torch.device,
-    out: dict[str, str | os.PathLike],
-    provenance: dict[str, Any],
-) -> pd.DataFrame:
-    """Both adversarial tests on a task; `cfg` holds config["explanation"]'s batch_size,
-    adversarial_keys and adversarial_attention. The key adversary is trained on the first
-    adversarial_keys.train_examples training sentences and evaluated on the first
-    adversarial_keys.examples dev examples; the adversarial attention of each layer in
-    adversarial_attention.layers (null: all) is sought for the first adversarial_attention.examples.
-    Writes out["key_table"], out["attention_table"], out["claims"] (Parquet, with provenance)
-    and out["figure"]; returns the claims."""
-    model, tokenizer = models.load_classifier(model_dir, device)
-    keys_cfg, attention_cfg = cfg["adversarial_keys"], cfg["adversarial_attention"]
-    layers = attention_cfg["layers"]
-    layers = list(range(models.num_layers(model))) if layers is None else layers
-    for layer in layers:  # before any work
-        models.check_layer(model, layer, "explanation.adversarial_attention.layers")
-    train = examples.encoded_examples(train_path, spec, tokenizer, model_cfg,
-                                   keys_cfg["train_examples"])
-    log.info("task %s: key adversary trained on %d training sentences", spec.name,
-             len(train["input_ids"]))
-    adversary = train_key_adversary(model, train, keys_cfg, cfg["batch_size"], seed)
-    dev = examples.encoded_examples(dev_path, spec, tokenizer, model_cfg, keys_cfg["examples"])
-    keys = evaluate_key_adversary(model, adversary, dev, cfg["batch_size"])
-    dev = examples.encoded_examples(dev_path, spec, tokenizer, model_cfg, attention_cfg["examples"])
-    frames = []
-    for layer in tqdm(layers, desc="adversarial attention", mininterval=5):
-        log.info("task %s: adversarial attention of layer %d for %d dev examples", spec.name,
-                 layer, len(dev["input_ids"]))
-        frames.append(adversarial_attention(model, dev, layer, attention_cfg, cfg["batch_size"],
-                                            seed))
-    attention = pd.concat(frames, ignore_index=True)
-    table = pd.DataFrame(claims(keys, attention, attention_cfg["epsilon"]))
-    write_task_tables(spec.name, {"key_table": keys, "attention_table": attention,
-                                  "claims": table}, out, provenance)
-    plot_adversarial(keys, attention, attention_cfg["epsilon"], out["figure"])
-    log_claims(table, spec.name)
-    return table

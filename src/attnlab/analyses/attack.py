@@ -14,24 +14,16 @@ own.
 
 from __future__ import annotations
 
-import logging
-import os
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import pandas as pd
-import torch
 from tqdm import tqdm
 
-from attnlab.analyses.claims import claim, claims_frame, log_claims
+from attnlab.analyses.claims import claim
 from attnlab.data import tasks
-from attnlab.data.dumps import read_dump
 from attnlab.engine import examples
-from attnlab.engine.models import load_classifier
-from attnlab.plumbing.outputs import write_task_tables
-from attnlab.report.trigger_figures import plot_attack
-
-log = logging.getLogger(__name__)
 
 # (c) of issue #4: the triggers drop accuracy on the other classes at least this many times
 # more than random tokens at the same positions.
@@ -82,7 +74,7 @@ def attacked_split(dev: pd.DataFrame, spec: tasks.TaskSpec, tokens: list[str],
 
 
 def predictions(model, df: pd.DataFrame, spec: tasks.TaskSpec, tokenizer,
-                model_cfg: dict[str, Any], batch_size: int) -> np.ndarray:
+                model_cfg: Mapping[str, Any], batch_size: int) -> np.ndarray:
     """Predicted class of every example of a split."""
     inputs = examples.encoded_frame(df, spec, tokenizer, model_cfg)
     return examples.predict(model, inputs, None, batch_size).argmax(dim=-1).numpy()
@@ -101,9 +93,17 @@ def random_tokens(pool: list[str], count: int, seed: list[int]) -> list[str]:
     return [str(t) for t in rng.choice(pool, size=count, replace=len(pool) < count)]
 
 
+def source_tokens(source: pd.DataFrame) -> list[str]:
+    """The distinct tokens of the source examples' dump (special tokens left out), sorted: the
+    pool random tokens are drawn from."""
+    return sorted({t for tokens, segments in zip(source["tokens"], source["segments"],
+                                                 strict=True)
+                   for t, s in zip(tokens, segments, strict=True) if s >= 0})
+
+
 def attack_table(model, dev: pd.DataFrame, spec: tasks.TaskSpec, tokenizer,
-                 triggers: pd.DataFrame, pool: list[str], cfg: dict[str, Any],
-                 model_cfg: dict[str, Any], seed: int) -> pd.DataFrame:
+                 triggers: pd.DataFrame, pool: list[str], cfg: Mapping[str, Any],
+                 model_cfg: Mapping[str, Any], seed: int) -> pd.DataFrame:
     """Accuracy per gold class before and after inserting each of the top `cfg["top"]`
     triggers of every class, and after random tokens (mean over `cfg["random_draws"]`);
     `cfg["batch_size"]` examples per forward pass.
@@ -194,43 +194,4 @@ def attack_claims(summary: pd.DataFrame, triggers: pd.DataFrame, top: int) -> li
               f"floored at one example, {floor:.4f}; holds if >= {RANDOM_RATIO:g})",
               ratio, ratio >= RANDOM_RATIO),
     ]
-    return claims
-
-
-def attack_eval(
-    model_dir: str | os.PathLike,
-    *,
-    dev_path: str | os.PathLike,
-    triggers_path: str | os.PathLike,
-    source_path: str | os.PathLike,
-    spec: tasks.TaskSpec,
-    triggers_cfg: dict[str, Any],
-    model_cfg: dict[str, Any],
-    seed: int,
-    device: torch.device,
-    out: dict[str, str | os.PathLike],
-    provenance: dict[str, Any],
-) -> pd.DataFrame:
-    """Attack a task's dev split with its mined triggers and with random tokens; write
-    out["table"], out["claims"] (Parquet) and out["figure"]; returns the claims."""
-    model, tokenizer = load_classifier(model_dir, device)
-    dev = tasks.load_split(dev_path, spec)
-    triggers = pd.read_parquet(triggers_path)
-    source, _ = read_dump(source_path)
-    pool = sorted({t for tokens, segments in zip(source["tokens"], source["segments"],
-                                                 strict=True)
-                   for t, s in zip(tokens, segments, strict=True) if s >= 0})
-    log.info("task %s: attacking %d dev examples with the top %d triggers of each class; "
-             "random tokens from %d distinct source tokens", spec.name, len(dev),
-             triggers_cfg["top"], len(pool))
-    table = attack_table(model, dev, spec, tokenizer, triggers, pool, triggers_cfg, model_cfg,
-                         seed)
-    summary = other_class_summary(table, list(spec.label_names))
-    claims = claims_frame(attack_claims(summary, triggers, triggers_cfg["top"]))
-    write_task_tables(spec.name, {"table": table, "claims": claims}, out, provenance)
-    plot_attack(summary, out["figure"])
-    for row in summary.itertuples():
-        log.info("%s: other classes %.3f -> %.3f (random tokens %.3f)", row.trigger, row.before,
-                 row.trigger_after, row.random_after)
-    log_claims(claims, spec.name)
     return claims

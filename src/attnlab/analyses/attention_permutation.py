@@ -12,8 +12,6 @@ permutations that leave the prediction correct.
 
 from __future__ import annotations
 
-import logging
-import os
 from typing import Any
 
 import numpy as np
@@ -22,15 +20,10 @@ import torch
 from tqdm import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from attnlab.analyses.claims import claim, log_claims
+from attnlab.analyses.claims import claim
 from attnlab.analyses.divergences import total_variation
-from attnlab.data import tasks
 from attnlab.engine import examples, models
 from attnlab.engine.intervention import Intervention
-from attnlab.plumbing.outputs import write_task_tables
-from attnlab.report.explanation_figures import plot_attention_permutation
-
-log = logging.getLogger(__name__)
 
 ALL_LAYERS = "all"
 # Drozdyuk et al.: permuting the first layer costs about 6 accuracy points; the claim holds when at
@@ -167,30 +160,3 @@ def claims(table: pd.DataFrame) -> list[dict[str, Any]]:
               None if others.empty else other_drop <= NEGLIGIBLE_DROP),
     ]
 
-
-def analyse_task(
-    model_dir: str | os.PathLike,
-    *,
-    dev_path: str | os.PathLike,
-    spec: tasks.TaskSpec,
-    cfg: dict[str, Any],
-    model_cfg: dict[str, Any],
-    seed: int,
-    device: torch.device,
-    out: dict[str, str | os.PathLike],
-    provenance: dict[str, Any],
-) -> pd.DataFrame:
-    """Attention permutation on a task's first cfg["examples"] dev examples, cfg["permutations"]
-    times per setting. Writes out["table"], out["claims"] (Parquet, with provenance) and
-    out["figure"]; returns the claims."""
-    model, tokenizer = models.load_classifier(model_dir, device)
-    inputs = examples.encoded_examples(dev_path, spec, tokenizer, model_cfg, cfg["examples"])
-    log.info("task %s: attention permutation of %d dev examples, %d permutations per setting",
-             spec.name, len(inputs["input_ids"]), cfg["permutations"])
-    table = permutation_table(model, tokenizer, inputs, cfg["permutations"], seed,
-                              cfg["batch_size"])
-    verdicts = pd.DataFrame(claims(table))
-    write_task_tables(spec.name, {"table": table, "claims": verdicts}, out, provenance)
-    plot_attention_permutation(table, summary(table), out["figure"])
-    log_claims(verdicts, spec.name)
-    return verdicts

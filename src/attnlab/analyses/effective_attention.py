@@ -20,8 +20,6 @@ words, the tokens that carry no content.
 
 from __future__ import annotations
 
-import logging
-import os
 import unicodedata
 from typing import Any
 
@@ -31,14 +29,10 @@ import torch
 from tqdm import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from attnlab.analyses.claims import claim, log_claims
-from attnlab.data import synthetic, tasks
+from attnlab.analyses.claims import claim
+from attnlab.data import synthetic
 from attnlab.engine import examples, models
 from attnlab.engine.intervention import Intervention
-from attnlab.plumbing.outputs import write_task_tables
-from attnlab.report.identifiability_figures import plot_effective_attention
-
-log = logging.getLogger(__name__)
 
 CATEGORIES = ("[CLS]", "[SEP]", "punctuation", "filler")
 # Word-piece markers (BERT "##", byte-level BPE "Ġ", SentencePiece "▁") are not part of a word.
@@ -192,30 +186,3 @@ def claims(per_head: pd.DataFrame, mass: pd.DataFrame, d_v: int) -> list[dict[st
                      "tokens (holds if < 0)", shift, None if sep.empty else shift < 0))
     return out
 
-
-def analyse_task(
-    model_dir: str | os.PathLike,
-    *,
-    dev_path: str | os.PathLike,
-    spec: tasks.TaskSpec,
-    cfg: dict[str, Any],
-    model_cfg: dict[str, Any],
-    device: torch.device,
-    out: dict[str, str | os.PathLike],
-    provenance: dict[str, Any],
-) -> pd.DataFrame:
-    """Effective attention on a task's first cfg["examples"] dev examples. Writes out["heads"],
-    out["tokens"], out["claims"] (Parquet, with provenance) and the figure out["figure"];
-    returns the claims."""
-    model, tokenizer = models.load_classifier(model_dir, device)
-    inputs = examples.encoded_examples(dev_path, spec, tokenizer, model_cfg, cfg["examples"])
-    d_v = model.config.hidden_size // model.config.num_attention_heads
-    log.info("task %s: effective attention of %d dev examples (d_v = %d)", spec.name,
-             len(inputs["input_ids"]), d_v)
-    per_head, mass = analyse_examples(model, tokenizer, inputs, cfg["batch_size"])
-    table = pd.DataFrame(claims(per_head, mass, d_v))
-    meta = {**provenance, "d_v": d_v}
-    write_task_tables(spec.name, {"heads": per_head, "tokens": mass, "claims": table}, out, meta)
-    plot_effective_attention(per_head, mass, d_v, out["figure"])
-    log_claims(table, spec.name)
-    return table

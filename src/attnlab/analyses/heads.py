@@ -15,23 +15,15 @@ its output is A·V, so a factor ξ on A is a factor ξ on the head's output.
 
 from __future__ import annotations
 
-import logging
-import os
-from typing import Any
-
 import numpy as np
 import pandas as pd
 import torch
 from transformers import PreTrainedModel
 
-from attnlab.analyses.head_inputs import DUMP_COLUMNS, load_task, warn_if_pred_target
-from attnlab.data import tasks
+from attnlab.data.dumps import HEAD_SCORES
 from attnlab.engine import examples, models
 from attnlab.engine.intervention import Intervention
 from attnlab.plumbing.errors import ConfigError
-from attnlab.plumbing.outputs import write_table
-
-log = logging.getLogger(__name__)
 
 METHODS = ("attribution", "attention", "taylor", "accuracy_difference", "random")
 
@@ -109,13 +101,14 @@ def importance_table(
 ) -> pd.DataFrame:
     """Importance of every head by each method, over the examples in `inputs`.
 
-    `dump_arrays` holds the (N, L, H) attr_max / attn_max of the same examples, in order.
+    `dump_arrays` holds the (N, L, H) attr_max / attn_max of the same examples, in order
+    (`attnlab.data.dumps.attributed_head_scores`).
     Columns: method, seed (random only), layer, head, importance.
     """
     n_layers, n_heads = models.head_shape(model)
     frames = []
     for method in methods:
-        if method in DUMP_COLUMNS:
+        if method in HEAD_SCORES:
             frames.append(_rows(method, None, dump_arrays[method].mean(axis=0)))
         elif method == "taylor":
             frames.append(_rows(method, None, taylor_importance(model, inputs, batch_size)))
@@ -129,33 +122,3 @@ def importance_table(
             raise ConfigError(f"heads.methods: unknown method {method!r}; "
                              f"choose from {', '.join(METHODS)}")
     return pd.concat(frames, ignore_index=True)
-
-
-def head_importance(
-    model_dir: str | os.PathLike,
-    *,
-    dev_path: str | os.PathLike,
-    dump_paths: list[str | os.PathLike],
-    spec: tasks.TaskSpec,
-    heads_cfg: dict[str, Any],
-    model_cfg: dict[str, Any],
-    target: str,
-    seed: int,
-    device: torch.device,
-    out_path: str | os.PathLike,
-    provenance: dict[str, Any],
-) -> None:
-    """Score a task's heads by every configured method on its first held-out dev examples;
-    write the tidy table (task, method, seed, layer, head, importance)."""
-    warn_if_pred_target(target)
-    model, inputs, dump, arrays = load_task(model_dir, dev_path, dump_paths, spec, model_cfg,
-                                            device)
-    n = examples.held_out(heads_cfg["importance_examples"], len(dump))
-    inputs = {k: v[:n] for k, v in inputs.items()}
-    arrays = {m: a[:n] for m, a in arrays.items()}
-    log.info("task %s: head importance by %s over %d examples", spec.name,
-             ", ".join(heads_cfg["methods"]), n)
-    table = importance_table(model, inputs, arrays, heads_cfg["methods"],
-                             heads_cfg["random_seeds"], seed, heads_cfg["batch_size"])
-    table.insert(0, "task", spec.name)
-    write_table(table, out_path, {**provenance, "examples": n})

@@ -31,7 +31,7 @@ from transformers import PreTrainedModel
 
 from attnlab.analyses.claims import claim
 from attnlab.engine.capture import Captured
-from attnlab.methods.edge_occlusion import masked_f, off_diagonal
+from attnlab.methods.edge_masking import masked_f, off_diagonal
 
 RANDOM = "random"
 ANY = "any"  # the ground-truth scope "the strongest edge of some layer"

@@ -9,9 +9,7 @@
 
 from __future__ import annotations
 
-import logging
 import math
-import os
 from typing import Any
 
 import numpy as np
@@ -19,13 +17,8 @@ import pandas as pd
 import torch
 from transformers import PreTrainedModel
 
-from attnlab.analyses.claims import claim, log_claims
-from attnlab.analyses.head_inputs import load_task, warn_if_pred_target
-from attnlab.data import tasks
+from attnlab.analyses.claims import claim
 from attnlab.engine import examples
-from attnlab.plumbing.outputs import write_task_tables
-
-log = logging.getLogger(__name__)
 
 RANKINGS = ("attribution", "attention")
 ORDERS = ("lowest", "highest")
@@ -180,41 +173,4 @@ def global_claims(curves: pd.DataFrame) -> list[dict[str, Any]]:
             f"accuracy with 90% of heads pruned / accuracy with all heads (holds if >= "
             f"{PAPER_RETENTION:.3f}, the paper's MNLI 60/84)",
             retention, retention >= PAPER_RETENTION))
-    return claims
-
-
-def prune_eval(
-    model_dir: str | os.PathLike,
-    *,
-    dev_path: str | os.PathLike,
-    dump_paths: list[str | os.PathLike],
-    importance_path: str | os.PathLike,
-    spec: tasks.TaskSpec,
-    heads_cfg: dict[str, Any],
-    model_cfg: dict[str, Any],
-    target: str,
-    device: torch.device,
-    out: dict[str, str | os.PathLike],
-    provenance: dict[str, Any],
-) -> pd.DataFrame:
-    """Both pruning experiments on one task and the claims judged on them.
-
-    Per-layer pruning runs on the attributed dev examples (it needs their own attributions);
-    global pruning on the whole dev split. Writes out["per_layer"], out["global"],
-    out["claims"] (Parquet, with provenance); returns the claims.
-    """
-    warn_if_pred_target(target)
-    model, inputs, dump, arrays = load_task(model_dir, dev_path, dump_paths, spec, model_cfg,
-                                            device)
-    batch_size = heads_cfg["batch_size"]
-    attributed = {k: v[: len(dump)] for k, v in inputs.items()}
-    log.info("task %s: per-layer pruning on %d attributed examples", spec.name, len(dump))
-    per_layer = per_layer_curves(model, attributed, arrays, batch_size)
-    importance = pd.read_parquet(importance_path)
-    log.info("task %s: global pruning on %d dev examples", spec.name, len(inputs["labels"]))
-    global_ = global_curves(model, inputs, importance, heads_cfg["prune_percents"], batch_size)
-    claims = pd.DataFrame(per_layer_claims(per_layer) + global_claims(global_))
-    write_task_tables(spec.name, {"per_layer": per_layer, "global": global_, "claims": claims},
-                      out, provenance)
-    log_claims(claims, spec.name)
     return claims

@@ -1,10 +1,11 @@
 """Accuracy against cost of every quadrature rule, on a trained model and its dev examples.
 
-Each rule attributes the first `examples` dev examples through `dumps.attribute_shard`, the
-function the workflow's `attribute` jobs run (so its seconds are those of a job: model loading,
-the engine and the dump). Each is compared with a converged reference that the study computes
-itself: composite Gauss–Legendre (8 nodes on each of `panels` equal panels), whose own error
-is estimated by halving the panel count. Reported per rule:
+Each rule attributes the examples into dump rows through `attnlab.engine.dump_rows`, what the
+workflow's `attribute` jobs run (so its seconds are those of a job's encoding, engine and dump
+rows; the job's model loading and file writing aside). Each is compared with a converged
+reference that the study computes itself: composite Gauss–Legendre (8 nodes on each of
+`panels` equal panels), whose own error is estimated by halving the panel count. Reported per
+rule:
 
 * completeness error |Σ Attr(A^l) − (F(A) − F(0·A^l))| over every (example, layer) pair
   (median, p99, max) and the share within the configured tolerance;
@@ -18,25 +19,21 @@ is estimated by halving the panel count. Reported per rule:
 
 from __future__ import annotations
 
-import os
-import tempfile
 import time
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from attnlab.data import tasks
-from attnlab.data.dumps import completeness_errors, read_dump
+from attnlab.data.dumps import completeness_errors, dump_frame
 from attnlab.engine.attribution import attribute, composite_gauss_legendre
-from attnlab.engine.attribution_shards import attribute_shard
+from attnlab.engine.dump_rows import dump_rows
 from attnlab.engine.examples import encoded_frame
-from attnlab.engine.models import load_classifier
 from attnlab.plumbing.device import CPU_BATCH_SIZE, attribution_batch_size
-from attnlab.report.figures import save_figure
 
 # (rule, steps of a fixed rule or tolerance of the adaptive one)
 RULES = [("riemann_right", 20), ("riemann_right", 64), ("gauss_legendre", 6),
@@ -64,15 +61,12 @@ def _head_maxima(attr: torch.Tensor, mask: torch.Tensor) -> np.ndarray:
     return attr.masked_fill(~real, -torch.inf).flatten(3).max(-1).values.numpy()
 
 
-def reference_head_maxima(model_dir: str | os.PathLike, dev: pd.DataFrame, spec: tasks.TaskSpec,
-                          *, target: str, model_cfg: dict[str, Any], panels: int,
-                          batch_size: int | str, device: torch.device
-                          ) -> tuple[np.ndarray, float]:
-    """Per-head maxima (B, L, H) of the converged reference, and their largest change when the
-    panel count is halved, relative to the largest maximum (the reference's own error)."""
-    model, tokenizer = load_classifier(model_dir, device)
-    inputs = {key: value.to(device)
-              for key, value in encoded_frame(dev, spec, tokenizer, model_cfg).items()}
+def reference_head_maxima(model: PreTrainedModel, inputs: dict[str, torch.Tensor], *,
+                          target: str, panels: int, batch_size: int | str,
+                          device: torch.device) -> tuple[np.ndarray, float]:
+    """Per-head maxima (B, L, H) of the converged reference on tokenized examples (on
+    `device`), and their largest change when the panel count is halved, relative to the
+    largest maximum (the reference's own error)."""
     # the reference's hundreds of nodes per example: 8 times attribution.batch_size rows per
     # pass (on a CPU 8 x its auto default); auto on a GPU fills its memory already (counting
     # an example's state per row, more than the study's few examples hold)
@@ -88,78 +82,52 @@ def reference_head_maxima(model_dir: str | os.PathLike, dev: pd.DataFrame, spec:
     return maxima[0], float(np.abs(maxima[0] - maxima[1]).max() / np.abs(maxima[0]).max())
 
 
-def study(model_dir: str | os.PathLike, dev_path: str | os.PathLike, *, spec: tasks.TaskSpec,
-          attribution_cfg: dict[str, Any], model_cfg: dict[str, Any], examples: int,
-          device: torch.device, panels: int = 64, min_delta: float = 0.05) -> dict[str, Any]:
-    """Every rule of RULES against the reference on the first `examples` dev examples."""
-    dev = tasks.load_split(dev_path, spec).iloc[:examples].reset_index(drop=True)
+def study(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, dev: pd.DataFrame,
+          spec: tasks.TaskSpec, settings: Mapping[str, Any], model_settings: Mapping[str, Any],
+          *, device: torch.device, panels: int = 64, min_delta: float = 0.05) -> dict[str, Any]:
+    """Every rule of RULES against the reference on the examples `dev` (rows of a prepared
+    split). `settings`: the config's `attribution` section, whose rule each of RULES replaces;
+    `model_settings`: the model's max_length and truncate."""
+    inputs = {key: value.to(device)
+              for key, value in encoded_frame(dev, spec, tokenizer, model_settings).items()}
     reference, reference_error = reference_head_maxima(
-        model_dir, dev, spec, target=attribution_cfg["target"], model_cfg=model_cfg,
-        panels=panels, batch_size=attribution_cfg["batch_size"], device=device)
+        model, inputs, target=settings["target"], panels=panels,
+        batch_size=settings["batch_size"], device=device)
     report: dict[str, Any] = {
-        "examples": len(dev), "min_delta": min_delta, "tolerance": attribution_cfg["tolerance"],
+        "examples": len(dev), "min_delta": min_delta, "tolerance": settings["tolerance"],
         "reference": {"rule": f"composite Gauss-Legendre, {panels} panels x 8 nodes",
                       "head_max_change_when_halved": reference_error},
         "rules": {},
     }
     seconds = dict.fromkeys(RULES, 0.0)
-    with tempfile.TemporaryDirectory() as tmp:
-        # every rule twice, the second time in reverse order, so that load from other jobs on
-        # a shared machine falls on the rules alike (the dumps are the same both times)
-        for rule, setting in RULES + RULES[::-1]:
-            cfg = {**attribution_cfg, "quadrature": rule, "max_examples": examples,
-                   **({"tolerance": setting} if rule == "adaptive" else {"steps": int(setting)})}
-            path = Path(tmp) / f"{rule_name(rule, setting)}.parquet"
-            start = time.perf_counter()
-            attribute_shard(model_dir, dev_path, spec=spec, attribution_cfg=cfg,
-                            model_cfg=model_cfg, shard=0, n_shards=1, device=device,
-                            out_path=path, provenance={})
-            seconds[rule, setting] += (time.perf_counter() - start) / 2
-        for rule, setting in RULES:
-            dump, _ = read_dump(Path(tmp) / f"{rule_name(rule, setting)}.parquet")
-            delta, error, _ = completeness_errors(dump)
-            n_layers = delta.shape[1]
-            maxima = np.stack(dump["attr_max"].to_numpy()).reshape(len(dump), n_layers, -1)
-            head_error = (np.abs(maxima - reference).max(-1)
-                          / np.abs(reference).max(-1).clip(1e-12))[np.abs(delta) > min_delta]
-            nodes = np.stack(dump["grad_nodes"].to_numpy())
-            report["rules"][rule_name(rule, setting)] = {
-                "completeness_abs_error": _quantiles(error),
-                "within_tolerance": float((error <= attribution_cfg["tolerance"]).mean()),
-                "head_max_error": _quantiles(head_error),
-                "layers_compared": int(head_error.size),
-                "grad_nodes_mean": float(nodes.mean()),
-                "grad_nodes_max": int(nodes.max()),
-                "seconds_per_example": seconds[rule, setting] / len(dump),
-            }
+    dumps: dict[tuple[str, float], pd.DataFrame] = {}
+    # every rule twice, the second time in reverse order, so that load from other jobs on a
+    # shared machine falls on the rules alike (the dumps are the same both times)
+    for rule, setting in RULES + RULES[::-1]:
+        cfg = {**settings, "quadrature": rule,
+               **({"tolerance": setting} if rule == "adaptive" else {"steps": int(setting)})}
+        start = time.perf_counter()
+        dumps[rule, setting] = dump_frame(
+            dump_rows(model, tokenizer, dev, spec, cfg, model_settings, device=device).rows)
+        seconds[rule, setting] += (time.perf_counter() - start) / 2
+    for rule, setting in RULES:
+        dump = dumps[rule, setting]
+        delta, error, _ = completeness_errors(dump)
+        n_layers = delta.shape[1]
+        maxima = np.stack(dump["attr_max"].to_numpy()).reshape(len(dump), n_layers, -1)
+        head_error = (np.abs(maxima - reference).max(-1)
+                      / np.abs(reference).max(-1).clip(1e-12))[np.abs(delta) > min_delta]
+        nodes = np.stack(dump["grad_nodes"].to_numpy())
+        report["rules"][rule_name(rule, setting)] = {
+            "completeness_abs_error": _quantiles(error),
+            "within_tolerance": float((error <= settings["tolerance"]).mean()),
+            "head_max_error": _quantiles(head_error),
+            "layers_compared": int(head_error.size),
+            "grad_nodes_mean": float(nodes.mean()),
+            "grad_nodes_max": int(nodes.max()),
+            "seconds_per_example": seconds[rule, setting] / len(dump),
+        }
     baseline = report["rules"][BASELINE]["seconds_per_example"]
     for entry in report["rules"].values():
         entry[f"seconds_vs_{BASELINE}"] = entry["seconds_per_example"] / baseline
     return report
-
-
-def plot_study(reports: dict[str, dict[str, Any]], path: str | os.PathLike) -> None:
-    """Error against cost, one point per rule: per-head maximum error (median) against gradient
-    evaluations, and completeness error (p99) against seconds per example; one row per task."""
-    figure, axes = plt.subplots(len(reports), 2, figsize=(10, 3.6 * len(reports)), squeeze=False)
-    for row, (task, report) in zip(axes, reports.items(), strict=True):
-        for name, entry in report["rules"].items():
-            marker = "*" if name.startswith("adaptive") else "o"
-            for ax, x, y in ((row[0], entry["grad_nodes_mean"], entry["head_max_error"]["median"]),
-                             (row[1], entry["seconds_per_example"],
-                              entry["completeness_abs_error"]["p99"])):
-                if y is None:  # no layer to compare
-                    continue
-                y = max(y, 1e-9)  # an exact 0 has no place on a log scale
-                ax.scatter(x, y, marker=marker, s=60)
-                ax.annotate(name, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
-        # a log scale without a point fails to draw
-        scale = "log" if row[0].collections else "linear"
-        row[0].set(xscale=scale, yscale=scale, title=f"{task}: per-head maximum",
-                   xlabel="gradient evaluations per (example, layer)",
-                   ylabel="relative error, median")
-        row[1].axhline(report["tolerance"], color="grey", linestyle="--", linewidth=1)
-        row[1].set(xscale="log", yscale="log", title=f"{task}: completeness",
-                   xlabel="seconds per example (attribute job)", ylabel="absolute error, p99")
-    figure.tight_layout()
-    save_figure(figure, path)

@@ -4,20 +4,13 @@ similar tasks correlate strongly and dissimilar ones weakly."""
 
 from __future__ import annotations
 
-import logging
-import os
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from attnlab.analyses.claims import claim, claims_frame, log_claims
+from attnlab.analyses.claims import claim
 from attnlab.plumbing.errors import AttnlabError, ConfigError
-from attnlab.plumbing.outputs import write_table
-from attnlab.report.head_figures import plot_task_correlation
-
-log = logging.getLogger(__name__)
-
 
 # "Strongly correlated" in the paper's sense (its Fig. 5 contrasts a high MNLI–RTE r with a
 # low MNLI–SST-2 r); 0.5 is the usual boundary of a strong Pearson correlation.
@@ -64,26 +57,4 @@ def cross_task_claims(
         claims.append(claim("task_correlation", "similar tasks correlate more than dissimilar ones",
                             "lowest r of a similar pair minus highest r of a dissimilar pair "
                             "(holds if > 0)", gap, gap > 0))
-    return claims
-
-
-def task_correlation(
-    importance_paths: list[str | os.PathLike],
-    *,
-    similar: list[list[str]],
-    dissimilar: list[list[str]],
-    out: dict[str, str | os.PathLike],
-    provenance: dict[str, Any],
-) -> pd.DataFrame:
-    """Correlate attribution head importance across tasks, judge the cross-task claims, write
-    out["table"] and out["claims"] (Parquet) and the figure out["figure"]; returns the claims."""
-    importance = pd.concat([pd.read_parquet(p) for p in importance_paths], ignore_index=True)
-    if "attribution" not in set(importance["method"]):
-        raise ConfigError("task_correlation needs 'attribution' in heads.methods")
-    correlations = task_correlations(importance)
-    claims = claims_frame(cross_task_claims(correlations, similar, dissimilar))
-    write_table(correlations, out["table"], provenance)
-    write_table(claims, out["claims"], provenance)
-    plot_task_correlation(importance, correlations, out["figure"])
-    log_claims(claims)
     return claims

@@ -12,8 +12,7 @@ share of identified tokens, special tokens included.
 
 from __future__ import annotations
 
-import logging
-import os
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -23,13 +22,8 @@ from torch import nn
 from tqdm import tqdm
 from transformers import PreTrainedModel
 
-from attnlab.analyses.claims import claim, log_claims
-from attnlab.data import tasks
+from attnlab.analyses.claims import claim
 from attnlab.engine import examples, models
-from attnlab.plumbing.outputs import write_task_tables
-from attnlab.report.identifiability_figures import plot_token_identifiability
-
-log = logging.getLogger(__name__)
 
 MAPS = ("identity", "linear", "mlp")
 LOSSES = ("l2", "cosine")
@@ -112,7 +106,7 @@ def fit_map(
     loss: str,
     hidden: torch.Tensor,
     targets: torch.Tensor,
-    cfg: dict[str, Any],
+    cfg: Mapping[str, Any],
     seed: int,
 ) -> nn.Module:
     """g with g(hidden) ≈ targets, fitted with Adam on shuffled token batches (seeded)."""
@@ -134,7 +128,7 @@ def fit_map(
 def identifiability_rates(
     train: tuple[list[torch.Tensor], torch.Tensor],
     held_out: tuple[list[torch.Tensor], torch.Tensor],
-    cfg: dict[str, Any],
+    cfg: Mapping[str, Any],
     seed: int,
 ) -> pd.DataFrame:
     """The identifiability rate of every layer, map and loss: fitted on the `train` token
@@ -186,36 +180,3 @@ def claims(rates: pd.DataFrame) -> list[dict[str, Any]]:
               over_identity, over_identity > 0),
     ]
 
-
-def analyse_task(
-    model_dir: str | os.PathLike,
-    *,
-    train_path: str | os.PathLike,
-    dev_path: str | os.PathLike,
-    spec: tasks.TaskSpec,
-    cfg: dict[str, Any],
-    model_cfg: dict[str, Any],
-    seed: int,
-    device: torch.device,
-    out: dict[str, str | os.PathLike],
-    provenance: dict[str, Any],
-) -> pd.DataFrame:
-    """Token identifiability of a task's model: maps fitted on the first cfg["train_examples"]
-    training sentences, scored on the first cfg["eval_examples"] dev sentences. Writes
-    out["rates"], out["claims"] (Parquet, with provenance) and out["figure"]; returns the
-    claims."""
-    model, tokenizer = models.load_classifier(model_dir, device)
-    train = examples.encoded_examples(train_path, spec, tokenizer, model_cfg, cfg["train_examples"])
-    dev = examples.encoded_examples(dev_path, spec, tokenizer, model_cfg, cfg["eval_examples"])
-    train_states = token_states(model, train, cfg["batch_size"])
-    dev_states = token_states(model, dev, cfg["batch_size"])
-    log.info("task %s: token identifiability, maps fitted on %d tokens of %d training "
-             "sentences, scored on %d tokens of %d dev sentences", spec.name,
-             len(train_states[1]), len(train["input_ids"]), len(dev_states[1]),
-             len(dev["input_ids"]))
-    rates = identifiability_rates(train_states, dev_states, cfg, seed)
-    table = pd.DataFrame(claims(rates))
-    write_task_tables(spec.name, {"rates": rates, "claims": table}, out, provenance)
-    plot_token_identifiability(rates, out["figure"])
-    log_claims(table, spec.name)
-    return table

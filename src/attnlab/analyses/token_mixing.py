@@ -21,8 +21,6 @@ Layers are numbered as hidden states: layer l is the output of the l-th transfor
 
 from __future__ import annotations
 
-import logging
-import os
 from typing import Any
 
 import numpy as np
@@ -31,13 +29,8 @@ import torch
 from tqdm import tqdm
 from transformers import PreTrainedModel
 
-from attnlab.analyses.claims import claim, log_claims
-from attnlab.data import tasks
-from attnlab.engine import examples, models
-from attnlab.plumbing.outputs import write_task_tables
-from attnlab.report.identifiability_figures import plot_token_mixing
-
-log = logging.getLogger(__name__)
+from attnlab.analyses.claims import claim
+from attnlab.engine import models
 
 # Brunner et al.: in the last layers about 30 % of tokens are not mostly their own input; the
 # claim holds when at least half that share is seen.
@@ -177,32 +170,3 @@ def claims(tokens: pd.DataFrame, offsets: pd.DataFrame) -> list[dict[str, Any]]:
               f"mean contribution at |offset| = 1 minus at |offset| >= 2, layer {last} "
               "(holds if > 0)", neighbours, None if np.isnan(neighbours) else neighbours > 0),
     ]
-
-
-def analyse_task(
-    model_dir: str | os.PathLike,
-    *,
-    dev_path: str | os.PathLike,
-    spec: tasks.TaskSpec,
-    cfg: dict[str, Any],
-    model_cfg: dict[str, Any],
-    seed: int,
-    device: torch.device,
-    out: dict[str, str | os.PathLike],
-    provenance: dict[str, Any],
-) -> pd.DataFrame:
-    """Token mixing on a task's first cfg["examples"] dev examples. Writes out["tokens"],
-    out["offsets"], out["claims"] (Parquet, with provenance) and out["figure"]; returns the
-    claims."""
-    model, tokenizer = models.load_classifier(model_dir, device)
-    inputs = examples.encoded_examples(dev_path, spec, tokenizer, model_cfg, cfg["examples"])
-    log.info("task %s: token mixing of %d dev examples (exact up to %d tokens, else %d probes)",
-             spec.name, len(inputs["input_ids"]), cfg["exact_max_tokens"], cfg["probes"])
-    tokens, offsets = analyse_examples(model, inputs, cfg["exact_max_tokens"], cfg["probes"],
-                                       cfg["vjp_batch"], seed)
-    table = pd.DataFrame(claims(tokens, offsets))
-    write_task_tables(spec.name, {"tokens": tokens, "offsets": offsets, "claims": table},
-                      out, provenance)
-    plot_token_mixing(tokens, offsets, out["figure"])
-    log_claims(table, spec.name)
-    return table

@@ -1,5 +1,7 @@
 """Attribution trees (Hao et al. 2021 §5, Algorithm 1; docs/methods.md): how information flows
-from the input tokens up to [CLS], read from the attribution dumps.
+from the input tokens up to [CLS], read from the attribution dumps; the tables of a task's
+trees, their sizes and, on tasks with planted pairs, whether they find the pair that decides
+the label.
 
 Per layer l, the head-summed attribution a^l = Σ_h Attr_h(A^l) is divided by a reference
 maximum (`normalise`: "layer", the paper's maximum of the whole matrix, or "no_cls", the
@@ -19,10 +21,12 @@ connected to every node of the tree.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from attnlab.analyses.claims import claim
 from attnlab.plumbing.errors import ConfigError
 
 NOT_APPEAR, APPEAR, FIXED = 0, 1, 2
@@ -161,3 +165,77 @@ def sample_examples(available: list[int], n: int, chosen: list[int], seed: int) 
     drawn = np.random.default_rng(seed).choice(len(rest), size=min(n, len(rest)), replace=False)
     picked = set(chosen) | {rest[k] for k in drawn}
     return [i for i in available if i in picked]
+
+
+# Ground truth (a): the tree joins the planted pair in at least this share of the correctly
+# classified examples (the acceptance bar of issue #4).
+PLANTED_TREE_SHARE = 0.8
+
+
+def tree_tables(dump: pd.DataFrame, n_layers: int, tau: float,
+                normalise: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Every example's tree: (edges, trees).
+
+    edges: example, kind ("flow" or "root"), layer, from, to, score (a^l_ij / max; null for
+    root edges, which stand for the last layer, L−1), from_token, to_token.
+    trees: one row per example, also when its tree has no flow edge: example, label, pred,
+    correct, n_tokens, top_node, top_token, nodes (without the root), edges (flow edges),
+    layers (distinct layers with a flow edge), joins_planted (null without ground truth),
+    incomplete_layers (layers whose stored edges may miss some above tau: the tree may lack
+    edges there).
+    """
+    edge_rows, tree_rows = [], []
+    for _, row in dump.iterrows():
+        tree = tree_from_dump(row, n_layers, tau, normalise)
+        tokens = list(row["tokens"])
+        example = int(row["idx"])
+        flow = [(layer, i, j, score, "flow") for layer, i, j, score in tree.edges]
+        root = [(n_layers - 1, i, j, None, "root") for i, j in tree.root_edges()]
+        edge_rows += [{"example": example, "kind": kind, "layer": layer, "from": i, "to": j,
+                       "score": score, "from_token": tokens[i], "to_token": tokens[j]}
+                      for layer, i, j, score, kind in flow + root]
+        planted = planted_pair(row)
+        incomplete = incomplete_layers(row, n_layers, tau, normalise)
+        tree_rows.append({
+            "example": example, "label": int(row["label"]), "pred": int(row["pred"]),
+            "correct": bool(row["label"] == row["pred"]), "n_tokens": int(row["n_tokens"]),
+            "top_node": tree.top, "top_token": None if tree.top is None else tokens[tree.top],
+            "nodes": len(tree.nodes), "edges": len(tree.edges),
+            "layers": len({layer for layer, *_ in tree.edges}),
+            "joins_planted": None if planted is None else tree.joins(*planted),
+            "incomplete_layers": len(incomplete),
+        })
+    edges = pd.DataFrame(edge_rows, columns=["example", "kind", "layer", "from", "to", "score",
+                                             "from_token", "to_token"])
+    trees = pd.DataFrame(tree_rows).astype({"top_node": "Int64", "joins_planted": "boolean"})
+    return edges.astype({"score": "float64"}), trees
+
+
+def size_summary(trees: pd.DataFrame) -> dict[str, Any]:
+    """Tree-size statistics across the examples."""
+    summary: dict[str, Any] = {"examples": len(trees),
+                               "empty_trees": int((trees["edges"] == 0).sum()),
+                               "incomplete_trees": int((trees["incomplete_layers"] > 0).sum())}
+    for column in ("nodes", "edges", "layers"):
+        values = trees[column].to_numpy()
+        summary[column] = {"mean": float(values.mean()), "median": float(np.median(values)),
+                           "p90": float(np.quantile(values, 0.9)), "max": int(values.max())}
+    return summary
+
+
+def planted_share(trees: pd.DataFrame) -> tuple[float, int]:
+    """Share of the correctly classified examples with ground truth whose tree joins the
+    planted pair, and how many such examples there are (share NaN when none)."""
+    known = trees[trees["correct"] & trees["joins_planted"].notna()]
+    return (float(known["joins_planted"].mean()) if len(known) else float("nan")), len(known)
+
+
+def tree_claims(trees: pd.DataFrame) -> list[dict[str, Any]]:
+    """Ground truth (a), on tasks with planted pairs: the tree finds the deciding pair."""
+    share, n = planted_share(trees)
+    if n == 0:
+        return []
+    return [claim("trees", "the attribution tree joins the planted token pair",
+                  f"share of the {n} correctly classified dev examples whose tree has a flow "
+                  f"edge joining the planted pair (holds if >= {PLANTED_TREE_SHARE})",
+                  share, share >= PLANTED_TREE_SHARE)]

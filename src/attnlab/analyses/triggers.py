@@ -19,23 +19,14 @@ its highest-scoring occurrence, the source example it is inserted like.
 
 from __future__ import annotations
 
-import logging
-import os
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import pandas as pd
-import torch
-from transformers import AutoTokenizer
+from transformers import PreTrainedTokenizerBase
 
-from attnlab.data import synthetic, tasks
-from attnlab.data.dumps import read_dump
-from attnlab.engine.attribution_shards import attribute_shard
-from attnlab.plumbing.outputs import write_table
-
-log = logging.getLogger(__name__)
-
-LOGGED_RANKS = 3  # the log shows each class's top triggers, as many as the paper evaluates
+from attnlab.data import synthetic
 
 
 def relative_positions(segments: list[int], positions: list[int]) -> list[float]:
@@ -70,7 +61,7 @@ def example_pattern(row: pd.Series | dict, n_layers: int, n_heads: int,
 
 
 def patterns_table(dump: pd.DataFrame, n_layers: int, n_heads: int,
-                   cfg: dict[str, Any]) -> pd.DataFrame:
+                   cfg: Mapping[str, Any]) -> pd.DataFrame:
     """One pattern per source example; `kept` says whether it passes the score threshold and
     has a token to insert."""
     rows = []
@@ -120,7 +111,8 @@ def rank_triggers(patterns: pd.DataFrame, label_names: list[str],
     return table[columns].reset_index(drop=True).astype({"planted": "boolean"})
 
 
-def planted_triggers(task_cfg: dict[str, Any], tokenizer) -> dict[int, set[str]]:
+def planted_triggers(task_cfg: Mapping[str, Any],
+                     tokenizer: PreTrainedTokenizerBase) -> dict[int, set[str]]:
     """The tokens of each class's planted trigger pair: synthetic tasks with a trigger rate
     above 0 only (other tasks have no known triggers)."""
     if task_cfg["source"] != "synthetic":
@@ -129,40 +121,3 @@ def planted_triggers(task_cfg: dict[str, Any], tokenizer) -> dict[int, set[str]]
         return {}
     pairs = synthetic.trigger_pairs(task_cfg["synthetic"]["kind"])
     return {c: {t for word in pair for t in tokenizer.tokenize(word)} for c, pair in pairs.items()}
-
-
-def mine_triggers(
-    model_dir: str | os.PathLike,
-    *,
-    source_path: str | os.PathLike,
-    spec: tasks.TaskSpec,
-    task_cfg: dict[str, Any],
-    triggers_cfg: dict[str, Any],
-    attribution_cfg: dict[str, Any],
-    model_cfg: dict[str, Any],
-    device: torch.device,
-    out: dict[str, str | os.PathLike],
-    provenance: dict[str, Any],
-) -> pd.DataFrame:
-    """Attribute the source examples into the dump out["source"], mine their patterns
-    (out["patterns"]) and rank them into per-class triggers (out["triggers"]); returns the
-    triggers."""
-    source_cfg = {**attribution_cfg, "target": triggers_cfg["target"],
-                  "max_examples": triggers_cfg["source_examples"], "keep_full": False,
-                  "top_pairs": max(2, attribution_cfg["top_pairs"])}
-    attribute_shard(model_dir, source_path, spec=spec, attribution_cfg=source_cfg,
-                    model_cfg=model_cfg, shard=0, n_shards=1, device=device,
-                    out_path=out["source"], provenance=provenance)
-    dump, meta = read_dump(out["source"])
-    patterns = patterns_table(dump, meta["n_layers"], meta["n_heads"], triggers_cfg)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
-    triggers = rank_triggers(patterns, list(spec.label_names),
-                             planted_triggers(task_cfg, tokenizer))
-    log.info("task %s: %d of %d source patterns kept, %d distinct triggers", spec.name,
-             int(patterns["kept"].sum()), len(patterns), len(triggers))
-    for row in triggers[triggers["rank"] <= LOGGED_RANKS].itertuples():
-        log.info("class %s #%d: %s (frequency %d, mean score %.4f, planted %s)", row.class_name,
-                 row.rank, " ".join(row.tokens), row.frequency, row.mean_score, row.planted)
-    write_table(patterns, out["patterns"], provenance)
-    write_table(triggers, out["triggers"], provenance)
-    return triggers

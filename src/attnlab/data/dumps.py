@@ -1,5 +1,5 @@
 """Per-example attribution dumps: the contract between `attribute` and every later stage.
-Writing and reading them; the rows come from `attnlab.engine.attribution_shards`.
+Writing and reading them; the rows come from `attnlab.engine.dump_rows`.
 
 One Parquet row per example (zstd), one file per (task, shard), hive-partitioned as
 `attributions/task=<task>/shard=<k>/part.parquet`. Per-layer and per-head arrays are
@@ -38,6 +38,7 @@ cap cut).
 from __future__ import annotations
 
 import json
+import logging
 import os
 from typing import Any
 
@@ -48,6 +49,8 @@ import pyarrow.parquet as pq
 
 from attnlab.plumbing.errors import AttnlabError
 from attnlab.plumbing.outputs import atomic_path
+
+log = logging.getLogger(__name__)
 
 F32, I16 = pa.float32(), pa.int16()
 SCHEMA = pa.schema(
@@ -95,6 +98,12 @@ def write_dump(rows: list[dict[str, Any]], path: str | os.PathLike, meta: dict[s
         pq.write_table(table, tmp, compression="zstd")
 
 
+def dump_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """Dump rows as a DataFrame with the dump's column types: what `read_dump` gives back once
+    they are written, without the file."""
+    return pa.Table.from_pylist(rows, schema=SCHEMA).to_pandas()
+
+
 def read_dump(path: str | os.PathLike) -> tuple[pd.DataFrame, dict[str, Any]]:
     """A dump file (or hive-partitioned folder) as a DataFrame, with the metadata of its files."""
     table = pq.read_table(path)
@@ -124,6 +133,40 @@ def read_task_dump(paths: list[str | os.PathLike]) -> tuple[pd.DataFrame, dict[s
 def dump_scores(dump: pd.DataFrame, column: str, n_layers: int, n_heads: int) -> np.ndarray:
     """A per-head dump column (attr_max or attn_max) as an (N, L, H) array."""
     return np.stack(dump[column].to_numpy()).reshape(len(dump), n_layers, n_heads)
+
+
+# The per-head maxima a dump holds, by what they measure: the scores the head analyses
+# (importance, pruning) rank heads by.
+HEAD_SCORES = {"attribution": "attr_max", "attention": "attn_max"}
+
+
+def attributed_head_scores(
+    paths: list[str | os.PathLike],
+    dev: pd.DataFrame,
+    *,
+    head_shape: tuple[int, int],
+    target: str,
+) -> dict[str, np.ndarray]:
+    """The per-head maxima of a task's attributed examples, by the names of HEAD_SCORES, as
+    (N, L, H) arrays: N is the number of attributed examples, the first N of `dev` in order.
+
+    Fails unless the dumps hold `head_shape` (L, H) heads, the model's, and their rows are the
+    first dev examples. The paper ranks heads by gold-label attributions: with `target` "pred"
+    (the dumps' attribution.target) that is said in the log.
+    """
+    if target == "pred":
+        log.warning("attribution.target is 'pred': head rankings use attributions to the "
+                    "predicted label, not the gold label as in the paper")
+    dump, meta = read_task_dump(paths)
+    if (meta["n_layers"], meta["n_heads"]) != head_shape:
+        raise AttnlabError(f"the attribution dump has {meta['n_layers']}x{meta['n_heads']} "
+                           f"heads, the model {head_shape}: rebuild it with "
+                           "--forcerun attribute")
+    if "idx" in dev and not np.array_equal(dump["idx"], dev["idx"].iloc[: len(dump)]):
+        raise AttnlabError("the attribution dump's rows are not the first dev examples in "
+                           "order: rebuild it with --forcerun attribute")
+    return {name: dump_scores(dump, column, meta["n_layers"], meta["n_heads"])
+            for name, column in HEAD_SCORES.items()}
 
 
 def completeness_errors(dump: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

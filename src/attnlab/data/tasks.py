@@ -239,22 +239,6 @@ def split_texts(df: pd.DataFrame, spec: TaskSpec) -> list[list[str]]:
     return [df[field].tolist() for field in spec.text_fields]
 
 
-def check_lengths(
-    df: pd.DataFrame, spec: TaskSpec, tokenizer: PreTrainedTokenizerBase, max_length: int
-) -> None:
-    """Refuse (`DataError`) a split with an example of more than `max_length` tokens."""
-    lengths = np.array([len(ids) for ids in tokenizer(*split_texts(df, spec))["input_ids"]])
-    too_long = np.flatnonzero(lengths > max_length)
-    if len(too_long):
-        row = int(too_long[0])
-        idx = df["idx"].iloc[row] if "idx" in df.columns else row
-        raise DataError(
-            f"task {spec.name}: example idx={idx} is {int(lengths[row])} tokens, more than "
-            f"model.max_length={max_length} ({len(too_long)} such examples); raise "
-            "model.max_length or set model.truncate: true"
-        )
-
-
 def planted_token_positions(
     df: pd.DataFrame, spec: TaskSpec, tokenizer: PreTrainedTokenizerBase
 ) -> list[tuple[int, int] | None]:

@@ -7,13 +7,14 @@ jobs that use it start in a second or two.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from transformers import BertTokenizer, PreTrainedTokenizerBase
 
-from attnlab.data import tasks
-from attnlab.data.tasks import TaskSpec
+from attnlab.data.tasks import DataError, TaskSpec, split_texts
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
@@ -50,13 +51,23 @@ def model_tokenizer(
     return AutoTokenizer.from_pretrained(model_cfg["pretrained"])
 
 
+def length_limit(model_cfg: Mapping[str, Any]) -> tuple[int, bool]:
+    """(model.max_length, model.truncate) of config["model"]: the one place every encoding and
+    length check reads them (truncate is False when not given)."""
+    return model_cfg["max_length"], model_cfg.get("truncate", False)
+
+
 def check_lengths(
-    spec: TaskSpec, model_cfg: dict[str, Any], train: pd.DataFrame, dev: pd.DataFrame
+    df: pd.DataFrame, spec: TaskSpec, tokenizer: PreTrainedTokenizerBase, max_length: int
 ) -> None:
-    """Refuse, before any training, an example longer than model.max_length tokens of the
-    model's tokenizer (unless model.truncate)."""
-    if model_cfg.get("truncate"):
-        return
-    tokenizer = model_tokenizer(spec, model_cfg, train)
-    for df in (train, dev):
-        tasks.check_lengths(df, spec, tokenizer, model_cfg["max_length"])
+    """Refuse (`DataError`) a split with an example of more than `max_length` tokens."""
+    lengths = np.array([len(ids) for ids in tokenizer(*split_texts(df, spec))["input_ids"]])
+    too_long = np.flatnonzero(lengths > max_length)
+    if len(too_long):
+        row = int(too_long[0])
+        idx = df["idx"].iloc[row] if "idx" in df.columns else row
+        raise DataError(
+            f"task {spec.name}: example idx={idx} is {int(lengths[row])} tokens, more than "
+            f"model.max_length={max_length} ({len(too_long)} such examples); raise "
+            "model.max_length or set model.truncate: true"
+        )

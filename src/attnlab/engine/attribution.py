@@ -30,7 +30,9 @@ point falls inside it); a narrower one is found only if a Gauss–Legendre node 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -262,8 +264,9 @@ def _adaptive_layer(runner: _Runner, layer: int, attention: torch.Tensor, *,
     return integral, nodes.to(device)
 
 
-def engine_options(cfg: dict) -> dict:
-    """The keyword arguments of `attribute` that the config's `attribution` section sets."""
+def engine_options(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The keyword arguments of `attribute` that the config's `attribution` section (a dict or
+    `Settings`) sets: the one place its engine keys (the workflow's ENGINE) become arguments."""
     return {"quadrature_rule": cfg["quadrature"], "steps": cfg["steps"],
             "batch_size": cfg["batch_size"], "tolerance": cfg["tolerance"],
             "max_steps": cfg["max_steps"], "scan_steps": cfg["scan_steps"]}

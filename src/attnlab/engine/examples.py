@@ -13,7 +13,8 @@ import pandas as pd
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from attnlab.data.tasks import TaskSpec, check_lengths, load_split, split_texts
+from attnlab.data.tasks import TaskSpec, load_split, split_texts
+from attnlab.data.tokenization import check_lengths, length_limit
 from attnlab.engine import models
 from attnlab.engine.intervention import Intervention
 
@@ -65,7 +66,7 @@ def encoded_frame(
     model_cfg: dict[str, Any],
 ) -> dict[str, torch.Tensor]:
     """The examples (rows) of a split already read, tokenized as `encoded_examples` does."""
-    return encode(df, spec, tokenizer, model_cfg["max_length"], model_cfg.get("truncate", False))
+    return encode(df, spec, tokenizer, *length_limit(model_cfg))
 
 
 def special_tokens_mask(

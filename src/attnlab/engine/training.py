@@ -3,7 +3,9 @@
 The default builds a tiny BERT from scratch whose word-level vocabulary is the words of the
 training split (fully offline, a minute or two on CPU); `model.source: pretrained` fine-tunes
 a pretrained checkpoint, and `model.source: finetuned` takes a checkpoint already fine-tuned
-for the task as published (evaluated, not trained).
+for the task as published (evaluated, not trained). The functions take the splits and config
+sections as plain values and return the model, its tokenizer and the run's metrics
+(`Trained`); the workflow's stages read and write the files.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import logging
 import math
 import os
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import pandas as pd
 import torch
@@ -27,8 +29,13 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from attnlab.data.tasks import TaskSpec, load_split, split_texts
-from attnlab.data.tokenization import build_tokenizer, model_tokenizer, training_words
+from attnlab.data.tasks import TaskSpec, split_texts
+from attnlab.data.tokenization import (
+    build_tokenizer,
+    length_limit,
+    model_tokenizer,
+    training_words,
+)
 from attnlab.engine.examples import encode
 from attnlab.engine.models import align_labels
 from attnlab.plumbing.device import device_name, out_of_memory_names
@@ -42,6 +49,21 @@ MAX_GRAD_NORM = 1.0  # gradient clipping, as in the transformers Trainer
 # finetune.length_buckets: batches of similar length come from windows of this many batches
 # of a random permutation (as the transformers Trainer's group_by_length)
 BUCKET_BATCHES = 50
+
+
+class Trained(NamedTuple):
+    """A trained model, its tokenizer and the metrics of the run."""
+
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    metrics: dict[str, Any]
+
+    def save(self, out_dir: str | os.PathLike) -> None:
+        """Model and tokenizer into the folder `out_dir`, as save_pretrained writes them (the
+        folder appears only once complete)."""
+        with atomic_path(out_dir) as tmp:
+            self.model.save_pretrained(tmp)
+            self.tokenizer.save_pretrained(tmp)
 
 
 def scratch_config(
@@ -234,57 +256,53 @@ def _train(
 
 
 def finetune(
-    train_path: str | os.PathLike,
-    dev_path: str | os.PathLike,
+    train: pd.DataFrame,
+    dev: pd.DataFrame,
     *,
     spec: TaskSpec,
     model_cfg: dict[str, Any],
     train_cfg: dict[str, Any],
     device: torch.device,
     seed: int,
-    out_dir: str | os.PathLike,
     bf16: bool = False,
     start: str | os.PathLike | None = None,
-) -> dict[str, Any]:
-    """Train a classifier on `train_path`, evaluate on `dev_path`, save model + tokenizer.
+) -> Trained:
+    """Train a classifier on the split `train` and evaluate it on `dev` (validated splits, as
+    `attnlab.data.tasks.load_split` reads them).
 
-    `model_cfg` and `train_cfg` are config["model"] and config["finetune"]; a checkpoint of
-    source `finetuned` is not trained, only evaluated (its classes put in the task's order).
-    A scratch model starts from `start` (the shared checkpoint of `pretrain`) when given. The
-    same config and seed give the same numbers on CPU. `bf16`: train under bfloat16 autocast.
-    Returns the run's metrics.
+    `model_cfg` and `train_cfg` are config["model"] (with model.pretrained a local directory)
+    and config["finetune"]; a checkpoint of source `finetuned` is not trained, only evaluated
+    (its classes put in the task's order). A scratch model starts from `start` (the shared
+    checkpoint of `pretrain`) when given. The same config and seed give the same numbers on
+    CPU. `bf16`: train under bfloat16 autocast. The metrics' seconds are those of building,
+    training and evaluating the model.
     """
     started = time.monotonic()
-    train_df, dev_df = load_split(train_path, spec), load_split(dev_path, spec)
     torch.manual_seed(seed)  # model initialisation and dropout
-    model, tokenizer = _build_model(spec, model_cfg, train_df, start)
+    model, tokenizer = _build_model(spec, model_cfg, train, start)
     model.to(device)
 
-    max_length = model_cfg["max_length"]
-    truncate = model_cfg.get("truncate", False)
-    dev = encode(dev_df, spec, tokenizer, max_length, truncate)
+    max_length, truncate = length_limit(model_cfg)
+    dev_data = encode(dev, spec, tokenizer, max_length, truncate)
     if model_cfg["source"] == "finetuned":
         log.info("%s: %s is used as published, not trained", spec.name, model_cfg["pretrained"])
         result = {
-            "dev_accuracy": accuracy(model, dev, train_cfg["batch_size"], device),
+            "dev_accuracy": accuracy(model, dev_data, train_cfg["batch_size"], device),
             "train_loss": None, "epochs": 0, "steps": 0, "n_train": 0,
         }
     else:
-        train = encode(train_df, spec, tokenizer, max_length, truncate)
+        train_data = encode(train, spec, tokenizer, max_length, truncate)
         with out_of_memory_names("finetune.batch_size", train_cfg["batch_size"],
                                  f"fine-tuning task {spec.name} (up to "
-                                 f"{train['input_ids'].shape[1]} tokens)"):
-            result = _train(model, train, dev, spec, train_cfg, device, seed, bf16)
+                                 f"{train_data['input_ids'].shape[1]} tokens)"):
+            result = _train(model, train_data, dev_data, spec, train_cfg, device, seed, bf16)
 
-    with atomic_path(out_dir) as tmp:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-    return {
+    return Trained(model, tokenizer, {
         **result,
-        "n_dev": len(dev["labels"]),
+        "n_dev": len(dev_data["labels"]),
         "device": device_name(device),
         "seconds": round(time.monotonic() - started, 1),
-    }
+    })
 
 
 def _masked(ids: torch.Tensor, maskable: torch.Tensor, rate: float, mask_id: int,
@@ -297,23 +315,22 @@ def _masked(ids: torch.Tensor, maskable: torch.Tensor, rate: float, mask_id: int
 
 
 def pretrain(
-    train_paths: list[str | os.PathLike],
+    trains: list[pd.DataFrame],
     *,
     specs: list[TaskSpec],
     model_cfg: dict[str, Any],
     pretrain_cfg: dict[str, Any],
     device: torch.device,
     seed: int,
-    out_dir: str | os.PathLike,
-) -> dict[str, Any]:
+) -> Trained:
     """The shared starting point of every task (model.pretrain): one word-level vocabulary
-    over all tasks' training words and one scratch BERT trained by masked-LM on all tasks'
-    training text, saved with its tokenizer. Fine-tuned from it (finetune's `start`), head h
-    of one task's model and head h of another's come from the same weights, as in the paper's
-    tasks fine-tuned from one BERT, so their importances can be compared. Returns metrics."""
+    over all tasks' training words (`trains`, the training split of each task of `specs`) and
+    one scratch BERT trained by masked-LM on all tasks' training text. Fine-tuned from it
+    (finetune's `start`, once saved), head h of one task's model and head h of another's come
+    from the same weights, as in the paper's tasks fine-tuned from one BERT, so their
+    importances can be compared. The metrics' seconds are those of building and training."""
     started = time.monotonic()
-    frames = [(load_split(path, spec), spec)
-              for path, spec in zip(train_paths, specs, strict=True)]
+    frames = list(zip(trains, specs, strict=True))
     words = sorted(set().union(*(training_words(df, spec) for df, spec in frames)))
     tokenizer = build_tokenizer(words)
     torch.manual_seed(seed)  # initialisation and dropout
@@ -351,8 +368,6 @@ def pretrain(
             optimizer.zero_grad()
             epoch_loss += loss.item() * len(rows)
         log.info("pretrain epoch %d/%d: masked-LM loss %.4f", epoch, epochs, epoch_loss / n)
-    with atomic_path(out_dir) as tmp:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-    return {"mlm_loss": epoch_loss / n, "epochs": epochs, "texts": n, "vocabulary": len(tokenizer),
-            "device": device_name(device), "seconds": round(time.monotonic() - started, 1)}
+    return Trained(model, tokenizer, {
+        "mlm_loss": epoch_loss / n, "epochs": epochs, "texts": n, "vocabulary": len(tokenizer),
+        "device": device_name(device), "seconds": round(time.monotonic() - started, 1)})

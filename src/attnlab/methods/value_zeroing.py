@@ -15,12 +15,15 @@ batch of n copies started from the cached hidden state entering the layer.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch.nn.functional import cosine_similarity
 from transformers import PreTrainedModel
 
 from attnlab.engine import models
+from attnlab.engine.capture import Captured
 from attnlab.engine.intervention import Intervention
+from attnlab.methods.method import Method, as_scores
 
 
 def value_zeroing(model: PreTrainedModel, states: list[torch.Tensor]) -> torch.Tensor:
@@ -44,3 +47,10 @@ def value_zeroing(model: PreTrainedModel, states: list[torch.Tensor]) -> torch.T
 def normalise_rows(scores: torch.Tensor) -> torch.Tensor:
     """Rows scaled to sum to 1 (an all-zero row stays zero)."""
     return scores / scores.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(scores.dtype).tiny)
+
+
+def _score(model: PreTrainedModel, captured: Captured) -> np.ndarray:
+    return as_scores(normalise_rows(value_zeroing(model, captured.states)))
+
+
+METHOD = Method("value_zeroing", frozenset({"model", "captured"}), _score)

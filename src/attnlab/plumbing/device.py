@@ -164,7 +164,7 @@ def attribution_row_bytes(
     attention, the float64 integral and the products forming Attr (10 L H S² together), and,
     for the adaptive rule, the float64 partial integral of each of up to `panels` panels of
     the layer being integrated. `examples_per_row` is examples per row of a pass: 1 for the
-    adaptive rule (attribute_shard hands it batch_size examples), 1/steps for a fixed rule.
+    adaptive rule (engine.dump_rows hands it batch_size examples), 1/steps for a fixed rule.
     """
     s, d, i, h, n_layers = tokens, shape.hidden, shape.intermediate, shape.heads, shape.layers
     row = n_layers * (8 * s * d + 2 * s * i + 2 * h * s * s) + 4 * h * s * s + 4 * s * i

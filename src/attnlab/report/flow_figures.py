@@ -1,19 +1,20 @@
-"""Figures of the information-flow stages: attribution trees, tree sizes and
-attention-vs-attribution heatmaps."""
+"""Figures of the information-flow stages: attribution trees, tree sizes,
+attention-vs-attribution heatmaps, and the HTML page of the attribution flowing through every
+token (rule example_views)."""
 
 from __future__ import annotations
 
+import base64
+import html
 import os
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from attnlab.analyses.trees import Tree, planted_pair
 from attnlab.report.figures import save_figure
-
-if TYPE_CHECKING:
-    from attnlab.analyses.trees import Tree
 
 PLANTED_COLOUR = "tab:red"
 
@@ -134,3 +135,69 @@ def plot_heatmaps(row: pd.Series, attention: np.ndarray, attribution: np.ndarray
                     f"{_class_name(label_names, int(row['pred']))}", fontsize=10)
     figure.tight_layout()
     save_figure(figure, path)
+
+
+def _colour(value: float, scale: float) -> str:
+    """Green for positive flow, red for negative, stronger with |value| / scale."""
+    alpha = min(abs(value) / scale, 1.0) if scale > 0 else 0.0
+    rgb = "0, 150, 60" if value >= 0 else "200, 30, 30"
+    return f"rgba({rgb}, {alpha:.3f})"
+
+
+def _image(path: Path) -> str:
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    return f'<img src="data:image/png;base64,{data}" alt="{html.escape(path.name)}">'
+
+
+def example_section(row: pd.Series, flow: np.ndarray, label_names: list[str],
+                    images: list[Path]) -> str:
+    """The HTML of one example: a table with one row per layer (the last on top) whose cells
+    are the tokens coloured by their flow (scaled by the example's largest |flow|), then the
+    example's figures."""
+    tokens = [html.escape(str(t)) for t in row["tokens"]]
+    planted = planted_pair(row) or ()
+    scale = float(np.abs(flow).max())
+    probs = ", ".join(f"{html.escape(name)} {p:.3f}" for name, p in
+                      zip(label_names, row["probs"], strict=True))
+    lines = [f"<section><h2>example {row['idx']}</h2>",
+             f"<p>gold <b>{html.escape(label_names[int(row['label'])])}</b>, predicted "
+             f"<b>{html.escape(label_names[int(row['pred'])])}</b> ({probs})</p>",
+             "<table>"]
+    for layer in range(len(flow) - 1, -1, -1):
+        cells = "".join(
+            f'<td style="background:{_colour(v, scale)}" title="layer {layer}, position {p}: '
+            f'{v:.4g}"{" class=planted" if p in planted else ""}>{t}</td>'
+            for p, (t, v) in enumerate(zip(tokens, flow[layer], strict=True)))
+        lines.append(f"<tr><th>layer {layer}</th>{cells}</tr>")
+    lines.append("</table>")
+    lines += [_image(path) for path in images]
+    lines.append("</section>")
+    return "\n".join(lines)
+
+
+_PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
+<style>
+body {{ font-family: sans-serif; margin: 2em; }}
+table {{ border-collapse: collapse; margin: 0.5em 0 1em; }}
+td, th {{ padding: 0.25em 0.4em; border: 1px solid #ddd; font-family: monospace; }}
+th {{ text-align: right; font-weight: normal; color: #555; }}
+td.planted {{ outline: 2px solid #d62728; }}
+img {{ max-width: 100%; display: block; margin: 0.5em 0; }}
+section {{ border-top: 1px solid #aaa; margin-top: 2em; }}
+</style></head><body>
+<h1>{title}</h1>
+<p>Each token is coloured by the attribution flowing through it in each layer: the sum of the
+head-summed attribution of every interaction it takes part in, as the reading query or as the
+read key (its interaction with itself left out). Green is positive, red negative; the colour
+scale is each example's largest absolute value, and hovering a token shows its value. Tokens
+of the planted pair (synthetic tasks) are outlined in red.</p>
+{sections}
+</body></html>
+"""
+
+
+def flow_page(title: str, sections: list[str]) -> str:
+    """The self-contained HTML page of examples' sections (`example_section`)."""
+    return _PAGE.format(title=html.escape(title), sections="\n".join(sections))
+

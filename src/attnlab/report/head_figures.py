@@ -1,4 +1,5 @@
-"""Figures of the head-importance stage: pruning curves and the cross-task correlation."""
+"""Figures of the head analyses: pruning curves (rule pruning_figures) and the cross-task
+correlation of head importance (rule task_correlation)."""
 
 from __future__ import annotations
 
@@ -29,18 +30,6 @@ def plot_global(curves: pd.DataFrame, path: str | os.PathLike) -> None:
                        facet_kws={"sharey": False})
     grid.set_axis_labels("heads pruned, lowest importance first (%)", "accuracy")
     save_figure(grid.figure, path)
-
-
-def pruning_figures(
-    *,
-    per_layer_paths: list[str | os.PathLike],
-    global_paths: list[str | os.PathLike],
-    per_layer_png: str | os.PathLike,
-    global_png: str | os.PathLike,
-) -> None:
-    """Both pruning figures from every task's curve tables."""
-    plot_per_layer(pd.concat([pd.read_parquet(p) for p in per_layer_paths]), per_layer_png)
-    plot_global(pd.concat([pd.read_parquet(p) for p in global_paths]), global_png)
 
 
 def plot_task_correlation(

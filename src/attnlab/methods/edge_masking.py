@@ -1,14 +1,10 @@
-"""F with single attention edges zeroed: the occlusion baseline, and the forward passes the
-deletion curves of every method are measured with.
+"""F with attention edges zeroed: what occlusion (attnlab.methods.occlusion) and the deletion
+curves of every method (attnlab.analyses.interaction_eval) measure.
 
 Zeroing edge i → j of layer l means A^l_h,ij = 0 in every head h, the rows not renormalised
 (as Hao et al. scale attention), through the intervention point (`Intervention.edge_mask`).
 Many edge-masked copies of one example run in one forward pass; for families that can start
 from a cached hidden state, copies start at the lowest masked layer.
-
-    occlusion  O^l_ij = F(A) − F(A with edge i → j of layer l zeroed)   (i ≠ j; O^l_ii = 0)
-
-n(n−1) forward copies per layer and example.
 """
 
 from __future__ import annotations
@@ -55,17 +51,3 @@ def off_diagonal(n: int) -> torch.Tensor:
     """The n(n−1) flat indices i·n + j with i ≠ j, in row-major order."""
     flat = torch.arange(n * n)
     return flat[flat // n != flat % n]
-
-
-def occlusion(model: PreTrainedModel, example: Captured, batch_size: int) -> torch.Tensor:
-    """O^l_ij of every layer, as (L, n, n)."""
-    n = example.n_tokens
-    edges = off_diagonal(n)
-    keep = torch.ones(len(edges), n * n, device=example.probs.device)
-    keep[torch.arange(len(edges)), edges] = 0
-    keep = keep.view(-1, n, n)
-    scores = torch.zeros(example.probs.shape[0], n * n)
-    for layer in range(example.probs.shape[0]):
-        scores[layer, edges] = example.f_full - masked_f(model, example, {layer: keep},
-                                                         batch_size).cpu()
-    return scores.view(-1, n, n)

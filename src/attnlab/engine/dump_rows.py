@@ -1,25 +1,26 @@
-"""Rule `attribute`: one shard of a task's dev split through the attribution engine
-(`attnlab.engine.attribution`) into a dump (`attnlab.data.dumps`, whose docstring lists the
-columns). The trigger and quadrature stages attribute their examples the same way."""
+"""The dump rows of a set of examples: each one attributed by the engine
+(`attnlab.engine.attribution`) and kept as the row an attribution dump stores
+(`attnlab.data.dumps`, whose docstring lists the columns). Rule `attribute` writes them for one
+shard of a task's dev split; the trigger and quadrature stages attribute their own examples the
+same way."""
 
 from __future__ import annotations
 
 import logging
 import math
-import os
-from pathlib import Path
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import torch
 from tqdm import tqdm
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from attnlab.data import tasks
-from attnlab.data.dumps import completeness_errors, write_dump
+from attnlab.data.dumps import completeness_errors
 from attnlab.engine.attribution import PANEL_NODES, Attribution, attribute, engine_options
 from attnlab.engine.examples import encoded_frame
-from attnlab.engine.models import load_classifier, num_layers
 from attnlab.plumbing.device import attribution_batch_size, out_of_memory_names
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ def _layer_edges(a: torch.Tensor, fraction: float, cap: int) -> dict[str, Any]:
     }
 
 
-def example_row(result: Attribution, b: int, cfg: dict[str, Any]) -> dict[str, Any]:
+def example_row(result: Attribution, b: int, cfg: Mapping[str, Any]) -> dict[str, Any]:
     """The dump row of example b of an engine result (without the dataset columns)."""
     real = result.attention[b, 0, 0].sum(dim=-1) > 0  # padded query rows are all zero
     positions = real.nonzero().flatten()
@@ -109,81 +110,73 @@ def _segments(encoding, row: int, n_tokens: int) -> list[int]:
     return [-1 if s is None else s for s in ids]
 
 
-def shard_rows(n_examples: int, shard: int, n_shards: int) -> range:
-    """The contiguous block of example rows that shard `shard` of `n_shards` attributes."""
-    if not 0 <= shard < n_shards:
-        raise ValueError(f"shard {shard} is outside 0..{n_shards - 1}")
-    start = n_examples * shard // n_shards
-    return range(start, n_examples * (shard + 1) // n_shards)
+
+@dataclass(frozen=True)
+class DumpRows:
+    """The dump rows of some examples, in their order, and what the engine took for them."""
+
+    rows: list[dict[str, Any]]
+    n_layers: int
+    n_heads: int
+    batch_size: int  # rows per forward pass (attribution.batch_size, auto resolved)
+    # over every (example, layer) pair: the largest |Σ Attr(A^l) − (F(A) − F(0·A^l))| and how
+    # many pairs are above the tolerance, before the dump stores them as float32
+    completeness_abs_error_max: float
+    outside_tolerance: int
 
 
-def attribute_shard(
-    model_dir: str | os.PathLike,
-    dev_path: str | os.PathLike,
-    *,
+def dump_rows(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    examples: pd.DataFrame,
     spec: tasks.TaskSpec,
-    attribution_cfg: dict[str, Any],
-    model_cfg: dict[str, Any],
-    shard: int,
-    n_shards: int,
+    settings: Mapping[str, Any],
+    model_settings: Mapping[str, Any],
+    *,
     device: torch.device,
-    out_path: str | os.PathLike,
-    provenance: dict[str, Any],
     bf16: bool = False,
-) -> dict[str, Any]:
-    """Attribute one shard of a task's dev split and write its dump atomically.
+    shard: int = 0,
+    n_shards: int = 1,
+) -> DumpRows:
+    """Attribute the examples (rows of a prepared split, at least one) into dump rows.
 
-    `attribution.batch_size: auto` is resolved here, for the shard's longest example
-    (`device.attribution_batch_size`). `bf16`: the forward and backward passes run under
-    bfloat16 autocast; F, the gradients' sum over the quadrature nodes and Attr stay float32
-    or float64 (the engine's own casts).
+    `settings` are those of the config's `attribution` section that the engine
+    (`engine_options`) and the rows (`example_row`) read, and its `target`; `model_settings`
+    the model's max_length and truncate. `batch_size: auto` is resolved here, for the longest
+    example (`device.attribution_batch_size`). `bf16`: the forward and backward passes run
+    under bfloat16 autocast; F, the gradients' sum over the quadrature nodes and Attr stay
+    float32 or float64 (the engine's own casts). `shard` of `n_shards` says which part of a
+    split the examples are, in the log and the progress bar.
     """
-    cfg = attribution_cfg
-    model, tokenizer = load_classifier(model_dir, device)
-    dev = tasks.load_split(dev_path, spec)
-    if cfg.get("max_examples"):
-        dev = dev.iloc[: cfg["max_examples"]]
-    dev = dev.iloc[list(shard_rows(len(dev), shard, n_shards))].reset_index(drop=True)
-    if dev.empty:
-        # More shards than examples: this shard has none. Its dump is empty but complete, so
-        # that any attribution.shards works with any dev split.
-        log.warning("task %s shard %d/%d: no dev examples to attribute (attribution.shards is "
-                    "more than the examples); the shard's dump is empty", spec.name, shard,
-                    n_shards)
-        meta = {"n_layers": num_layers(model), "n_heads": model.config.num_attention_heads,
-                "top_pairs": cfg["top_pairs"], "task": spec.name, "shard": shard,
-                "n_shards": n_shards, **provenance}
-        write_dump([], out_path, meta)
-        return {"examples": 0, "accuracy": None, "completeness_error_median": None,
-                "completeness_error_max": None, "bytes": Path(out_path).stat().st_size}
-    encoded = encoded_frame(dev, spec, tokenizer, model_cfg)
-    encoding = tokenizer(*tasks.split_texts(dev, spec))
+    encoded = encoded_frame(examples, spec, tokenizer, model_settings)
+    encoding = tokenizer(*tasks.split_texts(examples, spec))
     planted = (
-        tasks.planted_token_positions(dev, spec, tokenizer)
-        if set(tasks.GROUND_TRUTH_COLUMNS) <= set(dev.columns)
+        tasks.planted_token_positions(examples, spec, tokenizer)
+        if set(tasks.GROUND_TRUTH_COLUMNS) <= set(examples.columns)
         else None
     )
     lengths = encoded["attention_mask"].sum(dim=1)
-    # Similar lengths together waste less padding; rows are written back in dataset order.
+    # Similar lengths together waste less padding; rows are returned in the examples' order.
     order = torch.argsort(lengths, stable=True).tolist()
-    adaptive = cfg["quadrature"] == "adaptive"
-    setting = cfg["batch_size"]
-    cfg = {**cfg, "batch_size": attribution_batch_size(
+    adaptive = settings["quadrature"] == "adaptive"
+    setting = settings["batch_size"]
+    rows_per_pass = attribution_batch_size(
         setting, model.config, int(lengths.max()), device,
-        examples_per_row=1.0 if adaptive else 1 / cfg["steps"],
-        panels=cfg["max_steps"] // PANEL_NODES if adaptive else 0)}
+        examples_per_row=1.0 if adaptive else 1 / settings["steps"],
+        panels=settings["max_steps"] // PANEL_NODES if adaptive else 0)
     # examples per engine call: a fixed rule's rows of them fill a pass; the adaptive rule's
     # later rounds refine only some examples' panels, so it takes one example per row of a pass
-    per_call = cfg["batch_size"] if adaptive else max(1, cfg["batch_size"] // cfg["steps"])
+    per_call = rows_per_pass if adaptive else max(1, rows_per_pass // settings["steps"])
     rows: dict[int, dict[str, Any]] = {}
-    rule = (f"adaptive (tolerance {cfg['tolerance']}, scan {cfg['scan_steps']}, at most "
-            f"{cfg['max_steps']} nodes)" if adaptive else f"{cfg['quadrature']} {cfg['steps']}")
+    rule = (f"adaptive (tolerance {settings['tolerance']}, scan {settings['scan_steps']}, at "
+            f"most {settings['max_steps']} nodes)" if adaptive
+            else f"{settings['quadrature']} {settings['steps']}")
     log.info("task %s shard %d/%d: %d examples, quadrature %s, target %s, %d rows per pass%s",
-             spec.name, shard, n_shards, len(dev), rule, cfg["target"], cfg["batch_size"],
+             spec.name, shard, n_shards, len(examples), rule, settings["target"], rows_per_pass,
              ", bf16 autocast" if bf16 else "")
-    with (tqdm(total=len(dev), desc=f"attribute {spec.name}[{shard}]", unit="ex") as bar,
+    with (tqdm(total=len(examples), desc=f"attribute {spec.name}[{shard}]", unit="ex") as bar,
           out_of_memory_names("attribution.batch_size", setting,
-                              f"attributing task {spec.name} ({cfg['batch_size']} rows per pass, "
+                              f"attributing task {spec.name} ({rows_per_pass} rows per pass, "
                               f"up to {int(lengths.max())} tokens)"),
           torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)):
         for start in range(0, len(order), per_call):
@@ -191,11 +184,13 @@ def attribute_shard(
             width = int(lengths[group].max())
             batch = {k: v[group, :width].to(device) if v.dim() == 2 else v[group].to(device)
                      for k, v in encoded.items()}
-            result = attribute(model, batch, cfg["target"], **engine_options(cfg))
+            result = attribute(model, batch, settings["target"],
+                               **{**engine_options(settings), "batch_size": rows_per_pass})
             for b, row_index in enumerate(group):
-                row = example_row(result, b, cfg)
-                row["idx"] = int(dev["idx"].iloc[row_index]) if "idx" in dev else row_index
-                row["label"] = int(dev[spec.label_field].iloc[row_index])
+                row = example_row(result, b, settings)
+                row["idx"] = (int(examples["idx"].iloc[row_index]) if "idx" in examples
+                              else row_index)
+                row["label"] = int(examples[spec.label_field].iloc[row_index])
                 row["tokens"] = tokenizer.convert_ids_to_tokens(
                     encoded["input_ids"][row_index, : row["n_tokens"]].tolist()
                 )
@@ -204,23 +199,15 @@ def attribute_shard(
                 row["planted_i"], row["planted_j"] = pair if pair is not None else (None, None)
                 rows[row_index] = row
             bar.update(len(group))
-    n_layers, n_heads = (result.attr.shape[1], result.attr.shape[2]) if rows else (0, 0)
-    meta = {"n_layers": n_layers, "n_heads": n_heads, "top_pairs": cfg["top_pairs"],
-            "task": spec.name, "shard": shard, "n_shards": n_shards, **provenance}
-    write_dump([rows[i] for i in range(len(dev))], out_path, meta)
     _, residuals, _ = completeness_errors(
         pd.DataFrame(list(rows.values()), columns=["f_full", "f_zero", "residual"]))
-    outside = int((residuals > cfg["tolerance"]).sum())
+    outside = int((residuals > settings["tolerance"]).sum())
     if outside:
         log.warning("%d of %d (example, layer) pairs miss the completeness tolerance %g%s",
-                    outside, residuals.size, cfg["tolerance"],
-                    f" (refinement stopped at max_steps {cfg['max_steps']})" if adaptive else "")
-    return {
-        "examples": len(dev),
-        "accuracy": float(np.mean([r["pred"] == r["label"] for r in rows.values()]))
-        if rows else None,
-        "completeness_abs_error_max": float(residuals.max()) if rows else None,
-        "outside_tolerance": outside,
-        "batch_size": cfg["batch_size"],
-        "bytes": Path(out_path).stat().st_size,
-    }
+                    outside, residuals.size, settings["tolerance"],
+                    f" (refinement stopped at max_steps {settings['max_steps']})"
+                    if adaptive else "")
+    return DumpRows(rows=[rows[i] for i in range(len(examples))], n_layers=result.attr.shape[1],
+                    n_heads=result.attr.shape[2], batch_size=rows_per_pass,
+                    completeness_abs_error_max=float(residuals.max()),
+                    outside_tolerance=outside)

@@ -1,0 +1,120 @@
+"""The job a workflow rule runs, as one object a stage takes.
+
+A rule's script builds it once from Snakemake's `snakemake` object and hands it to the stage
+module named after the rule (`attnlab.stages.<rule>.run`): its named inputs and outputs, its
+params as `Settings` (the config sections the rule reads: what reruns it when they change),
+its wildcards, threads and log. The library and the tests run a stage without Snakemake by
+building the same object themselves:
+
+    job = Job.from_config("trees", load_config("config.yaml"), task="syn_sst2",
+                          inputs={"parts": [...]}, outputs={"trees": ..., ...})
+    stages.trees.run(job)
+
+`Job` reads and writes tables only, so the jobs of table-only rules start without torch;
+`attnlab.model_job.ModelJob` adds the device and the task's model.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import pandas as pd
+
+from attnlab.data.tasks import TaskSpec, load_split
+from attnlab.plumbing.outputs import provenance, workflow_job, write_json, write_task_tables
+from attnlab.plumbing.settings import Settings
+
+
+def _paths(value: Any) -> str | list[str]:
+    """A named input or output of Snakemake's: one path, or a list of them."""
+    return str(value) if isinstance(value, str | os.PathLike) else [str(v) for v in value]
+
+
+@dataclass(frozen=True)
+class Job:
+    rule: str
+    inputs: Mapping[str, Any]
+    outputs: Mapping[str, Any]
+    settings: Settings
+    wildcards: Mapping[str, str] = field(default_factory=dict)
+    threads: int = 1
+    log: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.settings, Settings):
+            object.__setattr__(self, "settings", Settings(self.settings))
+
+    @classmethod
+    def from_snakemake(cls, smk: Any) -> Job:
+        """The job of a rule's script, from its `snakemake` object (named inputs and outputs)."""
+        return cls(
+            rule=smk.rule,
+            inputs={name: _paths(value) for name, value in smk.input.items()},
+            outputs={name: _paths(value) for name, value in smk.output.items()},
+            settings=Settings(dict(smk.params.items())),
+            wildcards=dict(smk.wildcards.items()),
+            threads=smk.threads,
+            log=smk.log[0] if smk.log else None,
+        )
+
+    @classmethod
+    def from_config(cls, rule: str, config: Mapping[str, Any], *, inputs: Mapping[str, Any],
+                    outputs: Mapping[str, Any], task: str | None = None,
+                    seed: int | None = None, threads: int = 1) -> Job:
+        """A job outside Snakemake (the library, the tests): its settings are the whole validated
+        `config`, with the task's section as `task`, its finetune overrides merged into
+        `finetune`, and the run's seed (config `seed` unless given) as `seed`, as the workflow's
+        rules pass them."""
+        settings = {**config, "seed": config["seed"] if seed is None else seed}
+        if task is not None:
+            settings["task"] = config["tasks"][task]
+            settings["finetune"] = {**config["finetune"], **settings["task"].get("finetune", {})}
+        return cls(rule=rule, inputs=inputs, outputs=outputs, settings=settings,
+                   wildcards={} if task is None else {"task": task}, threads=threads)
+
+    @classmethod
+    def run_rule(cls, smk: Any, stage: Callable[[Job], Any]) -> None:
+        """What a rule's script does: build the job and run its stage inside
+        `attnlab.plumbing.outputs.workflow_job` (log, input checks, one-line errors, output
+        records)."""
+        job = cls.from_snakemake(smk)
+        with workflow_job(smk):
+            stage(job)
+
+    @property
+    def task(self) -> str:
+        return self.wildcards["task"]
+
+    @cached_property
+    def spec(self) -> TaskSpec:
+        """The task's columns and class names (params `task`)."""
+        return TaskSpec.from_config(self.task, self.settings.task)
+
+    @cached_property
+    def provenance(self) -> dict[str, Any]:
+        """The settings, code version and packages every output of the job records."""
+        return provenance(self.settings.to_dict())
+
+    def paths(self, name: str) -> list[str]:
+        """The input `name` as a list of paths, whether Snakemake gave one path or several."""
+        value = self.inputs[name]
+        return [str(value)] if isinstance(value, str | os.PathLike) else [str(v) for v in value]
+
+    def split(self, name: str = "dev") -> pd.DataFrame:
+        """A prepared split of the task (input `name`), checked against its columns."""
+        return load_split(self.inputs[name], self.spec)
+
+    def write_tables(self, tables: Mapping[str, pd.DataFrame],
+                     meta: Mapping[str, Any] | None = None) -> None:
+        """Each table to the output of its name (Parquet, with the task as first column and the
+        job's provenance, and `meta` beside it)."""
+        write_task_tables(self.task, dict(tables), self.outputs,
+                          {**self.provenance, **(meta or {})})
+
+    def write_json(self, name: str, summary: Mapping[str, Any]) -> None:
+        """`summary` with the job's provenance to the output `name`."""
+        write_json(self.outputs[name], {**summary, **self.provenance})

@@ -1,0 +1,30 @@
+"""Attention rollout (Abnar & Zuidema 2020, "Quantifying Attention Flow in Transformers", ACL).
+
+With Ã^l the residual attention of layer l (attnlab.methods.attention_graph),
+
+    R^0 = Ã^0,  R^l = Ã^l R^{l−1}
+
+R^l_ij is the share of input token j in position i after layer l: rollout multiplies the
+layers' mixing as if it were linear.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attnlab.methods.attention_graph import residual_attention
+from attnlab.methods.method import Method
+
+
+def rollout(attention: np.ndarray) -> np.ndarray:
+    """Attention rollout R^l = Ã^l Ã^{l−1} ... Ã^0 of (L, n, n) head-mean attention."""
+    mixed = residual_attention(attention)
+    out = np.empty_like(mixed)
+    product = np.eye(mixed.shape[-1])
+    for layer, matrix in enumerate(mixed):
+        product = matrix @ product
+        out[layer] = product
+    return out
+
+
+METHOD = Method("rollout", frozenset({"attention"}), rollout)

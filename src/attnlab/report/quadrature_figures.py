@@ -1,0 +1,37 @@
+"""Figure of the quadrature study (rule quadrature_study): every rule's error against its cost."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import matplotlib.pyplot as plt
+
+from attnlab.report.figures import save_figure
+
+
+def plot_study(reports: dict[str, dict[str, Any]], path: str | os.PathLike) -> None:
+    """Error against cost, one point per rule: per-head maximum error (median) against gradient
+    evaluations, and completeness error (p99) against seconds per example; one row per task."""
+    figure, axes = plt.subplots(len(reports), 2, figsize=(10, 3.6 * len(reports)), squeeze=False)
+    for row, (task, report) in zip(axes, reports.items(), strict=True):
+        for name, entry in report["rules"].items():
+            marker = "*" if name.startswith("adaptive") else "o"
+            for ax, x, y in ((row[0], entry["grad_nodes_mean"], entry["head_max_error"]["median"]),
+                             (row[1], entry["seconds_per_example"],
+                              entry["completeness_abs_error"]["p99"])):
+                if y is None:  # no layer to compare
+                    continue
+                y = max(y, 1e-9)  # an exact 0 has no place on a log scale
+                ax.scatter(x, y, marker=marker, s=60)
+                ax.annotate(name, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        # a log scale without a point fails to draw
+        scale = "log" if row[0].collections else "linear"
+        row[0].set(xscale=scale, yscale=scale, title=f"{task}: per-head maximum",
+                   xlabel="gradient evaluations per (example, layer)",
+                   ylabel="relative error, median")
+        row[1].axhline(report["tolerance"], color="grey", linestyle="--", linewidth=1)
+        row[1].set(xscale="log", yscale="log", title=f"{task}: completeness",
+                   xlabel="seconds per example (attribute job)", ylabel="absolute error, p99")
+    figure.tight_layout()
+    save_figure(figure, path)

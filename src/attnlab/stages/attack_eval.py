@@ -1,0 +1,40 @@
+"""Rule attack_eval (Hao et al. 2021 §6): each class's top mined triggers inserted into every dev
+example of a task, against random tokens at the same positions (`attnlab.analyses.attack`),
+and the attack's claims."""
+
+from __future__ import annotations
+
+import logging
+
+import pandas as pd
+
+from attnlab.analyses import attack
+from attnlab.analyses.claims import claims_frame, log_claims
+from attnlab.data.dumps import read_dump
+from attnlab.model_job import ModelJob
+from attnlab.report.trigger_figures import plot_attack
+
+log = logging.getLogger(__name__)
+
+
+def run(job: ModelJob) -> None:
+    """Writes the tables `table` (accuracy per gold class before and after each trigger and
+    random tokens) and `claims`, and the `figure`."""
+    cfg = job.settings.triggers
+    dev = job.split("dev")
+    mined = pd.read_parquet(job.inputs["triggers"])
+    source, _ = read_dump(job.inputs["source"])
+    pool = attack.source_tokens(source)
+    log.info("task %s: attacking %d dev examples with the top %d triggers of each class; "
+             "random tokens from %d distinct source tokens", job.task, len(dev), cfg.top,
+             len(pool))
+    table = attack.attack_table(job.model, dev, job.spec, job.tokenizer, mined, pool, cfg,
+                                job.settings.model, job.settings.seed)
+    summary = attack.other_class_summary(table, list(job.spec.label_names))
+    claims = claims_frame(attack.attack_claims(summary, mined, cfg.top))
+    job.write_tables({"table": table, "claims": claims})
+    plot_attack(summary, job.outputs["figure"])
+    for row in summary.itertuples():
+        log.info("%s: other classes %.3f -> %.3f (random tokens %.3f)", row.trigger, row.before,
+                 row.trigger_after, row.random_after)
+    log_claims(claims, job.task)

@@ -1,0 +1,65 @@
+"""Rule attribute: one shard of a task's dev split through the attribution engine into a dump
+(`attnlab.data.dumps`, whose docstring lists the columns); the shards of all tasks form one
+hive-partitioned Parquet dataset."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from attnlab.data.dumps import write_dump
+from attnlab.engine.dump_rows import dump_rows
+from attnlab.engine.models import head_shape
+from attnlab.model_job import ModelJob
+
+log = logging.getLogger(__name__)
+
+
+def shard_rows(n_examples: int, shard: int, n_shards: int) -> range:
+    """The contiguous block of example rows that shard `shard` of `n_shards` attributes."""
+    if not 0 <= shard < n_shards:
+        raise ValueError(f"shard {shard} is outside 0..{n_shards - 1}")
+    start = n_examples * shard // n_shards
+    return range(start, n_examples * (shard + 1) // n_shards)
+
+
+def run(job: ModelJob) -> None:
+    """Writes the shard's dump `part` and its `summary` (examples, accuracy, largest
+    completeness error and the (example, layer) pairs outside the tolerance, rows per pass,
+    bytes)."""
+    cfg = job.settings.attribution
+    shard, n_shards = int(job.wildcards["shard"]), cfg.shards
+    dev = job.split("dev")
+    if cfg.max_examples:
+        dev = dev.iloc[: cfg.max_examples]
+    dev = dev.iloc[list(shard_rows(len(dev), shard, n_shards))].reset_index(drop=True)
+    meta = {"top_pairs": cfg.top_pairs, "task": job.task, "shard": shard, "n_shards": n_shards,
+            **job.provenance}
+    path = job.outputs["part"]
+    if dev.empty:
+        # More shards than examples: this shard has none. Its dump is empty but complete, so
+        # that any attribution.shards works with any dev split.
+        log.warning("task %s shard %d/%d: no dev examples to attribute (attribution.shards is "
+                    "more than the examples); the shard's dump is empty", job.task, shard,
+                    n_shards)
+        n_layers, n_heads = head_shape(job.model)
+        write_dump([], path, {"n_layers": n_layers, "n_heads": n_heads, **meta})
+        job.write_json("summary", {
+            "examples": 0, "accuracy": None, "completeness_error_median": None,
+            "completeness_error_max": None, "bytes": Path(path).stat().st_size})
+        return
+    attributed = dump_rows(job.model, job.tokenizer, dev, job.spec, cfg, job.settings.model,
+                           device=job.device, bf16=job.precision.bf16, shard=shard,
+                           n_shards=n_shards)
+    write_dump(attributed.rows, path,
+               {"n_layers": attributed.n_layers, "n_heads": attributed.n_heads, **meta})
+    job.write_json("summary", {
+        "examples": len(dev),
+        "accuracy": float(np.mean([r["pred"] == r["label"] for r in attributed.rows])),
+        "completeness_abs_error_max": attributed.completeness_abs_error_max,
+        "outside_tolerance": attributed.outside_tolerance,
+        "batch_size": attributed.batch_size,
+        "bytes": Path(path).stat().st_size,
+    })

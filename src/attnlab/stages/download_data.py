@@ -1,0 +1,13 @@
+"""Rule download_data: one split of a hub dataset, fetched once into resources/."""
+
+from __future__ import annotations
+
+from attnlab.data.hub import fetch_dataset_split
+from attnlab.job import Job
+
+
+def run(job: Job) -> None:
+    """Writes the split (wildcards dataset, subset, split) as Parquet to the output `split`."""
+    wildcards = job.wildcards
+    fetch_dataset_split(wildcards["dataset"], name=wildcards["subset"], split=wildcards["split"],
+                        out=job.outputs["split"])

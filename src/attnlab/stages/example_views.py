@@ -1,0 +1,51 @@
+"""Rule example_views: the sampled examples of a task (those whose trees rule trees drew)
+attributed again, drawn as attention-vs-attribution heatmaps, and one HTML page that colours
+every token, layer by layer, by the attribution flowing through it."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from attnlab.analyses import views
+from attnlab.analyses.trees import planted_pair, sample_examples
+from attnlab.data.dumps import read_task_dump
+from attnlab.engine.examples import encoded_frame
+from attnlab.model_job import ModelJob
+from attnlab.plumbing.outputs import atomic_path
+from attnlab.report.flow_figures import example_section, flow_page, plot_heatmaps
+
+log = logging.getLogger(__name__)
+
+
+def run(job: ModelJob) -> None:
+    """Writes the folder views as a whole: heatmap_<idx>.png of every sampled example and
+    index.html, with every figure (the tree figures of rule trees too) embedded."""
+    cfg = job.settings.trees
+    dump, _ = read_task_dump(job.paths("parts"))
+    chosen = sample_examples(dump["idx"].tolist(), cfg.examples, list(cfg.example_idx),
+                             job.settings.seed)
+    rows = dump[dump["idx"].isin(chosen)].reset_index(drop=True)
+    dev = job.split("dev")
+    dev = dev.set_index("idx", drop=False) if "idx" in dev else dev
+    if len(rows):  # trees.examples may be 0 and example_idx empty: an empty page
+        encoded = encoded_frame(dev.loc[rows["idx"]], job.spec, job.tokenizer, job.settings.model)
+        result = views.attribute_again(job.model, encoded, job.settings.attribution, job.device)
+    label_names = list(job.spec.label_names)
+    sections = []
+    with atomic_path(job.outputs["views"]) as folder:
+        folder.mkdir()
+        for b, row in rows.iterrows():
+            attr, attention = views.example_matrices(result, b, int(row["n_tokens"]))
+            layer = views.heatmap_layer(cfg.heatmap_layer, attr)
+            log.info("example %d: recomputed per-head maxima differ from the dump by at most "
+                     "%.2g; heatmaps of layer %d", row["idx"], views.dump_gap(row, attr), layer)
+            heatmap = folder / f"heatmap_{row['idx']}.png"
+            plot_heatmaps(row, attention[layer], attr[layer], layer, label_names,
+                          planted_pair(row), heatmap)
+            tree = Path(job.inputs["tree_figures"]) / f"tree_{row['idx']}.png"
+            sections.append(example_section(row, views.token_flow(attr.sum(axis=1)), label_names,
+                                            [heatmap, tree]))
+        page = flow_page(f"attribution flow through the tokens: task {job.task}", sections)
+        (folder / "index.html").write_text(page)
+    log.info("views of %d examples (idx %s)", len(rows), chosen)

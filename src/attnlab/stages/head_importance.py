@@ -1,0 +1,32 @@
+"""Rule head_importance (Hao et al. 2021 §4): every head of a task's model scored by each
+configured method on the first attributed dev examples."""
+
+from __future__ import annotations
+
+import logging
+
+from attnlab.analyses.heads import importance_table
+from attnlab.data.dumps import attributed_head_scores
+from attnlab.engine import examples, models
+from attnlab.model_job import ModelJob
+from attnlab.plumbing.outputs import write_task_tables
+
+log = logging.getLogger(__name__)
+
+
+def run(job: ModelJob) -> None:
+    """Writes the table importance (task, method, seed, layer, head, importance; the number of
+    examples beside the job's provenance)."""
+    cfg = job.settings.heads
+    scores = attributed_head_scores(job.paths("parts"), job.split("dev"),
+                                    head_shape=models.head_shape(job.model),
+                                    target=job.settings.attribution.target)
+    n = examples.held_out(cfg.importance_examples, len(scores["attribution"]))
+    inputs = {k: v[:n] for k, v in job.encoded("dev").items()}
+    scores = {name: array[:n] for name, array in scores.items()}
+    log.info("task %s: head importance by %s over %d examples", job.task,
+             ", ".join(cfg.methods), n)
+    table = importance_table(job.model, inputs, scores, list(cfg.methods), cfg.random_seeds,
+                             job.settings.seed, cfg.batch_size)
+    write_task_tables(job.task, {"importance": table}, job.outputs,
+                      {**job.provenance, "examples": n})

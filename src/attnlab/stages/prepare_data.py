@@ -1,0 +1,31 @@
+"""Rule prepare_data: one task's train and dev splits, generated or read, validated, and checked
+against the model's tokenizer before any training."""
+
+from __future__ import annotations
+
+from attnlab.data.tasks import read_task, write_task
+from attnlab.data.tokenization import check_lengths, length_limit, model_tokenizer
+from attnlab.job import Job
+
+
+def run(job: Job) -> None:
+    """Writes the splits train and dev (Parquet) and the JSON summary of their rows and label
+    counts; a bad split or an example too long for the model writes nothing."""
+    task = job.settings.task
+    spec, train, dev = read_task(
+        job.task,
+        task,
+        job.settings.seed,
+        # the downloaded files of a hub task (a local task's files are named in its config)
+        (job.inputs["train"], job.inputs["dev"]) if task.source == "hub" else None,
+    )
+    max_length, truncate = length_limit(job.settings.model)
+    if not truncate:  # an example too long for the model stops the run here, before training
+        # the checkpoint's tokenizer is read from its local copy (none for a scratch model)
+        model = {**job.settings.model, "pretrained": job.inputs["pretrained"] or None}
+        tokenizer = model_tokenizer(spec, model, train)
+        for split in (train, dev):
+            check_lengths(split, spec, tokenizer, max_length)
+    summary = write_task(spec, train=train, dev=dev, train_out=job.outputs["train"],
+                         dev_out=job.outputs["dev"])
+    job.write_json("summary", summary)

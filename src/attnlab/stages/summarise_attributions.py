@@ -1,0 +1,23 @@
+"""Rule summarise_attributions: gathers a task's attribution shards (fails unless every shard is
+there), summarises the dump and judges the ground-truth claims of synthetic tasks."""
+
+from __future__ import annotations
+
+import logging
+
+from attnlab.analyses.attribution_summary import recovery_claims, summarise_task
+from attnlab.analyses.claims import claims_frame
+from attnlab.job import Job
+
+log = logging.getLogger(__name__)
+
+
+def run(job: Job) -> None:
+    """Writes the JSON `summary` (accuracy, completeness error, gradient evaluations, bytes per
+    example, planted-pair recovery) and the table `claims` (no rows for a task without planted
+    pairs)."""
+    cfg = job.settings.attribution
+    summary = summarise_task(job.paths("parts"), cfg.shards, tolerance=cfg.tolerance)
+    log.info("task %s: %s", job.task, summary)
+    job.write_json("summary", summary)
+    job.write_tables({"claims": claims_frame(recovery_claims(summary["planted_pair_recovery"]))})

@@ -1,0 +1,90 @@
+"""The layout a newcomer walks through: one stage module per rule, named after it, which the
+rule's script calls and nothing else; layers that import one way only; no stage importing
+another."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from attnlab.plumbing import code_version
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "src" / "attnlab"
+# Each layer may import from its own and the ones before it, never from one after it.
+LAYERS = ("plumbing", "data", "engine", "methods", "analyses", "report", "job", "stages")
+# The job object sits between the report and the stages: the stages take it, nothing below does.
+JOB_MODULES = {"job": "job", "model_job": "job"}
+
+
+def workflow_rules() -> dict[str, str]:
+    """Each rule of the workflow (but `all`) and the text of its block."""
+    rules = {}
+    for path in sorted((ROOT / "workflow" / "rules").glob("*.smk")):
+        for block in re.split(r"^\s*rule (?=\w+:$)", path.read_text(), flags=re.M)[1:]:
+            rules[block.split(":", 1)[0].strip()] = block
+    return rules
+
+
+RULES = workflow_rules()
+
+
+def layer(module: str) -> str:
+    return JOB_MODULES.get(module, module.split(".")[0])
+
+
+def test_the_rules_are_the_workflow_s_rules():
+    assert len(RULES) == 24 and {"attribute", "trees", "claims", "finetune"} <= set(RULES)
+
+
+@pytest.mark.parametrize("rule", sorted(RULES))
+def test_a_rule_runs_its_script_which_calls_the_stage_named_after_it(rule):
+    block = RULES[rule]
+    assert f'"../scripts/{rule}.py"' in block, f"rule {rule} runs another script"
+    assert f'code_version("stages.{rule}")' in block, f"rule {rule} hashes another module"
+    script = ROOT / "workflow" / "scripts" / f"{rule}.py"
+    body = ast.parse(script.read_text()).body
+    docstring, job_import, stage_import, call = body  # nothing else
+    assert isinstance(docstring.value, ast.Constant)
+    assert stage_import.module == "attnlab.stages"
+    assert [a.name for a in stage_import.names] == [rule]
+    (job_class,) = (a.name for a in job_import.names)
+    assert ast.unparse(call) == f"{job_class}.run_rule(snakemake, {rule}.run)"
+    # the script builds the job the stage takes
+    stage = ast.parse((PACKAGE / "stages" / f"{rule}.py").read_text())
+    (run,) = (f for f in stage.body if isinstance(f, ast.FunctionDef) and f.name == "run")
+    assert ast.unparse(run.args.args[0].annotation) == job_class
+
+
+def test_every_stage_module_is_a_rule():
+    stages = {p.stem for p in (PACKAGE / "stages").glob("*.py") if p.stem != "__init__"}
+    assert stages == set(RULES)
+
+
+def test_no_stage_imports_another_stage():
+    for module in code_version.library_modules():
+        if layer(module) == "stages":
+            imported = {m for m in code_version.attnlab_imports(module) if layer(m) == "stages"}
+            assert not imported, f"{module} imports the stage(s) {imported}"
+
+
+def test_imports_point_one_way():
+    for module in code_version.library_modules():
+        for imported in code_version.attnlab_imports(module):
+            assert LAYERS.index(layer(imported)) <= LAYERS.index(layer(module)), \
+                f"{module} ({layer(module)}) imports {imported} ({layer(imported)})"
+
+
+def test_every_module_is_in_a_layer():
+    assert {layer(m) for m in code_version.library_modules()} <= set(LAYERS)
+
+
+def test_the_layer_packages_hold_only_their_docstring():
+    # the code hashes follow the imports written in modules; the top package's public names
+    # are imported lazily (attnlab/__init__.py)
+    for init in PACKAGE.glob("*/__init__.py"):
+        (docstring,) = ast.parse(init.read_text()).body
+        assert isinstance(docstring.value, ast.Constant), init
