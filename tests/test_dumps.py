@@ -224,18 +224,20 @@ def test_row_records_the_residual_and_nodes_of_every_layer():
     assert row["residual"] == pytest.approx(result.residual[1].tolist(), rel=1e-6)
 
 
-def tiny_task_model(folder: Path, pair_task: dict) -> tuple[dict, Path, Path]:
-    """A random tiny BERT saved with its word-level tokenizer, and a small synthetic dev split,
-    in `folder`: what rule attribute reads (its task's section, model folder, dev path)."""
-    pair_task["synthetic"].update(n_train=40, n_dev=6)
+def tiny_task_model(folder: Path, pair_task: dict, *, n_dev: int = 6, layers: int = 2,
+                    init: float = 0.1) -> tuple[dict, Path, Path]:
+    """A random tiny BERT (4 heads; weights of std `init`) saved with its word-level tokenizer,
+    and a small synthetic dev split, in `folder`: what the stages read of a task (its task's
+    section, model folder, dev path)."""
+    pair_task["synthetic"].update(n_train=40, n_dev=n_dev)
     train, dev = folder / "train.parquet", folder / "dev.parquet"
     prepare_task("syn_mnli", pair_task, 0, train, dev)
     spec = TaskSpec.from_config("syn_mnli", pair_task)
     tokenizer = build_tokenizer(training_words(load_split(train, spec), spec))
     torch.manual_seed(0)
     model = BertForSequenceClassification(BertConfig(
-        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=48, num_labels=3, initializer_range=0.1))
+        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=layers,
+        num_attention_heads=4, intermediate_size=48, num_labels=3, initializer_range=init))
     model.save_pretrained(folder / "model")
     tokenizer.save_pretrained(folder / "model")
     return pair_task, folder / "model", dev

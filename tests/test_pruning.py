@@ -13,13 +13,12 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 from conftest import DEFAULT_CONFIG
+from test_dumps import tiny_task_model
 from tiny_models import tiny_batch, tiny_classifier
-from transformers import BertConfig, BertForSequenceClassification
 
 from attnlab.analyses import heads, pruning
 from attnlab.data.dumps import attributed_head_scores, write_dump
-from attnlab.data.tasks import TaskSpec, load_split, prepare_task
-from attnlab.data.tokenization import build_tokenizer, training_words
+from attnlab.data.tasks import TaskSpec, load_split
 from attnlab.engine import examples, models
 from attnlab.engine.intervention import Intervention
 from attnlab.model_job import ModelJob
@@ -122,16 +121,8 @@ def head_task(tmp_path, pair_task):
     """What the head stages read of a task: a saved tiny random BERT (3 layers of 4 heads), a
     dev split of 8 examples and dumps (two shards) of random per-head maxima of its first 6.
     Returns the config and the inputs."""
-    pair_task["synthetic"].update(n_train=40, n_dev=8)
-    prepare_task("syn_mnli", pair_task, 0, tmp_path / "train.parquet", tmp_path / "dev.parquet")
+    tiny_task_model(tmp_path, pair_task, n_dev=8, layers=3, init=0.5)
     spec = TaskSpec.from_config("syn_mnli", pair_task)
-    tokenizer = build_tokenizer(training_words(load_split(tmp_path / "train.parquet", spec), spec))
-    torch.manual_seed(0)
-    model = BertForSequenceClassification(BertConfig(
-        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
-        intermediate_size=48, num_labels=3, initializer_range=0.5))
-    model.save_pretrained(tmp_path / "model")
-    tokenizer.save_pretrained(tmp_path / "model")
     idx = load_split(tmp_path / "dev.parquet", spec)["idx"].tolist()
     rng = np.random.default_rng(0)
     parts = []

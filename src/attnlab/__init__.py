@@ -3,6 +3,13 @@
 The public API, importable from the package itself::
 
     from attnlab import load_classifier, encoded_examples, attribute, tree_from_matrix
+
+and a workflow stage without Snakemake, through the job its rule's script would build::
+
+    from attnlab import ModelJob, load_config
+    from attnlab.stages import token_mixing
+    token_mixing.run(ModelJob.from_config("token_mixing", load_config("config.yaml"),
+                                          task="syn_sst2", inputs={...}, outputs={...}))
 """
 
 from __future__ import annotations
@@ -26,6 +33,8 @@ _EXPORTS = {
     "validate_config": "plumbing.config",
     "tree_from_matrix": "analyses.trees",
     "importance_table": "analyses.heads",
+    "Job": "job",
+    "ModelJob": "model_job",
 }
 __all__ = ["__version__", *_EXPORTS]
 

@@ -9,7 +9,6 @@ from attnlab.analyses.heads import importance_table
 from attnlab.data.dumps import attributed_head_scores
 from attnlab.engine import examples, models
 from attnlab.model_job import ModelJob
-from attnlab.plumbing.outputs import write_task_tables
 
 log = logging.getLogger(__name__)
 
@@ -28,5 +27,4 @@ def run(job: ModelJob) -> None:
              ", ".join(cfg.methods), n)
     table = importance_table(job.model, inputs, scores, list(cfg.methods), cfg.random_seeds,
                              job.settings.seed, cfg.batch_size)
-    write_task_tables(job.task, {"importance": table}, job.outputs,
-                      {**job.provenance, "examples": n})
+    job.write_tables({"importance": table}, meta={"examples": n})
