@@ -36,6 +36,9 @@ def _paths(value: Any) -> str | list[str]:
 
 @dataclass(frozen=True)
 class Job:
+    """One job of a rule: its named inputs and outputs (paths), its settings (the rule's params),
+    wildcards, threads and log file."""
+
     rule: str
     inputs: Mapping[str, Any]
     outputs: Mapping[str, Any]
@@ -101,8 +104,8 @@ class Job:
 
     def paths(self, name: str) -> list[str]:
         """The input `name` as a list of paths, whether Snakemake gave one path or several."""
-        value = self.inputs[name]
-        return [str(value)] if isinstance(value, str | os.PathLike) else [str(v) for v in value]
+        value = _paths(self.inputs[name])
+        return [value] if isinstance(value, str) else value
 
     def split(self, name: str = "dev") -> pd.DataFrame:
         """A prepared split of the task (input `name`), checked against its columns."""
