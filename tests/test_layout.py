@@ -88,3 +88,11 @@ def test_the_layer_packages_hold_only_their_docstring():
     for init in PACKAGE.glob("*/__init__.py"):
         (docstring,) = ast.parse(init.read_text()).body
         assert isinstance(docstring.value, ast.Constant), init
+
+
+def test_the_design_notes_describe_every_layer_folder():
+    design = (ROOT / "docs" / "design.md").read_text()
+    folders = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
+    assert folders == set(LAYERS) - {"job"}
+    for folder in folders:
+        assert f"* **`{folder}/`**" in design, folder
