@@ -110,7 +110,6 @@ def _segments(encoding, row: int, n_tokens: int) -> list[int]:
     return [-1 if s is None else s for s in ids]
 
 
-
 @dataclass(frozen=True)
 class DumpRows:
     """The dump rows of some examples, in their order, and what the engine took for them."""
