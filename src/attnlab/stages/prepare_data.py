@@ -3,7 +3,7 @@ against the model's tokenizer before any training."""
 
 from __future__ import annotations
 
-from attnlab.data.tasks import read_task, write_task
+from attnlab.data.tasks import TaskSpec, read_task, write_task
 from attnlab.data.tokenization import check_lengths, length_limit, model_tokenizer
 from attnlab.job import Job
 
@@ -12,13 +12,12 @@ def run(job: Job) -> None:
     """Writes the splits train and dev (Parquet) and the JSON summary of their rows and label
     counts; a bad split or an example too long for the model writes nothing."""
     task = job.settings.task
-    spec, train, dev = read_task(
-        job.task,
-        task,
-        job.settings.seed,
-        # the downloaded files of a hub task (a local task's files are named in its config)
-        (job.inputs["train"], job.inputs["dev"]) if task.source == "hub" else None,
-    )
+    # the tasks a mixed task takes its examples from, by name
+    parts = {name: TaskSpec.from_config(name, spec) for name, spec in job.settings.parts.items()}
+    # the downloaded files of a hub task, the prepared splits of a mixed task's tasks (a local
+    # task's files are named in its config)
+    files = {name: path for name, path in job.inputs.items() if name != "pretrained"}
+    spec, train, dev = read_task(job.task, task, job.settings.seed, files, parts)
     max_length, truncate = length_limit(job.settings.model)
     if not truncate:  # an example too long for the model stops the run here, before training
         # the checkpoint's tokenizer is read from its local copy (none for a scratch model)
