@@ -43,18 +43,22 @@ def _pair_r(correlations: pd.DataFrame, pair: list[str]) -> float:
 def cross_task_claims(
     correlations: pd.DataFrame, similar: list[list[str]], dissimilar: list[list[str]]
 ) -> list[dict[str, Any]]:
-    """The paper's Fig. 5 statements on the configured similar and dissimilar task pairs."""
+    """The paper's Fig. 5 statements on the configured similar and dissimilar task pairs; the
+    pair a claim is about is its `task` (a claim on every pair has none)."""
     similar_r = {"–".join(p): _pair_r(correlations, p) for p in similar}
     dissimilar_r = {"–".join(p): _pair_r(correlations, p) for p in dissimilar}
-    claims = [claim("task_correlation", f"similar tasks {pair} correlate strongly",
-                    f"Pearson r of attribution importance (holds if >= {STRONG_R})", r,
-                    r >= STRONG_R) for pair, r in similar_r.items()]
-    claims += [claim("task_correlation", f"dissimilar tasks {pair} correlate weakly",
-                     f"Pearson r of attribution importance (holds if < {STRONG_R})", r,
-                     r < STRONG_R) for pair, r in dissimilar_r.items()]
+    claims = [{"task": pair, **claim(
+        "task_correlation", "similar tasks correlate strongly",
+        f"Pearson r of attribution importance (holds if >= {STRONG_R})", r, r >= STRONG_R)}
+        for pair, r in similar_r.items()]
+    claims += [{"task": pair, **claim(
+        "task_correlation", "dissimilar tasks correlate weakly",
+        f"Pearson r of attribution importance (holds if < {STRONG_R})", r, r < STRONG_R)}
+        for pair, r in dissimilar_r.items()]
     if similar_r and dissimilar_r:
         gap = min(similar_r.values()) - max(dissimilar_r.values())
-        claims.append(claim("task_correlation", "similar tasks correlate more than dissimilar ones",
-                            "lowest r of a similar pair minus highest r of a dissimilar pair "
-                            "(holds if > 0)", gap, gap > 0))
+        claims.append({"task": None, **claim(
+            "task_correlation", "similar tasks correlate more than dissimilar ones",
+            "lowest r of a similar pair minus highest r of a dissimilar pair (holds if > 0)",
+            gap, gap > 0)})
     return claims

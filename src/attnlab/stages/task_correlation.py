@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from attnlab.analyses.claims import claims_frame, log_claims
+from attnlab.analyses.claims import COLUMNS, log_claims
 from attnlab.analyses.task_correlation import cross_task_claims, task_correlations
 from attnlab.job import Job
 from attnlab.plumbing.errors import ConfigError
@@ -15,15 +15,16 @@ from attnlab.report.head_figures import plot_task_correlation
 
 def run(job: Job) -> None:
     """Writes the tables table (Pearson r of every task pair) and claims, with the job's
-    provenance and no task column, and the figure."""
+    provenance (a claim's task is the pair of tasks it is about), and the figure."""
     cfg = job.settings.heads
     importance = pd.concat([pd.read_parquet(p) for p in job.paths("importance")],
                            ignore_index=True)
     if "attribution" not in set(importance["method"]):
         raise ConfigError("task_correlation needs 'attribution' in heads.methods")
     correlations = task_correlations(importance)
-    claims = claims_frame(cross_task_claims(correlations, cfg.similar_pairs,
-                                            cfg.dissimilar_pairs))
+    # the task pair a claim is about is its task
+    claims = pd.DataFrame(cross_task_claims(correlations, cfg.similar_pairs, cfg.dissimilar_pairs),
+                          columns=["task", *COLUMNS])
     write_table(correlations, job.outputs["table"], job.provenance)
     write_table(claims, job.outputs["claims"], job.provenance)
     plot_task_correlation(importance, correlations, job.outputs["figure"])
