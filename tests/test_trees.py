@@ -1,5 +1,7 @@
 """Attribution trees (Algorithm 1): known trees of hand-made matrices, the same tree from a full
-matrix and from a dump row, empty trees, and the settings a run refuses."""
+matrix and from a dump row, empty trees, the settings a run refuses, and trees over words where
+a real WordPiece tokenizer splits them into pieces (and the same trees as before where it does
+not)."""
 
 from __future__ import annotations
 
@@ -10,13 +12,18 @@ import pandas as pd
 import pytest
 import torch
 from test_config import default_config, dry_run
-from test_dumps import CFG, random_result
+from test_dumps import CFG, MODEL_CFG, SHARD_CFG, dense_edges, random_result, tiny_task_model
 
 from attnlab.analyses import trees
-from attnlab.data.dumps import write_dump
-from attnlab.engine.dump_rows import example_row
+from attnlab.data import words
+from attnlab.data.dumps import PAIR_COLUMNS, dump_frame, word_level, word_row, write_dump
+from attnlab.data.tasks import TaskSpec, load_split
+from attnlab.engine import dump_rows
+from attnlab.engine.attribution import Attribution
+from attnlab.engine.dump_rows import example_row, text_columns
+from attnlab.engine.models import load_classifier
 from attnlab.job import Job
-from attnlab.report.flow_figures import plot_tree_sizes
+from attnlab.report.flow_figures import plot_tree, plot_tree_sizes
 from attnlab.stages import trees as trees_stage
 
 TAU = 0.5
@@ -211,3 +218,115 @@ def test_tree_sizes_figure_is_the_same_for_the_same_trees(tmp_path):
     plot_tree_sizes(trees, tmp_path / "a.png")
     plot_tree_sizes(trees, tmp_path / "b.png")
     assert (tmp_path / "a.png").read_bytes() == (tmp_path / "b.png").read_bytes()
+
+
+# Words split into pieces. SENTENCE's tokens (MiniLM's WordPiece) and words:
+#   tokens  0 [CLS]  1 an  2 un  3 ##sen  4 ##time  5 ##ntal  6 ,  7 well  8 -  9 crafted  10 film
+#           11 .  12 [SEP]
+#   words   0 [CLS]  1 an  2 unsentimental (tokens 2-5)  3 ,  4 well  5 -  6 crafted  7 film  8 .
+#           9 [SEP]
+SENTENCE = "An unsentimental, well-crafted film."
+PIECES = [2, 3, 4, 5]  # the pieces of "unsentimental"
+
+
+def wordpiece_row(tokenizer, attr: torch.Tensor, cfg=CFG) -> dict:
+    """The dump row rule attribute writes for SENTENCE, with attributions `attr` (L, H, 13, 13)
+    in place of the engine's."""
+    encoding = tokenizer([SENTENCE])
+    input_ids = encoding["input_ids"][0]
+    n, (layers, heads) = len(input_ids), attr.shape[:2]
+    result = Attribution(attr[None], torch.full((1, layers, heads, n, n), 1 / n),
+                         torch.tensor([[0.25, 0.75]]), torch.tensor([1]), torch.tensor([0.75]),
+                         torch.zeros(1, layers), torch.full((1, layers), 6),
+                         torch.zeros(1, layers, dtype=torch.float64))
+    text = text_columns(tokenizer, encoding, 0, input_ids)
+    return {**example_row(result, 0, cfg, text["word_ids"]), **text, "idx": 0, "label": 1,
+            "planted_i": None, "planted_j": None}
+
+
+def hand_made_pieces() -> torch.Tensor:
+    """Three layers, two heads over SENTENCE's tokens; dyadic values, so every sum is exact.
+    Over words the top node is "unsentimental", whose four pieces each read little; over
+    tokens it would be "film"."""
+    a = torch.zeros(3, 2, 13, 13)
+    # layer 2: totals only. Each piece of "unsentimental" reads "film" 0.5 (2.0 as a word);
+    # "film" reads "crafted" 1.0
+    a[2, 0, PIECES, 10] = 0.5
+    a[2, 1, 10, 9] = 1.0
+    # layer 1: "unsentimental" reads "film" 4 x 0.25, split over the two heads: 1.0, the layer's
+    # largest word pair, though no token pair is above 0.25
+    a[1, 0, PIECES[:2], 10] = 0.25
+    a[1, 1, PIECES[2:], 10] = 0.25
+    a[1, 0, 7, 9] = 0.75  # well -> crafted: above tau, but "well" is not in the tree
+    # layer 0: "film" reads "crafted" (0.25 in each head), "." below tau; two pieces of
+    # "unsentimental" read "," 0.125 each (0.25 as a word: tau x max, not above it); a piece
+    # reading another piece of its word is the word's self-interaction, never an edge
+    a[0, :, 10, 9] = 0.25
+    a[0, 0, 10, 11] = 0.125
+    a[0, 0, PIECES[2:], 6] = 0.125
+    a[0, 1, 2, 3] = 0.375
+    return a
+
+
+def test_words_split_into_pieces_are_merged_into_one_node_by_summing(wordpiece_tokenizer):
+    attr = hand_made_pieces()
+    row = wordpiece_row(wordpiece_tokenizer, attr)
+    assert row["tokens"][2:6] == ["un", "##sen", "##time", "##ntal"]  # the tokenizer splits it
+    assert row["word_ids"] == [0, 1, 2, 2, 2, 2, 3, 4, 5, 6, 7, 8, 9]
+    assert row["words"] == ["[CLS]", "an", "unsentimental", ",", "well", "-", "crafted", "film",
+                            ".", "[SEP]"]
+    # a word pair's score is the sum over its pieces' pairs, in every stored column
+    merged = words.merge_pairs(attr.sum(dim=1).numpy(), row["word_ids"])
+    assert merged[1, 2, 7] == 1.0 and merged[0, 2, 3] == 0.25 and merged[0, 2, 2] == 0.375
+    assert merged.sum() == pytest.approx(float(attr.sum()))  # completeness's total is kept
+    shown = word_row(pd.Series(row))
+    assert shown["n_tokens"] == 10 and shown["tokens"] == row["words"]
+    assert dense_edges(shown, 1) == {(2, 7): 1.0, (4, 6): 0.75}
+    assert shown["row_sum"][20:30] == pytest.approx(merged[2].sum(1) - merged[2].diagonal())
+    # the tree over words, from the dump row and from the merged matrices alike
+    tree = trees.tree_from_dump(shown, 3, TAU, "layer")
+    assert tree.top == 2 and tree.edges == [(1, 2, 7, 1.0), (0, 7, 6, 1.0)]
+    assert tree.nodes == [2, 7, 6]
+    from_matrix = trees.tree_from_matrix(merged, TAU, "layer")
+    assert (from_matrix.top, from_matrix.edges) == (tree.top, tree.edges)
+    # over tokens, the strongest single piece would not make "unsentimental" the top node
+    assert trees.tree_from_matrix(attr.sum(dim=1).numpy(), TAU, "layer").top == 10
+
+
+def test_tree_tables_label_nodes_with_whole_words(wordpiece_tokenizer):
+    dump = word_level(dump_frame([{**wordpiece_row(wordpiece_tokenizer, hand_made_pieces()),
+                                   "pred": 1}]))
+    edges, table = trees.tree_tables(dump, 3, TAU, "layer")
+    flow = edges[edges["kind"] == "flow"]
+    assert list(zip(flow["from_token"], flow["to_token"], strict=True)) == [
+        ("unsentimental", "film"), ("film", "crafted")]
+    assert table.loc[0, "top_token"] == "unsentimental" and table.loc[0, "n_tokens"] == 10
+    assert not any("##" in str(label) for label in edges[["from_token", "to_token"]].stack())
+
+
+def test_the_tree_figure_reads_words(wordpiece_tokenizer, tmp_path):
+    row = word_row(pd.Series({**wordpiece_row(wordpiece_tokenizer, hand_made_pieces()),
+                              "pred": 1}))
+    tree = trees.tree_from_dump(row, 3, TAU, "layer")
+    plot_tree(row, tree, 3, ["negative", "positive"], TAU, None, tmp_path / "tree.png")
+    assert (tmp_path / "tree.png").stat().st_size > 0
+
+
+def test_merging_is_the_identity_on_the_synthetic_word_level_tokenizer(pair_task, tmp_path):
+    """Every synthetic word is one token: the tiny model's dump rows keep no word columns, so
+    the trees, views and triggers read the dump as it was; and merging each token as a word of
+    its own gives the token columns exactly."""
+    task, model_dir, dev = tiny_task_model(tmp_path, pair_task)
+    spec = TaskSpec.from_config("syn_mnli", task)
+    model, tokenizer = load_classifier(model_dir)
+    attributed = dump_rows.dump_rows(model, tokenizer, load_split(dev, spec), spec, SHARD_CFG,
+                                     MODEL_CFG, device=torch.device("cpu"))
+    dump = dump_frame(attributed.rows)
+    assert dump["word_ids"].isna().all() and dump["words"].isna().all()
+    assert word_level(dump) is dump
+    assert all(word_row(row) is row for _, row in dump.iterrows())
+    result = random_result(n_examples=1, layers=3, heads=2, width=7, real=(7,), seed=2)
+    by_token = example_row(result, 0, CFG)
+    by_word = example_row(result, 0, CFG, word_ids=list(range(7)))
+    for name in PAIR_COLUMNS:
+        assert by_word[f"word_{name}"] == by_token[name], name

@@ -1,5 +1,6 @@
 """Trigger mining and the attack: which tokens a pattern takes, how patterns are ranked, where
-inserted tokens land (never on special tokens), and how the attack's claims are judged."""
+inserted tokens land (never on special tokens), and how the attack's claims are judged; over a
+real WordPiece tokenizer, patterns of whole words a reader would type, inserted between words."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ import pandas as pd
 import pytest
 import torch
 from conftest import DEFAULT_CONFIG
-from test_dumps import MODEL_CFG, tiny_task_model
+from test_dumps import CFG, MODEL_CFG, tiny_task_model
+from test_trees import PIECES, SENTENCE, wordpiece_row
 from transformers import BertConfig, BertForSequenceClassification
 
 from attnlab.analyses import attack, triggers
-from attnlab.data import tasks
-from attnlab.data.dumps import read_dump
+from attnlab.data import synthetic, tasks, words
+from attnlab.data.dumps import dump_frame, read_dump, word_level
 from attnlab.engine import examples, models
 from attnlab.model_job import ModelJob
 from attnlab.stages import attack_eval, mine_triggers
@@ -26,10 +28,13 @@ def test_relative_position_is_rank_within_the_segment_over_its_length():
         [1 / 3, 2 / 3, 1.0, 0.5, 1.0])
 
 
+SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
 def _row(scores_of_head_1: tuple[float, float], pairs_of_head_1) -> dict:
     """A dump row with L = 2 layers, H = 2 heads, 2 pairs per head; head (0, 1) holds the
     largest attribution entry."""
-    top_i, top_j, top_score = [0] * 8, [0] * 8, [0.01] * 8
+    top_i, top_j, top_score = [0] * 8, [0] * 8, [0.001] * 8
     for r, ((i, j), s) in enumerate(zip(pairs_of_head_1, scores_of_head_1, strict=True)):
         top_i[2 + r], top_j[2 + r], top_score[2 + r] = i, j, s
     return {"idx": 4, "label": 1, "pred": 1, "attr_max": [0.1, 0.9, 0.3, 0.2],
@@ -38,14 +43,14 @@ def _row(scores_of_head_1: tuple[float, float], pairs_of_head_1) -> dict:
 
 
 def test_pattern_takes_the_top_head_and_leaves_special_tokens_out():
-    pattern = triggers.example_pattern(_row((0.5, 0.2), [(0, 2), (5, 6)]), 2, 2, 0.2)
+    pattern = triggers.example_pattern(_row((0.5, 0.2), [(0, 2), (5, 6)]), 2, 2, 0.2, SPECIAL)
     assert (pattern["layer"], pattern["head"]) == (0, 1)
     assert pattern["pairs"] == [0, 2, 5, 6] and pattern["score"] == pytest.approx(0.7)
     assert pattern["tokens"] == ["x2", "y1", "y2"]  # [CLS] (position 0) cannot be inserted
     assert pattern["segments"] == [0, 1, 1]
     assert pattern["rel_positions"] == pytest.approx([2 / 3, 0.5, 1.0])
     # the second pair scores below 0.2 x the first: the first pair alone
-    weak = triggers.example_pattern(_row((0.5, 0.09), [(0, 2), (5, 6)]), 2, 2, 0.2)
+    weak = triggers.example_pattern(_row((0.5, 0.09), [(0, 2), (5, 6)]), 2, 2, 0.2, SPECIAL)
     assert weak["tokens"] == ["x2"]
 
 
@@ -53,7 +58,7 @@ def test_patterns_below_the_threshold_or_without_tokens_are_not_kept():
     rows = pd.DataFrame([_row((0.5, 0.2), [(0, 2), (5, 6)]), _row((0.01, 0.005), [(0, 2), (5, 6)]),
                          _row((0.5, 0.2), [(0, 4), (7, 0)])])  # only [CLS] and [SEP]
     table = triggers.patterns_table(rows, 2, 2, {"score_threshold": 0.02,
-                                                 "second_pair_ratio": 0.2})
+                                                 "second_pair_ratio": 0.2}, SPECIAL)
     assert table["kept"].tolist() == [True, False, False]
 
 
@@ -135,12 +140,12 @@ def test_trigger_tokens_never_land_on_special_tokens(tokenizer):
         assert sorted(inserted) == sorted(segments)  # each in its own segment
 
 
-def test_random_tokens_are_seeded_draws_from_the_pool():
+def test_random_words_are_seeded_draws_from_the_pool():
     pool = [f"w{k}" for k in range(20)]
-    draw = attack.random_tokens(pool, 3, [0, 1, 2, 0])
-    assert draw == attack.random_tokens(pool, 3, [0, 1, 2, 0]) and set(draw) <= set(pool)
+    draw = attack.random_words(pool, 3, [0, 1, 2, 0])
+    assert draw == attack.random_words(pool, 3, [0, 1, 2, 0]) and set(draw) <= set(pool)
     assert len(set(draw)) == 3  # without replacement while the pool lasts
-    assert draw != attack.random_tokens(pool, 3, [0, 1, 2, 1])
+    assert draw != attack.random_words(pool, 3, [0, 1, 2, 1])
 
 
 def test_attack_accuracies_are_those_of_the_attacked_inputs(tokenizer):
@@ -230,3 +235,83 @@ def test_the_trigger_stages_write_what_their_rules_declare(pair_task, tmp_path):
     assert len(table) == 2 * 3 * ranked["class"].nunique()
     assert set(pd.read_parquet(out["claims"])["task"]) == {"syn_mnli"}
     assert out["figure"].stat().st_size > 0
+
+
+def _pieces_pattern(tokenizer, pairs: list[tuple[list[int], int, float]]) -> dict:
+    """SENTENCE's dump row (tests/test_trees.py lists its tokens and words) whose head (1, 1)
+    holds the largest attribution: for each (query tokens, key token, score), every query
+    token reads the key token that score."""
+    attr = torch.zeros(2, 2, 13, 13)
+    for queries, key, score in pairs:
+        attr[1, 1, queries, key] = score
+    return {**wordpiece_row(tokenizer, attr, {**CFG, "top_pairs": 2}), "pred": 1}
+
+
+def test_patterns_over_word_pieces_are_whole_words_a_reader_types(wordpiece_tokenizer):
+    """The strongest pairs join two pieces of "unsentimental" with ",", and [CLS] with "film":
+    the pattern is the two whole words, without the comma and [CLS]; one made of punctuation
+    and special tokens alone is dropped."""
+    strong = _pieces_pattern(wordpiece_tokenizer, [(PIECES[1:3], 6, 0.5), ([0], 10, 0.375)])
+    by_token = triggers.example_pattern(strong, 2, 2, 0.2, SPECIAL)
+    assert by_token["tokens"] == ["##sen", "##time"]  # what the tokens alone would give
+    weak = _pieces_pattern(wordpiece_tokenizer, [([6], 11, 0.5), ([0], 12, 0.25)])
+    dump = word_level(dump_frame([strong, {**weak, "idx": 1}]))
+    table = triggers.patterns_table(dump, 2, 2, {"score_threshold": 0.02,
+                                                 "second_pair_ratio": 0.2}, SPECIAL)
+    first = table.iloc[0]
+    assert (first["layer"], first["head"], first["score"]) == (1, 1, 1.375)
+    assert first["tokens"] == ["unsentimental", "film"] and first["kept"]
+    # relative positions among the sentence's 8 words: the 2nd and the 7th
+    assert first["segments"] == [0, 0] and first["rel_positions"] == [2 / 8, 7 / 8]
+    assert table.iloc[1]["tokens"] == [] and not table.iloc[1]["kept"]  # "," "." [CLS] [SEP]
+    assert attack.source_words(dump, SPECIAL) == ["an", "crafted", "film", "unsentimental",
+                                                  "well"]
+
+
+@pytest.mark.parametrize("word, expected", [
+    ("unsentimental", True), ("s", True), ("1990", True), ("well-made", True),
+    (",", False), ("--", False), ("[UNK]", False), ("[CLS]", False),
+])
+def test_a_typeable_word_is_no_special_token_and_not_punctuation_alone(word, expected):
+    assert words.typeable(word, SPECIAL) is expected
+
+
+def test_trigger_words_go_between_words_and_are_split_into_pieces_again(wordpiece_tokenizer):
+    """Any count and relative positions: the words of the attacked text are the sentence's
+    words with the trigger's words inserted by the token rule over words, and the tokenizer
+    splits an inserted word into its pieces."""
+    sentence = [w for w, _, _ in words.text_words(SENTENCE, wordpiece_tokenizer)]
+    rng = np.random.default_rng(0)
+    for _ in range(100):
+        count = int(rng.integers(1, 4))
+        new = list(rng.choice(["unsentimental", "dull", "film"], size=count))
+        rels = rng.uniform(1e-3, 1.0, size=count).tolist()
+        (attacked,) = attack.insert_trigger([SENTENCE], new, [0] * count, rels,
+                                            wordpiece_tokenizer)
+        read = [w for w, _, _ in words.text_words(attacked, wordpiece_tokenizer)]
+        assert read == attack.insert_tokens(sentence, new, rels)[0], attacked
+    (attacked,) = attack.insert_trigger([SENTENCE], ["unsentimental"], [0], [1.0],
+                                        wordpiece_tokenizer)
+    assert attacked == "An unsentimental, well-crafted film. unsentimental"
+    assert wordpiece_tokenizer.tokenize(attacked)[-4:] == ["un", "##sen", "##time", "##ntal"]
+
+
+def test_insertion_on_a_word_level_tokenizer_is_the_token_rule_as_before(tokenizer):
+    """Synthetic tasks: the texts are exactly those of inserting the tokens into the token list
+    and writing it back, as the attack did before words."""
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        text = " ".join(f"mw{k}" for k in rng.integers(0, 40, size=int(rng.integers(1, 7))))
+        count = int(rng.integers(1, 4))
+        new = [f"mt{k}" for k in rng.integers(0, 3, size=count)]
+        rels = rng.uniform(1e-3, 1.0, size=count).tolist()
+        before = tokenizer.convert_tokens_to_string(
+            attack.insert_tokens(tokenizer.tokenize(text), new, rels)[0])
+        assert attack.insert_trigger([text], new, [0] * count, rels, tokenizer) == [before]
+
+
+def test_planted_trigger_words_are_the_synthetic_tokens(pair_task, tokenizer):
+    planted = triggers.planted_triggers(pair_task, tokenizer)
+    pairs = synthetic.trigger_pairs(pair_task["synthetic"]["kind"])
+    assert planted and planted == {c: {t for word in pair for t in tokenizer.tokenize(word)}
+                                   for c, pair in pairs.items()}

@@ -1,5 +1,5 @@
-"""Per-example views: the attribution flowing through each token, the heatmap layer, and a
-self-contained HTML page."""
+"""Per-example views: the attribution flowing through each token, the heatmap layer, a
+self-contained HTML page, and words a real WordPiece tokenizer splits merged into one."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import DEFAULT_CONFIG
+from test_trees import PIECES, hand_made_pieces, wordpiece_row
 
 from attnlab.analyses import views
-from attnlab.data.dumps import write_dump
+from attnlab.data.dumps import word_row, write_dump
 from attnlab.data.tasks import prepare_task
 from attnlab.model_job import ModelJob
 from attnlab.report.flow_figures import example_section, flow_page
@@ -76,3 +77,41 @@ def test_no_sampled_example_gives_an_empty_page_without_loading_the_model(tmp_pa
     page = (out / "index.html").read_text()
     assert "<h1>attribution flow through the tokens: task syn_mnli</h1>" in page
     assert "<section>" not in page
+
+
+def test_views_merge_the_pieces_of_a_word(wordpiece_tokenizer):
+    """Over MiniLM's pieces: attribution summed over the pieces of both words, attention summed
+    over the key word's pieces and averaged over the query word's (rows still sum to 1); the
+    flow and the page read whole words."""
+    attr = hand_made_pieces()
+    row = pd.Series(wordpiece_row(wordpiece_tokenizer, attr))
+    rng = np.random.default_rng(0)
+    attention = rng.uniform(size=(3, 2, 13, 13))
+    attention /= attention.sum(axis=-1, keepdims=True)
+    by_word, attention_by_word = views.word_matrices(row, attr.double().numpy(), attention)
+    assert by_word.shape == attention_by_word.shape == (3, 2, 10, 10)
+    # "unsentimental" (word 2, tokens 2..5) reading "film" (word 7, token 10), and itself
+    assert by_word[1, :, 2, 7].sum() == 1.0 and by_word[0, 1, 2, 2] == 0.375
+    assert attention_by_word[0, 1, 2, 7] == pytest.approx(attention[0, 1, PIECES, 10].mean())
+    assert attention_by_word[0, 1, 7, 2] == pytest.approx(attention[0, 1, 10, PIECES].sum())
+    np.testing.assert_allclose(attention_by_word.sum(axis=-1), 1.0)
+    shown = word_row(row)
+    flow = views.token_flow(by_word.sum(axis=1))
+    assert flow.shape == (3, 10)
+    html = flow_page("t", [example_section(shown, flow, ["negative", "positive"], [])],
+                     merged_words=True)
+    cells = re.findall(r"<td [^>]*>([^<]*)</td>", html)
+    assert cells[:10] == ["[CLS]", "an", "unsentimental", ",", "well", "-", "crafted", "film",
+                          ".", "[SEP]"]
+    assert "##" not in "".join(cells) and "shown whole" in html
+
+
+def test_views_of_words_that_are_tokens_are_as_they_were():
+    """A row without word columns (a word-level tokenizer's): the matrices and the page are
+    those of the tokens, unchanged."""
+    attr, attention = np.arange(16.0).reshape(1, 1, 4, 4), np.full((1, 1, 4, 4), 0.25)
+    row = pd.Series({"word_ids": None, "tokens": ["[CLS]", "a", "b", "[SEP]"]})
+    same = views.word_matrices(row, attr, attention)
+    assert same[0] is attr and same[1] is attention
+    assert flow_page("t", []) == flow_page("t", [], merged_words=False)
+    assert "shown whole" not in flow_page("t", [])

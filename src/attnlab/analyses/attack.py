@@ -1,20 +1,22 @@
 """Attacking a model with its mined triggers (Hao et al. 2021 §6, docs/methods.md).
 
-Each of a class's top triggers is inserted into every dev example: its tokens go into the same
+Each of a class's top triggers is inserted into every dev example: its words go into the same
 segment at the same relative position as in its source example. With r the relative position (k/m,
-see attnlab.analyses.triggers) and c the number of tokens inserted into a segment of m' tokens, a
-token goes to index round((m' + c) · r) of the segment (Python's round, half to even), at least one
-past the token inserted before it: the official code's rule, which moves a token one on when it
-lands on the previous one's index. Tokens go into the segments' token lists, never into the special
-tokens around them. The baseline inserts random tokens (drawn from the distinct tokens of the source
-examples) with the same count and positions. Accuracy is measured per gold class before and after;
-the attack is non-targeted: it succeeds when accuracy drops on the classes other than the trigger's
-own.
+see attnlab.analyses.triggers) and c the number of words inserted into a segment of m' words, a
+word goes to index round((m' + c) · r) of the segment (Python's round, half to even), at least one
+past the word inserted before it: the official code's rule, which moves a word one on when it
+lands on the previous one's index. Words are the tokenizer's (attnlab.data.words): a trigger word
+goes into the text, between two of its words, never between the pieces of one, and the tokenizer
+splits it into pieces as it would anywhere; on a word-level tokenizer (the synthetic tasks') words
+are tokens. Nothing goes into the special tokens around a segment. The baseline inserts random
+words (drawn from the distinct typeable words of the source examples) with the same count and
+positions. Accuracy is measured per gold class before and after; the attack is non-targeted: it
+succeeds when accuracy drops on the classes other than the trigger's own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import numpy as np
@@ -23,6 +25,7 @@ from tqdm import tqdm
 
 from attnlab.analyses.claims import claim
 from attnlab.data import tasks
+from attnlab.data.words import text_words, typeable
 from attnlab.engine import examples
 
 # (c) of issue #4: the triggers drop accuracy on the other classes at least this many times
@@ -47,26 +50,47 @@ def insert_tokens(tokens: list[str], new: list[str],
     return out, placed
 
 
-def insert_trigger(texts: list[str], tokens: list[str], segments: list[int],
+def insert_words(text: str, spans: list[tuple[int, int]], new: list[str],
+                 rel_positions: list[float]) -> str:
+    """`text`, whose words lie at `spans` (start, end), with the words `new` inserted at their
+    relative positions (`insert_tokens`' rule over its words): each goes before the word whose
+    index it takes, or after the last word, with a space on either side where there is none;
+    the text itself is left as it is."""
+    out, _ = insert_tokens(spans, new, rel_positions)  # the text's words (spans) and new ones
+    result, cursor, preceding = "", 0, 0
+    for item in out:
+        if isinstance(item, tuple):  # a word of the text
+            preceding += 1
+            continue
+        at = spans[preceding][0] if preceding < len(spans) else spans[-1][1] if spans else 0
+        result += text[cursor:at]
+        cursor = at
+        before = " " if result and not result[-1].isspace() else ""
+        after = " " if text[at:at + 1].strip() else ""  # a word follows right here
+        result += before + item + after
+    return result + text[cursor:]
+
+
+def insert_trigger(texts: list[str], words: list[str], segments: list[int],
                    rel_positions: list[float], tokenizer) -> list[str]:
-    """An example's texts (one per segment) with the trigger tokens inserted."""
+    """An example's texts (one per segment) with the trigger's words inserted."""
     out = []
     for segment, text in enumerate(texts):
-        mine = [t for t, s in zip(tokens, segments, strict=True) if s == segment]
+        mine = [w for w, s in zip(words, segments, strict=True) if s == segment]
         rels = [r for r, s in zip(rel_positions, segments, strict=True) if s == segment]
         if not mine:
             out.append(text)
             continue
-        new, _ = insert_tokens(tokenizer.tokenize(text), mine, rels)
-        out.append(tokenizer.convert_tokens_to_string(new))
+        spans = [(start, end) for _, start, end in text_words(text, tokenizer)]
+        out.append(insert_words(text, spans, mine, rels))
     return out
 
 
-def attacked_split(dev: pd.DataFrame, spec: tasks.TaskSpec, tokens: list[str],
+def attacked_split(dev: pd.DataFrame, spec: tasks.TaskSpec, words: list[str],
                    segments: list[int], rel_positions: list[float], tokenizer) -> pd.DataFrame:
-    """The dev split with the trigger inserted into every example."""
+    """The dev split with the trigger's words inserted into every example."""
     attacked = dev.copy()
-    texts = [insert_trigger([row[f] for f in spec.text_fields], tokens, segments, rel_positions,
+    texts = [insert_trigger([row[f] for f in spec.text_fields], words, segments, rel_positions,
                             tokenizer) for _, row in dev.iterrows()]
     for k, field in enumerate(spec.text_fields):
         attacked[field] = [t[k] for t in texts]
@@ -87,28 +111,30 @@ def class_accuracy(labels: np.ndarray, predicted: np.ndarray, n_classes: int) ->
              else float("nan")} for c in range(n_classes)]
 
 
-def random_tokens(pool: list[str], count: int, seed: list[int]) -> list[str]:
-    """`count` tokens drawn from `pool` (without replacement while it lasts)."""
+def random_words(pool: list[str], count: int, seed: list[int]) -> list[str]:
+    """`count` words drawn from `pool` (without replacement while it lasts)."""
     rng = np.random.default_rng(seed)
     return [str(t) for t in rng.choice(pool, size=count, replace=len(pool) < count)]
 
 
-def source_tokens(source: pd.DataFrame) -> list[str]:
-    """The distinct tokens of the source examples' dump (special tokens left out), sorted: the
-    pool random tokens are drawn from."""
-    return sorted({t for tokens, segments in zip(source["tokens"], source["segments"],
-                                                 strict=True)
-                   for t, s in zip(tokens, segments, strict=True) if s >= 0})
+def source_words(source: pd.DataFrame, special: Collection[str]) -> list[str]:
+    """The distinct words of the source examples' dump rows over words (`dumps.word_level`)
+    that a reader could type (`words.typeable`; special tokens left out), sorted: the pool
+    random words are drawn from."""
+    return sorted({w for words, segments in zip(source["tokens"], source["segments"],
+                                                strict=True)
+                   for w, s in zip(words, segments, strict=True)
+                   if s >= 0 and typeable(str(w), special)})
 
 
 def attack_table(model, dev: pd.DataFrame, spec: tasks.TaskSpec, tokenizer,
                  triggers: pd.DataFrame, pool: list[str], cfg: Mapping[str, Any],
                  model_cfg: Mapping[str, Any], seed: int) -> pd.DataFrame:
     """Accuracy per gold class before and after inserting each of the top `cfg["top"]`
-    triggers of every class, and after random tokens (mean over `cfg["random_draws"]`);
-    `cfg["batch_size"]` examples per forward pass.
+    triggers of every class, and after random words of `pool` (mean over
+    `cfg["random_draws"]`); `cfg["batch_size"]` examples per forward pass.
 
-    Columns: trigger_class, rank, trigger (its tokens), variant ("trigger" or "random"),
+    Columns: trigger_class, rank, trigger (its words), variant ("trigger" or "random"),
     gold_class, examples, accuracy_before, accuracy_after.
     """
     labels = dev[spec.label_field].to_numpy()
@@ -119,16 +145,16 @@ def attack_table(model, dev: pd.DataFrame, spec: tasks.TaskSpec, tokenizer,
     top = triggers[triggers["rank"] <= cfg["top"]].to_dict("records")
     rows = []
     for trig in tqdm(top, desc=f"attack {spec.name}", unit="trigger"):
-        cls, rank, tokens = int(trig["class"]), int(trig["rank"]), list(trig["tokens"])
+        cls, rank, words = int(trig["class"]), int(trig["rank"]), list(trig["tokens"])
         where = (list(trig["segments"]), list(trig["rel_positions"]))
-        variants = {"trigger": [tokens],
-                    "random": [random_tokens(pool, len(tokens), [seed, cls, rank, draw])
+        variants = {"trigger": [words],
+                    "random": [random_words(pool, len(words), [seed, cls, rank, draw])
                                for draw in range(cfg["random_draws"])]}
-        for variant, token_lists in variants.items():
+        for variant, word_lists in variants.items():
             after = [class_accuracy(labels, predictions(
                 model, attacked_split(dev, spec, inserted, *where, tokenizer), spec, tokenizer,
-                model_cfg, batch_size), n_classes) for inserted in token_lists]
-            rows += [{"trigger_class": cls, "rank": rank, "trigger": " ".join(tokens),
+                model_cfg, batch_size), n_classes) for inserted in word_lists]
+            rows += [{"trigger_class": cls, "rank": rank, "trigger": " ".join(words),
                       "variant": variant, "gold_class": c, "examples": before[c]["examples"],
                       "accuracy_before": before[c]["accuracy"],
                       "accuracy_after": float(np.mean([a[c]["accuracy"] for a in after]))}
@@ -140,7 +166,7 @@ def attack_table(model, dev: pd.DataFrame, spec: tasks.TaskSpec, tokenizer,
 
 def other_class_summary(table: pd.DataFrame, label_names: list[str]) -> pd.DataFrame:
     """Per trigger: accuracy on the examples of the other classes before, after the trigger
-    and after random tokens (columns trigger, trigger_class, rank, examples, before,
+    and after random words (columns trigger, trigger_class, rank, examples, before,
     trigger_after, random_after)."""
     columns = ["trigger", "trigger_class", "rank", "examples", "before", "trigger_after",
                "random_after"]

@@ -16,6 +16,12 @@ of layer l in row-major order (as the official code scans them, so equal scores 
 rule): if i Appears and j NotAppears, the edge is added, i becomes Fixed and j Appears; if i
 is Fixed and j NotAppears, the edge is added and j Appears. Finally the root [CLS] is
 connected to every node of the tree.
+
+The positions are words: where the tokenizer splits a word into pieces ("un ##sen ##time
+##ntal"), the tree's node is the word ("unsentimental"), and a^l of a word pair is the sum over
+the pairs of their pieces (attnlab.data.words has why). The functions reading dump rows take
+them over words, as attnlab.data.dumps.word_level gives them; where every word is one token
+(the synthetic tasks) that is the dump as stored.
 """
 
 from __future__ import annotations
@@ -174,7 +180,8 @@ PLANTED_TREE_SHARE = 0.8
 
 def tree_tables(dump: pd.DataFrame, n_layers: int, tau: float,
                 normalise: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Every example's tree: (edges, trees).
+    """Every example's tree, from dump rows over words (`dumps.word_level`): (edges, trees).
+    The columns keep the names of the token level ("tokens" are words, n_tokens their number).
 
     edges: example, kind ("flow" or "root"), layer, from, to, score (a^l_ij / max; null for
     root edges, which stand for the last layer, L−1), from_token, to_token.

@@ -2,16 +2,20 @@
 docs/methods.md): mining them.
 
 The first `source_examples` examples of the source split are attributed to `target` (the
-official code: the predicted label) by the same engine and writer as the dev dumps. In each
-example, the head holding the largest attribution entry over all layers gives its two
-strongest (query, key) pairs with scores s1 ≥ s2 (the official code's choice). The example's
-pattern is the tokens at the positions of the first pair, and of the second pair too unless
-s2 < second_pair_ratio · s1 (official: 0.2), special tokens left out (they cannot be
-inserted). Each token keeps its segment and its relative position k/m there (the k-th of the
-segment's m tokens). Patterns with s1 + s2 < score_threshold (official: 0.02) or with no token
-left are dropped.
+official code: the predicted label) by the same engine and writer as the dev dumps. Patterns
+are made of words: where the tokenizer splits a word into pieces, the pieces are merged into
+the word (a word pair's attribution is the sum over its pieces' pairs, attnlab.data.words), so a
+pattern holds words a reader could type, never a piece such as "##ntal". In each example,
+the head holding the largest attribution entry over all layers gives its two strongest (query,
+key) pairs with scores s1 ≥ s2 (the official code's choice). The example's pattern is the words
+at the positions of the first pair, and of the second pair too unless s2 < second_pair_ratio ·
+s1 (official: 0.2), leaving out what a reader would not type as a trigger: special tokens
+([CLS], [SEP], [UNK]; they cannot be inserted) and punctuation alone. Each word keeps its
+segment and its relative position k/m there (the k-th of the segment's m words). Patterns with
+s1 + s2 < score_threshold (official: 0.02) or with no word left are dropped. On a word-level
+tokenizer (the synthetic tasks') the words are the tokens.
 
-Aggregation per predicted class: patterns with the same tokens in the same segments are one
+Aggregation per predicted class: patterns with the same words in the same segments are one
 trigger; its frequency is the number of source examples showing it, its score their mean
 s1 + s2. A class's triggers are ranked by frequency, then score; each keeps the positions of
 its highest-scoring occurrence, the source example it is inserted like.
@@ -19,7 +23,7 @@ its highest-scoring occurrence, the source example it is inserted like.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import numpy as np
@@ -27,6 +31,7 @@ import pandas as pd
 from transformers import PreTrainedTokenizerBase
 
 from attnlab.data import synthetic
+from attnlab.data.words import text_words, typeable
 
 
 def relative_positions(segments: list[int], positions: list[int]) -> list[float]:
@@ -40,16 +45,18 @@ def relative_positions(segments: list[int], positions: list[int]) -> list[float]
 
 
 def example_pattern(row: pd.Series | dict, n_layers: int, n_heads: int,
-                    second_pair_ratio: float) -> dict[str, Any]:
-    """The pattern of one dump row: its top head (layer, head), the two strongest pairs and
-    their scores, and the insertable tokens with their segments and relative positions."""
-    head = int(np.argmax(row["attr_max"]))
+                    second_pair_ratio: float, special: Collection[str]) -> dict[str, Any]:
+    """The pattern of one dump row over words (`dumps.word_level`): its top head (layer, head),
+    the two strongest pairs and their scores, and the typeable words (`special`: the
+    tokenizer's special tokens) with their segments and relative positions."""
     k = len(row["top_i"]) // (n_layers * n_heads)  # pairs stored per head
+    head = int(np.argmax(row["top_score"][::k]))  # each head's first pair is its maximum
     pairs = [(int(row["top_i"][head * k + r]), int(row["top_j"][head * k + r])) for r in (0, 1)]
     s1, s2 = (float(row["top_score"][head * k + r]) for r in (0, 1))
     used = pairs if s2 >= second_pair_ratio * s1 else pairs[:1]
     segments = list(row["segments"])
-    positions = sorted({p for pair in used for p in pair if segments[p] >= 0})
+    positions = sorted({p for pair in used for p in pair
+                        if segments[p] >= 0 and typeable(str(row["tokens"][p]), special)})
     return {
         "layer": head // n_heads, "head": head % n_heads,
         "pairs": [p for pair in pairs for p in pair], "s1": s1, "s2": s2, "score": s1 + s2,
@@ -60,13 +67,13 @@ def example_pattern(row: pd.Series | dict, n_layers: int, n_heads: int,
     }
 
 
-def patterns_table(dump: pd.DataFrame, n_layers: int, n_heads: int,
-                   cfg: Mapping[str, Any]) -> pd.DataFrame:
-    """One pattern per source example; `kept` says whether it passes the score threshold and
-    has a token to insert."""
+def patterns_table(dump: pd.DataFrame, n_layers: int, n_heads: int, cfg: Mapping[str, Any],
+                   special: Collection[str]) -> pd.DataFrame:
+    """One pattern per source example (dump rows over words); `kept` says whether it passes
+    the score threshold and has a word to insert. The column `tokens` holds the words."""
     rows = []
     for _, row in dump.iterrows():
-        pattern = example_pattern(row, n_layers, n_heads, cfg["second_pair_ratio"])
+        pattern = example_pattern(row, n_layers, n_heads, cfg["second_pair_ratio"], special)
         kept = pattern["score"] >= cfg["score_threshold"] and bool(pattern["tokens"])
         rows.append({"example": int(row["idx"]), "label": int(row["label"]),
                      "pred": int(row["pred"]), **pattern, "kept": kept})
@@ -77,9 +84,9 @@ def rank_triggers(patterns: pd.DataFrame, label_names: list[str],
                   planted: dict[int, set[str]]) -> pd.DataFrame:
     """Kept patterns aggregated per predicted class and ranked (see the module docstring).
 
-    Columns: class, class_name, rank, tokens, segments, rel_positions, frequency,
-    mean_score, max_score, source_example, planted (whether the tokens are the class's
-    planted trigger pair; null where the class has none).
+    Columns: class, class_name, rank, tokens (the trigger's words), segments, rel_positions,
+    frequency, mean_score, max_score, source_example, planted (whether the words are the
+    class's planted trigger pair; null where the class has none).
     """
     kept = patterns[patterns["kept"]]
     rows = []
@@ -113,11 +120,12 @@ def rank_triggers(patterns: pd.DataFrame, label_names: list[str],
 
 def planted_triggers(task_cfg: Mapping[str, Any],
                      tokenizer: PreTrainedTokenizerBase) -> dict[int, set[str]]:
-    """The tokens of each class's planted trigger pair: synthetic tasks with a trigger rate
-    above 0 only (other tasks have no known triggers)."""
+    """The words of each class's planted trigger pair, as the tokenizer reads them: synthetic
+    tasks with a trigger rate above 0 only (other tasks have no known triggers)."""
     if task_cfg["source"] != "synthetic":
         return {}
     if task_cfg["synthetic"].get("trigger_rate", synthetic.TRIGGER_RATE) <= 0:
         return {}
     pairs = synthetic.trigger_pairs(task_cfg["synthetic"]["kind"])
-    return {c: {t for word in pair for t in tokenizer.tokenize(word)} for c, pair in pairs.items()}
+    return {c: {read for word in pair for read, _, _ in text_words(word, tokenizer)}
+            for c, pair in pairs.items()}

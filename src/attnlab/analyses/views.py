@@ -5,7 +5,10 @@ view the seed notebook was after). The figures and the page are drawn by
 
 The dumps keep no full matrices by default, so the few sampled examples are attributed again
 with the engine and the dumps' own settings (their per-head maxima are checked against the
-dump, to the engine's float tolerance).
+dump, to the engine's float tolerance). Then the pieces of every word the tokenizer split are
+merged (attnlab.data.words): attribution summed over the pieces of the query word and of the
+key word, attention summed over the key word's pieces and averaged over the query word's
+(Clark et al. 2019), so the views read words.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import pandas as pd
 import torch
 from transformers import PreTrainedModel
 
+from attnlab.data import words
+from attnlab.data.dumps import has_words
 from attnlab.engine.attribution import PANEL_NODES, Attribution, attribute, engine_options
 from attnlab.plumbing.device import attribution_batch_size
 from attnlab.plumbing.errors import ConfigError
@@ -46,6 +51,16 @@ def example_matrices(result: Attribution, b: int, n_tokens: int) -> tuple[np.nda
     attr = result.attr[b, :, :, :n_tokens, :n_tokens].double().cpu().numpy()
     attention = result.attention[b, :, :, :n_tokens, :n_tokens].double().cpu().numpy()
     return attr, attention
+
+
+def word_matrices(row: pd.Series, attr: np.ndarray,
+                  attention: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Attribution and attention (L, H, n, n) of a dump row's example over its W words
+    (L, H, W, W); as they are where every word is one token (null word_ids)."""
+    if not has_words(row):
+        return attr, attention
+    ids = row["word_ids"]
+    return words.merge_pairs(attr, ids), words.merge_pairs(attention, ids, query="mean")
 
 
 def dump_gap(row: pd.Series, attr: np.ndarray) -> float:

@@ -27,12 +27,22 @@ Columns (L layers, H heads, n real tokens, k = top_pairs, E stored edges):
     planted_i, planted_j          int16     token positions of the deciding planted pair (null for
                                             real data and for synthetic examples no pair decides)
     attr_full                     list<f32> L·H·n·n, only with attribution.keep_full
+    word_ids                      list<i16> n  the word each token is a piece of, 0..W−1
+    words                         list<str> W  each word as the tokenizer decodes its pieces
+    word_<c>, c in PAIR_COLUMNS   column c over the W words: the pair scores of each layer's
+                                  (and head's) attributions merged to words by
+                                  attnlab.data.words.merge_pairs (sum over the piece pairs)
 
 a^l = Σ_h Attr_h(A^l) restricted to the real tokens. Edges kept per layer: off-diagonal
 entries ≥ edge_min_fraction × the smaller positive one of layer_max and layer_max_no_cls —
 enough to rebuild the attribution tree for any τ ≥ edge_min_fraction under either
 normalisation — at most max_edges_per_layer of them (strongest first; edge_floor says where a
 cap cut).
+
+The word columns are null where every word is one token that reads as itself (always on a
+word-level tokenizer, such as the synthetic tasks'): the token columns are the word columns
+then. They are made at attribution time, from the full matrices: a word pair's sum needs every
+piece pair, and the stored edges keep only the strong ones.
 """
 
 from __future__ import annotations
@@ -53,41 +63,46 @@ from attnlab.plumbing.outputs import atomic_path
 log = logging.getLogger(__name__)
 
 F32, I16 = pa.float32(), pa.int16()
-SCHEMA = pa.schema(
-    [
-        ("idx", pa.int64()),
-        ("label", pa.int64()),
-        ("pred", pa.int64()),
-        ("target", pa.int64()),
-        ("n_tokens", pa.int32()),
-        ("tokens", pa.list_(pa.string())),
-        ("segments", pa.list_(pa.int8())),
-        ("probs", pa.list_(F32)),
-        ("f_full", F32),
-        ("f_zero", pa.list_(F32)),
-        ("attr_sum", pa.list_(F32)),
-        ("residual", pa.list_(F32)),
-        ("grad_nodes", pa.list_(I16)),
-        ("attr_max", pa.list_(F32)),
-        ("attn_max", pa.list_(F32)),
-        ("top_i", pa.list_(I16)),
-        ("top_j", pa.list_(I16)),
-        ("top_score", pa.list_(F32)),
-        ("edge_layer", pa.list_(pa.int8())),
-        ("edge_i", pa.list_(I16)),
-        ("edge_j", pa.list_(I16)),
-        ("edge_score", pa.list_(F32)),
-        ("edge_floor", pa.list_(F32)),
-        ("layer_max", pa.list_(F32)),
-        ("layer_max_no_cls", pa.list_(F32)),
-        ("row_sum", pa.list_(F32)),
-        ("attn_top_i", pa.list_(I16)),
-        ("attn_top_j", pa.list_(I16)),
-        ("planted_i", I16),
-        ("planted_j", I16),
-        ("attr_full", pa.list_(F32)),
-    ]
-)
+# The columns that name (query, key) positions or hold one value per position: the dump keeps
+# them over the tokens and, where a word is split into pieces, over the words (word_<column>).
+PAIR_COLUMNS = ("top_i", "top_j", "top_score", "edge_layer", "edge_i", "edge_j", "edge_score",
+                "edge_floor", "layer_max", "layer_max_no_cls", "row_sum")
+_FIELDS = [
+    ("idx", pa.int64()),
+    ("label", pa.int64()),
+    ("pred", pa.int64()),
+    ("target", pa.int64()),
+    ("n_tokens", pa.int32()),
+    ("tokens", pa.list_(pa.string())),
+    ("segments", pa.list_(pa.int8())),
+    ("probs", pa.list_(F32)),
+    ("f_full", F32),
+    ("f_zero", pa.list_(F32)),
+    ("attr_sum", pa.list_(F32)),
+    ("residual", pa.list_(F32)),
+    ("grad_nodes", pa.list_(I16)),
+    ("attr_max", pa.list_(F32)),
+    ("attn_max", pa.list_(F32)),
+    ("top_i", pa.list_(I16)),
+    ("top_j", pa.list_(I16)),
+    ("top_score", pa.list_(F32)),
+    ("edge_layer", pa.list_(pa.int8())),
+    ("edge_i", pa.list_(I16)),
+    ("edge_j", pa.list_(I16)),
+    ("edge_score", pa.list_(F32)),
+    ("edge_floor", pa.list_(F32)),
+    ("layer_max", pa.list_(F32)),
+    ("layer_max_no_cls", pa.list_(F32)),
+    ("row_sum", pa.list_(F32)),
+    ("attn_top_i", pa.list_(I16)),
+    ("attn_top_j", pa.list_(I16)),
+    ("planted_i", I16),
+    ("planted_j", I16),
+    ("attr_full", pa.list_(F32)),
+    ("word_ids", pa.list_(I16)),
+    ("words", pa.list_(pa.string())),
+]
+SCHEMA = pa.schema(_FIELDS + [(f"word_{name}", dict(_FIELDS)[name]) for name in PAIR_COLUMNS])
 
 
 def write_dump(rows: list[dict[str, Any]], path: str | os.PathLike, meta: dict[str, Any]) -> None:
@@ -128,6 +143,43 @@ def read_task_dump(paths: list[str | os.PathLike]) -> tuple[pd.DataFrame, dict[s
     if not frames or missing:
         raise AttnlabError(f"attribution shards missing: {missing or 'all'} (rerun attribute)")
     return pd.concat([frames[k] for k in sorted(frames)], ignore_index=True), meta
+
+
+def has_words(row: pd.Series) -> bool:
+    """Whether a dump row keeps word columns: some word of its example is not one token that
+    reads as itself."""
+    ids = row.get("word_ids")
+    return not (ids is None or (np.isscalar(ids) and pd.isna(ids)))
+
+
+def word_row(row: pd.Series) -> pd.Series:
+    """A dump row as stored, over its words: tokens (the words), n_tokens (their number),
+    segments, planted_i, planted_j and the PAIR_COLUMNS name words, so that what reads the
+    positions of a row (trees, views, trigger patterns) reads words. A row whose words are its
+    tokens (null word columns) is returned as it is. The other columns are as stored: per-head
+    maxima, attention edges (attn_top_*, over tokens) and word_ids, the map from tokens to words."""
+    if not has_words(row):
+        return row
+    ids = np.asarray(row["word_ids"])
+    first_piece = np.unique(ids, return_index=True)[1]
+
+    def word_of(position) -> int | None:
+        return None if pd.isna(position) else int(ids[int(position)])
+
+    return pd.Series({
+        **row.to_dict(), **{name: row[f"word_{name}"] for name in PAIR_COLUMNS},
+        "tokens": list(row["words"]), "n_tokens": len(row["words"]),
+        "segments": np.asarray(row["segments"])[first_piece].tolist(),
+        "planted_i": word_of(row["planted_i"]), "planted_j": word_of(row["planted_j"]),
+    }, name=row.name)
+
+
+def word_level(dump: pd.DataFrame) -> pd.DataFrame:
+    """Every row of a dump over its words (`word_row`); the dump itself where no word is split
+    (the synthetic tasks' dumps)."""
+    if "word_ids" not in dump or dump["word_ids"].isna().all():
+        return dump
+    return pd.DataFrame([word_row(row) for _, row in dump.iterrows()]).infer_objects()
 
 
 def dump_scores(dump: pd.DataFrame, column: str, n_layers: int, n_heads: int) -> np.ndarray:

@@ -15,10 +15,11 @@ from typing import Any
 import pandas as pd
 import torch
 from tqdm import tqdm
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import BatchEncoding, PreTrainedModel, PreTrainedTokenizerBase
 
-from attnlab.data import tasks
-from attnlab.data.dumps import completeness_errors
+from attnlab.data import tasks, words
+from attnlab.data.dumps import PAIR_COLUMNS, completeness_errors
+from attnlab.data.tokenization import length_limit
 from attnlab.engine.attribution import PANEL_NODES, Attribution, attribute, engine_options
 from attnlab.engine.examples import encoded_frame
 from attnlab.plumbing.device import attribution_batch_size, out_of_memory_names
@@ -54,16 +55,44 @@ def _layer_edges(a: torch.Tensor, fraction: float, cap: int) -> dict[str, Any]:
     }
 
 
-def example_row(result: Attribution, b: int, cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """The dump row of example b of an engine result (without the dataset columns)."""
+def _pair_columns(attr: torch.Tensor, cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The PAIR_COLUMNS of a dump row (attnlab.data.dumps) from attributions `attr` (L, H, n, n)
+    over n positions: top pairs per head, and each layer's head-summed edges, maxima and row
+    sums."""
+    n_layers, _, n, _ = attr.shape
+    k = min(cfg["top_pairs"], n * n)
+    top_score, top_flat = attr.flatten(2).topk(k, dim=-1)
+    columns = {"top_i": (top_flat // n).flatten().tolist(),
+               "top_j": (top_flat % n).flatten().tolist(),
+               "top_score": top_score.flatten().tolist()}
+    columns |= {key: [] for key in ("edge_layer", "edge_i", "edge_j", "edge_score", "edge_floor",
+                                    "layer_max", "layer_max_no_cls", "row_sum")}
+    for layer in range(n_layers):
+        edges = _layer_edges(
+            attr[layer].sum(dim=0), cfg["edge_min_fraction"], cfg["max_edges_per_layer"]
+        )
+        columns["edge_layer"] += [layer] * len(edges["i"])
+        columns["edge_i"] += edges["i"]
+        columns["edge_j"] += edges["j"]
+        columns["edge_score"] += edges["score"]
+        columns["edge_floor"].append(edges["floor"])
+        columns["layer_max"].append(edges["max"])
+        columns["layer_max_no_cls"].append(edges["max_no_cls"])
+        columns["row_sum"] += edges["row_sum"]
+    return columns
+
+
+def example_row(result: Attribution, b: int, cfg: Mapping[str, Any],
+                word_ids: list[int] | None = None) -> dict[str, Any]:
+    """The dump row of example b of an engine result (without the dataset columns).
+    `word_ids`: the word of each token, where some word is split into pieces: the row's word
+    columns then hold its attributions merged to words (null otherwise)."""
     real = result.attention[b, 0, 0].sum(dim=-1) > 0  # padded query rows are all zero
     positions = real.nonzero().flatten()
     attr = result.attr[b][:, :, positions][:, :, :, positions].float().cpu()  # (L, H, n, n)
     attention = result.attention[b][:, :, positions][:, :, :, positions].float().cpu()
-    n_layers, n_heads, n, _ = attr.shape
-    k = min(cfg["top_pairs"], n * n)
+    n = attr.shape[-1]
 
-    top_score, top_flat = attr.flatten(2).topk(k, dim=-1)
     summed_attention = attention.sum(dim=1)
     for layer_matrix in summed_attention:
         layer_matrix.fill_diagonal_(-math.inf)
@@ -81,33 +110,32 @@ def example_row(result: Attribution, b: int, cfg: Mapping[str, Any]) -> dict[str
         "grad_nodes": result.nodes[b].tolist(),
         "attr_max": attr.flatten(2).max(dim=-1).values.flatten().tolist(),
         "attn_max": attention.flatten(2).max(dim=-1).values.flatten().tolist(),
-        "top_i": (top_flat // n).flatten().tolist(),
-        "top_j": (top_flat % n).flatten().tolist(),
-        "top_score": top_score.flatten().tolist(),
         "attn_top_i": (attn_top // n).tolist(),
         "attn_top_j": (attn_top % n).tolist(),
         "attr_full": attr.flatten().tolist() if cfg["keep_full"] else None,
+        **_pair_columns(attr, cfg),
     }
-    columns = {key: [] for key in ("edge_layer", "edge_i", "edge_j", "edge_score", "edge_floor",
-                                   "layer_max", "layer_max_no_cls", "row_sum")}
-    for layer in range(n_layers):
-        edges = _layer_edges(
-            attr[layer].sum(dim=0), cfg["edge_min_fraction"], cfg["max_edges_per_layer"]
-        )
-        columns["edge_layer"] += [layer] * len(edges["i"])
-        columns["edge_i"] += edges["i"]
-        columns["edge_j"] += edges["j"]
-        columns["edge_score"] += edges["score"]
-        columns["edge_floor"].append(edges["floor"])
-        columns["layer_max"].append(edges["max"])
-        columns["layer_max_no_cls"].append(edges["max_no_cls"])
-        columns["row_sum"] += edges["row_sum"]
-    return {**row, **columns}
+    if word_ids is None:
+        by_word = dict.fromkeys(PAIR_COLUMNS)
+    else:  # word pairs summed in float64, then on in float32 as the tokens' columns go
+        merged = torch.from_numpy(words.merge_pairs(attr.numpy(), word_ids)).float()
+        by_word = _pair_columns(merged, cfg)
+    return {**row, **{f"word_{name}": value for name, value in by_word.items()}}
 
 
-def _segments(encoding, row: int, n_tokens: int) -> list[int]:
-    ids = encoding.sequence_ids(row)[:n_tokens]
-    return [-1 if s is None else s for s in ids]
+def text_columns(tokenizer: PreTrainedTokenizerBase, encoding: BatchEncoding, row: int,
+                 input_ids: list[int]) -> dict[str, Any]:
+    """tokens, segments, word_ids and words of example `row` of `encoding`, whose real tokens
+    are `input_ids`; the word columns null where every word is one token that reads as itself
+    (a word-level tokenizer's)."""
+    n = len(input_ids)
+    tokens = tokenizer.convert_ids_to_tokens(input_ids)
+    segments = [-1 if s is None else s for s in encoding.sequence_ids(row)[:n]]
+    ids = words.word_ids(encoding, row, n)
+    read = words.word_strings(tokens, ids, segments, tokenizer)
+    split = read != tokens  # a word in pieces, or one that reads otherwise (BPE's "Ġ")
+    return {"tokens": tokens, "segments": segments, "word_ids": ids if split else None,
+            "words": read if split else None}
 
 
 @dataclass(frozen=True)
@@ -148,7 +176,10 @@ def dump_rows(
     split the examples are, in the log and the progress bar.
     """
     encoded = encoded_frame(examples, spec, tokenizer, model_settings)
-    encoding = tokenizer(*tasks.split_texts(examples, spec))
+    # the segments and words of the tokens the model reads: truncated as `encoded` is
+    max_length, truncate = length_limit(model_settings)
+    encoding = tokenizer(*tasks.split_texts(examples, spec), truncation=truncate,
+                         max_length=max_length if truncate else None)
     planted = (
         tasks.planted_token_positions(examples, spec, tokenizer)
         if set(tasks.GROUND_TRUTH_COLUMNS) <= set(examples.columns)
@@ -186,14 +217,12 @@ def dump_rows(
             result = attribute(model, batch, settings["target"],
                                **{**engine_options(settings), "batch_size": rows_per_pass})
             for b, row_index in enumerate(group):
-                row = example_row(result, b, settings)
+                real_ids = encoded["input_ids"][row_index, : lengths[row_index]].tolist()
+                text = text_columns(tokenizer, encoding, row_index, real_ids)
+                row = {**example_row(result, b, settings, text["word_ids"]), **text}
                 row["idx"] = (int(examples["idx"].iloc[row_index]) if "idx" in examples
                               else row_index)
                 row["label"] = int(examples[spec.label_field].iloc[row_index])
-                row["tokens"] = tokenizer.convert_ids_to_tokens(
-                    encoded["input_ids"][row_index, : row["n_tokens"]].tolist()
-                )
-                row["segments"] = _segments(encoding, row_index, row["n_tokens"])
                 pair = planted[row_index] if planted is not None else None
                 row["planted_i"], row["planted_j"] = pair if pair is not None else (None, None)
                 rows[row_index] = row

@@ -191,13 +191,23 @@ section {{ border-top: 1px solid #aaa; margin-top: 2em; }}
 head-summed attribution of every interaction it takes part in, as the reading query or as the
 read key (its interaction with itself left out). Green is positive, red negative; the colour
 scale is each example's largest absolute value, and hovering a token shows its value. Tokens
-of the planted pair (synthetic tasks) are outlined in red.</p>
+of the planted pair (synthetic tasks) are outlined in red.</p>{words}
 {sections}
 </body></html>
 """
 
 
-def flow_page(title: str, sections: list[str]) -> str:
-    """The self-contained HTML page of examples' sections (`example_section`)."""
-    return _PAGE.format(title=html.escape(title), sections="\n".join(sections))
+# said only where it happened, so a page of a word-level tokenizer's tokens is as it was
+_MERGED_WORDS = """
+<p>A word the tokenizer split into pieces is shown whole, as one cell ("unsentimental", not "un
+##sen ##time ##ntal"): its attribution is the sum over its pieces' interactions, and the
+heatmaps' attention is summed over a key word's pieces and averaged over a query word's (Clark
+et al. 2019).</p>"""
+
+
+def flow_page(title: str, sections: list[str], merged_words: bool = False) -> str:
+    """The self-contained HTML page of examples' sections (`example_section`); `merged_words`:
+    some example shows a word merged from the tokenizer's pieces."""
+    return _PAGE.format(title=html.escape(title), sections="\n".join(sections),
+                        words=_MERGED_WORDS if merged_words else "")
 

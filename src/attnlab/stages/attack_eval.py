@@ -1,5 +1,5 @@
 """Rule attack_eval (Hao et al. 2021 §6): each class's top mined triggers inserted into every dev
-example of a task, against random tokens at the same positions (`attnlab.analyses.attack`),
+example of a task, against random words at the same positions (`attnlab.analyses.attack`),
 and the attack's claims."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pandas as pd
 
 from attnlab.analyses import attack
 from attnlab.analyses.claims import claims_frame, log_claims
-from attnlab.data.dumps import read_dump
+from attnlab.data.dumps import read_dump, word_level
 from attnlab.model_job import ModelJob
 from attnlab.report.trigger_figures import plot_attack
 
@@ -24,9 +24,9 @@ def run(job: ModelJob) -> None:
     dev = job.split("dev")
     mined = pd.read_parquet(job.inputs["triggers"])
     source, _ = read_dump(job.inputs["source"])
-    pool = attack.source_tokens(source)
+    pool = attack.source_words(word_level(source), job.tokenizer.all_special_tokens)
     log.info("task %s: attacking %d dev examples with the top %d triggers of each class; "
-             "random tokens from %d distinct source tokens", job.task, len(dev), cfg.top,
+             "random words from %d distinct source words", job.task, len(dev), cfg.top,
              len(pool))
     table = attack.attack_table(job.model, dev, job.spec, job.tokenizer, mined, pool, cfg,
                                 job.settings.model, job.settings.seed)

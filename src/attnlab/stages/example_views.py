@@ -1,6 +1,7 @@
 """Rule example_views: the sampled examples of a task (those whose trees rule trees drew)
 attributed again, drawn as attention-vs-attribution heatmaps, and one HTML page that colours
-every token, layer by layer, by the attribution flowing through it."""
+every word (a token, or the pieces of a word the tokenizer split, merged), layer by layer, by
+the attribution flowing through it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 from attnlab.analyses import views
 from attnlab.analyses.trees import planted_pair, sample_examples
-from attnlab.data.dumps import read_task_dump
+from attnlab.data.dumps import has_words, read_task_dump, word_row
 from attnlab.engine.examples import encoded_frame
 from attnlab.model_job import ModelJob
 from attnlab.plumbing.outputs import atomic_path
@@ -37,15 +38,20 @@ def run(job: ModelJob) -> None:
         folder.mkdir()
         for b, row in rows.iterrows():
             attr, attention = views.example_matrices(result, b, int(row["n_tokens"]))
+            gap = views.dump_gap(row, attr)
+            # drawn over words, as the trees are
+            attr, attention = views.word_matrices(row, attr, attention)
+            shown = word_row(row)
             layer = views.heatmap_layer(cfg.heatmap_layer, attr)
             log.info("example %d: recomputed per-head maxima differ from the dump by at most "
-                     "%.2g; heatmaps of layer %d", row["idx"], views.dump_gap(row, attr), layer)
+                     "%.2g; heatmaps of layer %d", row["idx"], gap, layer)
             heatmap = folder / f"heatmap_{row['idx']}.png"
-            plot_heatmaps(row, attention[layer], attr[layer], layer, label_names,
-                          planted_pair(row), heatmap)
+            plot_heatmaps(shown, attention[layer], attr[layer], layer, label_names,
+                          planted_pair(shown), heatmap)
             tree = Path(job.inputs["tree_figures"]) / f"tree_{row['idx']}.png"
-            sections.append(example_section(row, views.token_flow(attr.sum(axis=1)), label_names,
-                                            [heatmap, tree]))
-        page = flow_page(f"attribution flow through the tokens: task {job.task}", sections)
+            sections.append(example_section(shown, views.token_flow(attr.sum(axis=1)),
+                                            label_names, [heatmap, tree]))
+        page = flow_page(f"attribution flow through the tokens: task {job.task}", sections,
+                         merged_words=any(has_words(row) for _, row in rows.iterrows()))
         (folder / "index.html").write_text(page)
     log.info("views of %d examples (idx %s)", len(rows), chosen)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 
 from attnlab.analyses import triggers
-from attnlab.data.dumps import read_dump, write_dump
+from attnlab.data.dumps import read_dump, word_level, write_dump
 from attnlab.engine.dump_rows import dump_rows
 from attnlab.model_job import ModelJob
 from attnlab.plumbing.outputs import write_table
@@ -32,7 +32,9 @@ def run(job: ModelJob) -> None:
                {"n_layers": attributed.n_layers, "n_heads": attributed.n_heads,
                 "top_pairs": settings["top_pairs"], "task": job.task, **job.provenance})
     dump, meta = read_dump(job.outputs["source"])
-    patterns = triggers.patterns_table(dump, meta["n_layers"], meta["n_heads"], cfg)
+    # patterns of words: the pieces of a word the tokenizer split merged into it
+    patterns = triggers.patterns_table(word_level(dump), meta["n_layers"], meta["n_heads"], cfg,
+                                       job.tokenizer.all_special_tokens)
     ranked = triggers.rank_triggers(patterns, list(job.spec.label_names),
                                     triggers.planted_triggers(job.settings.task, job.tokenizer))
     log.info("task %s: %d of %d source patterns kept, %d distinct triggers", job.task,

@@ -9,7 +9,7 @@ import logging
 
 from attnlab.analyses import trees
 from attnlab.analyses.claims import claims_frame, log_claims
-from attnlab.data.dumps import read_task_dump
+from attnlab.data.dumps import read_task_dump, word_level
 from attnlab.job import Job
 from attnlab.plumbing.outputs import atomic_path
 from attnlab.report.flow_figures import plot_tree, plot_tree_sizes
@@ -22,6 +22,7 @@ def run(job: Job) -> None:
     tree figures of the sampled examples into the folder `figures`."""
     cfg = job.settings.trees
     dump, meta = read_task_dump(job.inputs["parts"])
+    dump = word_level(dump)  # a word split into pieces is one node
     n_layers = meta["n_layers"]
     chosen = trees.sample_examples(dump["idx"].tolist(), cfg.examples, list(cfg.example_idx),
                                    job.settings.seed)
