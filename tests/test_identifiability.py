@@ -1,6 +1,7 @@
 """Identifiability (Brunner et al. 2020): effective attention keeps each head's output and is the
-attention itself up to d_v tokens, whatever the padding; token identifiability scores what it
-says; token mixing's Jacobian norms are the true ones, exactly or within the probes' error."""
+attention itself up to d_v tokens, whatever the padding, and not beyond; token identifiability
+scores what it says; token mixing's Jacobian norms are the true ones, exactly (as the former
+reverse-mode computation gave them) or within the probes' error."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pandas as pd
 import pytest
 import torch
 from tiny_models import FAMILIES, tiny_batch, tiny_classifier
+from transformers import BertConfig, BertForSequenceClassification
 
 from attnlab.analyses import effective_attention as ea
 from attnlab.analyses import token_identifiability as ti
@@ -80,19 +82,68 @@ def test_token_categories(tokenizer):
     assert ea.token_category("word", tokenizer, 99) is None
 
 
-def test_effective_attention_claims_are_not_testable_without_long_sequences():
-    per_head = pd.DataFrame({"example": [0, 1], "length": [5, 7], "layer": 0, "head": 0,
-                             "null_dim": 0, "pearson_r": 1.0, "max_change": 0.0,
-                             "negative_share": 0.0, "row_sum_error": 0.0})
+def test_length_split_non_identifiable_share_is_0_up_to_d_v_and_1_beyond(tokenizer):
+    """The rank argument on a real forward pass: a float64 BERT with d_v = 4 (hidden 32, 8
+    heads) and inputs of 3 and 7 tokens. Every head of the 3-token input has an empty left null
+    space and A_eff = A to the last bit; every head of the 7-token one has a null space of
+    exactly 7 − 4 dimensions (its values have full rank) and a non-identifiable component well
+    above rounding. The claims report exactly these shares, each side with its own count."""
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=8,
+                        intermediate_size=48, initializer_range=0.1, num_labels=2)
+    config._attn_implementation = "eager"
+    model = models.prepare_model(BertForSequenceClassification(config).double().eval())
+    per_head, mass = ea.analyse_examples(model, tokenizer, tiny_batch("bert", (3, 7)))
+    assert (per_head["d_v"] == 4).all()  # read off the value vectors, not the config
+    short, long_ = per_head[per_head["length"] == 3], per_head[per_head["length"] == 7]
+    assert (short["null_dim"] == 0).all() and (short["relative_change"] == 0).all()
+    assert (long_["null_dim"] == 7 - 4).all() and (long_["relative_change"] > 1e-3).all()
+    # far above the rank tolerance (max(3, 4) · 2.2e-16 ≈ 9e-16 of σ_max): the split is not
+    # a matter of where the tolerance sits
+    assert (short["singular_ratio"] > 1e-6).all()
+    rows = {c["claim"]: c for c in ea.claims(per_head, mass, d_v=4)}
+    within = rows["attention weights are identifiable up to d_v tokens: the values' left null "
+                  "space is empty"]
+    beyond = rows["beyond d_v tokens attention weights are not identifiable: the values' left "
+                  "null space is non-trivial"]
+    assert (within["value"], within["verdict"]) == (0.0, "holds")
+    assert (beyond["value"], beyond["verdict"]) == (1.0, "holds")
+    assert "16 heads of 1 example of <= 4 tokens" in within["metric"]
+    assert "100% of them have exactly n - d_v dimensions" in beyond["metric"]
+    assert rows["attention is identifiable up to d_v tokens (A_eff = A)"]["value"] == 0.0
+    size = rows["beyond d_v tokens part of the attention does not reach the head's output "
+                "(A_eff differs from A)"]
+    assert size["value"] > 1e-3 and size["verdict"] == "holds"
+
+
+def _per_head(lengths, **columns):
+    """A made-up per-head table, one head per example, identifiable below d_v = 8."""
+    lengths = pd.Series(lengths)
+    base = {"example": range(len(lengths)), "length": lengths, "layer": 0, "head": 0, "d_v": 8,
+            "null_dim": (lengths - 8).clip(lower=0), "singular_ratio": 0.1,
+            "relative_change": (lengths > 8) * 0.3, "pearson_r": 1.0, "max_change": 0.0,
+            "negative_share": 0.0, "row_sum_error": 0.0}
+    return pd.DataFrame({**base, **columns})
+
+
+def test_effective_attention_claims_are_not_testable_on_a_side_without_sequences():
+    """Only sequences of <= d_v tokens: the statements about longer ones are not testable and
+    carry no number (NaN); only longer ones (the tiny default models, d_v = 8): the reverse."""
     mass = pd.DataFrame({"example": [0], "length": [5], "layer": 0, "head": 0,
                          "category": "[SEP]", "raw": 0.3, "effective": 0.3})
-    verdicts = [c["verdict"] for c in ea.claims(per_head, mass, d_v=8)]
-    assert verdicts == ["holds", "not testable", "not testable", "not testable"]
-    long_ = pd.concat([per_head, per_head.assign(example=[2, 3], length=[10, 12],
-                                                 pearson_r=[0.9, 0.8], max_change=0.1,
-                                                 negative_share=0.2)])
-    mass = pd.concat([mass, mass.assign(length=10, effective=0.2)])
-    assert [c["verdict"] for c in ea.claims(long_, mass, d_v=8)] == ["holds"] * 4
+    short = ea.claims(_per_head([5, 7]), mass, d_v=8)
+    assert [c["verdict"] for c in short] == ["holds"] * 2 + ["not testable"] * 5
+    assert all(np.isnan(c["value"]) for c in short[2:])
+    long_ = _per_head([10, 12], pearson_r=[0.9, 0.8], max_change=0.1, negative_share=0.2)
+    long_mass = mass.assign(length=10, effective=0.2)
+    only_long = ea.claims(long_, long_mass, d_v=8)
+    assert [c["verdict"] for c in only_long] == ["not testable"] * 2 + ["holds"] * 5
+    assert all(np.isnan(c["value"]) for c in only_long[:2])
+    both = ea.claims(pd.concat([_per_head([5, 7]), long_]), pd.concat([mass, long_mass]), 8)
+    assert [c["verdict"] for c in both] == ["holds"] * 7
+    # one short head whose values lost a rank: the share is no longer 0
+    lost = _per_head([5, 7], null_dim=[0, 1])
+    assert ea.claims(lost, mass, d_v=8)[0]["verdict"] == "does not hold"
 
 
 def test_identity_map_identifies_every_token_at_layer_0():
@@ -155,6 +206,32 @@ def _finite_difference_norms(model, example, h=1e-5):
     return derivative.pow(2).sum(dim=(2, 4)).transpose(1, 2)  # [l, j, i]
 
 
+def _reverse_mode_norms(model, example):
+    """The former computation, kept as the reference: one-hot cotangents at every output
+    component (j, a) of every layer, one backward pass per layer back to x."""
+    x = models.embed(model, example).detach().requires_grad_(True)
+    mask = models.layer_mask(model, x, example["attention_mask"])
+    n, d = x.shape[1:]
+    cotangents = torch.eye(n * d, dtype=x.dtype).view(n * d, 1, n, d)
+    hidden, per_layer = x, []
+    for layer in range(models.num_layers(model)):
+        hidden = models.run_layers(model, hidden, mask, layer, layer + 1)
+        (grads,) = torch.autograd.grad(hidden, x, cotangents, retain_graph=True,
+                                       is_grads_batched=True)
+        per_layer.append(grads[:, 0].pow(2).sum(dim=-1).view(n, d, n).sum(dim=1))  # [j, i]
+    return torch.stack(per_layer)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_forward_mode_norms_equal_the_former_reverse_mode_ones(family):
+    """The speed-up changes no number: forward-mode norms, in batches that do not divide n·d,
+    equal the reverse-mode ones to float64 rounding (1e-10 relative)."""
+    model = models.prepare_model(tiny_classifier(family, dtype=torch.float64))
+    example = _inputs(tiny_batch(family, (7,)))
+    forward, _ = tm.squared_jacobian_norms(model, example, probes=None, tangent_batch=50)
+    assert torch.allclose(forward, _reverse_mode_norms(model, example), rtol=1e-10, atol=0)
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_exact_jacobian_norms_equal_finite_differences(family):
     """In float64 the central difference has error ~h² ≈ 1e-10, far below the 1e-6 relative
@@ -162,7 +239,7 @@ def test_exact_jacobian_norms_equal_finite_differences(family):
     model = models.prepare_model(tiny_classifier(family, dtype=torch.float64))
     batch = tiny_batch(family, (6,))
     example = {k: v for k, v in batch.items() if k != "labels"}
-    exact, error = tm.squared_jacobian_norms(model, example, probes=None, vjp_batch=100)
+    exact, error = tm.squared_jacobian_norms(model, example, probes=None, tangent_batch=100)
     assert error is None
     assert exact.shape == (models.num_layers(model), 6, 6)
     numeric = _finite_difference_norms(model, example)

@@ -80,7 +80,7 @@ def test_claims_sit_beside_the_papers_findings(tmp_path):
             "value": 0.5, "holds": False}
     paths = [write_claims(tmp_path / f"{t}.parquet", [low, keep], task=t) for t in ("mnli", "rte")]
     paths.append(write_claims(tmp_path / "cross.parquet", [
-        {"stage": "task_correlation", "statement": "similar tasks mnli–rte correlate strongly",
+        {"stage": "task_correlation", "statement": "similar tasks correlate strongly",
          "metric": "r", "value": 0.7, "holds": True}]))
     findings = tmp_path / "paper.yaml"
     findings.write_text(yaml.safe_dump({"title": "A paper", "findings": [
@@ -157,6 +157,8 @@ def library_claims(tasks: list[str], similar: list[list[str]], dissimilar: list[
                                     "examples": 100}])
     no_planted = pd.DataFrame({"planted": [None], "rank": [1], "class": ["entailment"]})
     per_head = pd.DataFrame([{"example": n, "length": n, "max_change": 0.0,
+                              "null_dim": max(0, n - BERT_BASE_D_V), "singular_ratio": 0.1,
+                              "relative_change": 0.0 if n <= BERT_BASE_D_V else 0.3,
                               "pearson_r": 1 - n / 1000, "negative_share": 0.1}
                              for n in (10, 100, 120)])
     mass = pd.DataFrame([{"length": 100, "category": "[SEP]", "effective": 0.1, "raw": 0.3}])

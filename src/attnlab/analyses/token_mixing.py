@@ -8,12 +8,20 @@ The contribution of input token i to hidden token j at layer l is
 with x = e^0 the input embeddings and the true Frobenius norm of the d × d Jacobian block —
 not the gradient of the summed components of e^l_j, which lets components cancel.
 
-Exact: one vector–Jacobian product per output component (j, a) gives the row ∂e^l_{j,a}/∂x for
-every input token at once, so n·d VJPs per layer give every squared norm; they run in batches
-of cotangents (`is_grads_batched`) over one forward pass. Probes, for long inputs: for a random
-Rademacher vector v (E[v vᵀ] = I), E‖vᵀ ∂e^l_j/∂x_i‖² = ‖∂e^l_j/∂x_i‖_F², so the mean over P
-probes is an unbiased estimate of the squared norm (n·P VJPs per layer) with standard error
-s/√P (s the probes' standard deviation). Contributions are the normalised square roots.
+Both estimators run in forward mode: one Jacobian–vector product with a tangent u on input
+token i gives (∂e^l_j/∂x_i) u for every hidden token j and every layer l in one pass through
+the stack, so no layer is differentiated twice (reverse mode needs a separate backward pass
+per layer, L(L+1)/2 layer passes for L layers instead of L). The products run in batches of
+tangents (`torch.func.vmap`) over one forward pass of the primal.
+
+Exact: u runs over the d unit vectors of each input token, n·d products in all, and the sum
+of the squared outputs is the squared Frobenius norm of every block. Probes, for long inputs:
+for a random Rademacher vector u (E[u uᵀ] = I), E‖(∂e^l_j/∂x_i) u‖² = ‖∂e^l_j/∂x_i‖_F², so the
+mean over P probes per input token (n·P products) is an unbiased estimate of the squared norm,
+returned with its standard error s/√P (s the probes' standard deviation). Its relative standard
+error is at most √(2/P) for any block (approached by a rank-one block), and √(2/(P·r)) for a
+block with r equal non-zero singular values; the norms, square roots, have about half the
+relative error of their squares.
 
 Layers are numbered as hidden states: layer l is the output of the l-th transformer block
 (l = 1..L; layer 0, the embeddings, would be each token alone).
@@ -21,6 +29,7 @@ Layers are numbered as hidden states: layer l is the output of the l-th transfor
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -37,45 +46,61 @@ from attnlab.engine import models
 PAPER_NOT_SELF = 0.30
 
 
+def _tangent_norms(
+    model: PreTrainedModel, x: torch.Tensor, mask: torch.Tensor | None
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A function from a batch of tangents (B, 1, n, d) at the input embeddings x (1, n, d) to
+    the squared norms ‖(∂e^l_j/∂x) u‖² of their images, (B, L, n) indexed [b, l − 1, j]."""
+    layers = models.num_layers(model)
+
+    def states(hidden: torch.Tensor) -> torch.Tensor:  # x -> (L, n, d): e^1..e^L
+        out = []
+        for layer in range(layers):
+            hidden = models.run_layers(model, hidden, mask, layer, layer + 1)
+            out.append(hidden[0])
+        return torch.stack(out)
+
+    def norms(tangent: torch.Tensor) -> torch.Tensor:
+        return torch.func.jvp(states, (x,), (tangent,))[1].double().pow(2).sum(dim=-1)
+
+    return torch.func.vmap(norms)
+
+
 def squared_jacobian_norms(
     model: PreTrainedModel,
     example: dict[str, torch.Tensor],
     probes: int | None = None,
-    vjp_batch: int = 512,
+    tangent_batch: int = 512,
     seed: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """‖∂e^l_j/∂x_i‖_F² for l = 1..L as an (L, n, n) tensor indexed [l − 1, j, i], of one
     example given without padding (a batch of one).
 
-    probes=None: exact (n·d VJPs per layer). probes=P: the unbiased Rademacher estimate from
-    P probes per hidden token, returned with its standard error (else None)."""
-    x = models.embed(model, example).detach().requires_grad_(True)
-    mask = models.layer_mask(model, x, example["attention_mask"])
+    probes=None: exact (n·d Jacobian–vector products). probes=P: the unbiased Rademacher
+    estimate from P probes per input token, returned with its standard error (else None).
+    `tangent_batch` products share one batched forward pass."""
+    with torch.no_grad():
+        x = models.embed(model, example)
+        mask = models.layer_mask(model, x, example["attention_mask"])
     n, d = x.shape[1:]
-    per_token = d if probes is None else probes  # VJPs per hidden token j
+    per_token = d if probes is None else probes  # products per input token i
     token_of_row = torch.arange(n).repeat_interleave(per_token)
     generator = torch.Generator().manual_seed(seed)
-    sums, squares = [], []
-    hidden = x
-    for layer in range(models.num_layers(model)):
-        hidden = models.run_layers(model, hidden, mask, layer, layer + 1)
-        total = torch.zeros(n, n, dtype=torch.float64)
-        total_sq = torch.zeros(n, n, dtype=torch.float64)
-        for rows in torch.arange(n * per_token).split(vjp_batch):
-            cotangents = torch.zeros(len(rows), n, d, dtype=x.dtype)
-            if probes is None:  # one-hot at (j, a)
-                cotangents[torch.arange(len(rows)), token_of_row[rows], rows % d] = 1
+    image_norms = _tangent_norms(model, x, mask)
+    layers = models.num_layers(model)
+    total = torch.zeros(layers, n, n, dtype=torch.float64)
+    total_sq = torch.zeros(layers, n, n, dtype=torch.float64)
+    with torch.no_grad():  # forward-mode derivatives need no autograd graph
+        for rows in torch.arange(n * per_token).split(tangent_batch):
+            tangents = torch.zeros(len(rows), 1, n, d, dtype=x.dtype)
+            if probes is None:  # one-hot at (i, b)
+                tangents[torch.arange(len(rows)), 0, token_of_row[rows], rows % d] = 1
             else:
                 signs = torch.randint(0, 2, (len(rows), d), generator=generator) * 2 - 1
-                cotangents[torch.arange(len(rows)), token_of_row[rows]] = signs.to(x.dtype)
-            (grads,) = torch.autograd.grad(hidden, x, cotangents[:, None].to(x.device),
-                                           retain_graph=True, is_grads_batched=True)
-            norms = grads[:, 0].double().pow(2).sum(dim=-1).cpu()  # (rows, n): over input dims
-            total.index_add_(0, token_of_row[rows], norms)
-            total_sq.index_add_(0, token_of_row[rows], norms.pow(2))
-        sums.append(total)
-        squares.append(total_sq)
-    total, total_sq = torch.stack(sums), torch.stack(squares)
+                tangents[torch.arange(len(rows)), 0, token_of_row[rows]] = signs.to(x.dtype)
+            norms = image_norms(tangents.to(x.device)).cpu().permute(1, 2, 0)  # (L, n_j, rows)
+            total.index_add_(2, token_of_row[rows], norms)
+            total_sq.index_add_(2, token_of_row[rows], norms.pow(2))
     if probes is None:
         return total, None
     mean = total / probes
@@ -94,7 +119,7 @@ def analyse_examples(
     inputs: dict[str, torch.Tensor],
     exact_max_tokens: int,
     probes: int,
-    vjp_batch: int = 512,
+    tangent_batch: int = 512,
     seed: int = 0,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Token mixing of every example: exact up to `exact_max_tokens` real tokens, estimated
@@ -115,7 +140,7 @@ def analyse_examples(
         exact = n <= exact_max_tokens
         seed_i = int(np.random.SeedSequence([seed, index]).generate_state(1)[0])
         squared, _ = squared_jacobian_norms(model, example, None if exact else probes,
-                                            vjp_batch, seed_i)
+                                            tangent_batch, seed_i)
         c = contributions(squared)  # (L, n, n) [layer − 1, j, i]
         layers, tokens = np.indices(c.shape[:2])
         top = c.argmax(dim=-1)

@@ -15,33 +15,37 @@ from attnlab.report.figures import save_figure
 def plot_effective_attention(
     per_head: pd.DataFrame, mass: pd.DataFrame, d_v: int, path: str | os.PathLike
 ) -> None:
-    """Brunner et al. Fig. 1-2: r(A, A_eff) against sequence length, one line per layer (mean
-    over heads and examples), d_v marked; then, per token category, the mean raw and effective
-    attention mass on it per head, over the sequences longer than d_v (all when none is)."""
+    """Brunner et al. Fig. 1-2: r(A, A_eff) and the size of the non-identifiable component
+    ‖A − A_eff‖_F / ‖A‖_F against sequence length, one line per layer (mean over heads and
+    examples), d_v marked; then, per token category, the mean raw and effective attention mass
+    on it per head, over the sequences longer than d_v (all when none is)."""
     categories = list(dict.fromkeys(mass["category"]))
-    figure, axes = plt.subplots(1, 1 + len(categories), squeeze=False,
-                                figsize=(4.2 * (1 + len(categories)), 3.6))
+    panels = 2 + len(categories)
+    figure, axes = plt.subplots(1, panels, squeeze=False, figsize=(4.2 * panels, 3.6))
     axes = axes[0]
-    sns.lineplot(data=per_head, x="length", y="pearson_r", hue="layer", marker="o",
-                 palette="viridis", errorbar=None, ax=axes[0])
-    axes[0].axvline(d_v, color="grey", linestyle="--", label=f"d_v = {d_v}")
-    axes[0].set(xlabel="sequence length (tokens)", ylabel="Pearson r(A, A_eff)",
-                title="raw vs effective attention")
-    axes[0].legend(fontsize="small", title="layer")
+    by_length = (("pearson_r", "Pearson r(A, A_eff)", "raw vs effective attention"),
+                 ("relative_change", "||A - A_eff||_F / ||A||_F",
+                  "non-identifiable part of A"))
+    for ax, (column, label, title) in zip(axes[:2], by_length, strict=True):
+        sns.lineplot(data=per_head, x="length", y=column, hue="layer", marker="o",
+                     palette="viridis", errorbar=None, ax=ax)
+        ax.axvline(d_v, color="grey", linestyle="--", label=f"d_v = {d_v}")
+        ax.set(xlabel="sequence length (tokens)", ylabel=label, title=title)
+        ax.legend(fontsize="small", title="layer")
     long_ = mass[mass["length"] > d_v]
     which = f"sequences > {d_v} tokens" if len(long_) else f"all sequences (none > {d_v})"
     data = long_ if len(long_) else mass
     data = data.assign(head="L" + data["layer"].astype(str) + "H" + data["head"].astype(str))
     tidy = data.melt(id_vars=["head", "category"], value_vars=["raw", "effective"],
                      var_name="attention", value_name="mass")
-    for ax, category in zip(axes[1:], categories, strict=True):
+    for ax, category in zip(axes[2:], categories, strict=True):
         sns.barplot(data=tidy[tidy["category"] == category], x="head", y="mass",
-                    hue="attention", errorbar=None, legend=ax is axes[1], ax=ax)
+                    hue="attention", errorbar=None, legend=ax is axes[2], ax=ax)
         ax.set(xlabel="head", ylabel="mean attention mass",
                title=f"attention to {category}\n({which})")
         ax.tick_params(axis="x", labelrotation=90, labelsize="small")
         ax.axhline(0, color="black", linewidth=0.5)
-    axes[1].legend(fontsize="small", loc="lower right", framealpha=0.9)
+    axes[2].legend(fontsize="small", loc="lower right", framealpha=0.9)
     figure.tight_layout()
     save_figure(figure, path)
 

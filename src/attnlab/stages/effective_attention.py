@@ -20,11 +20,15 @@ def run(job: ModelJob) -> None:
     provenance) and the figure."""
     settings = job.settings.identifiability
     inputs = job.encoded("dev", settings.effective_attention.examples)
-    d_v = job.model.config.hidden_size // job.model.config.num_attention_heads
-    log.info("task %s: effective attention of %d dev examples (d_v = %d)", job.task,
-             len(inputs["input_ids"]), d_v)
+    log.info("task %s: effective attention of %d dev examples", job.task,
+             len(inputs["input_ids"]))
     per_head, mass = effective_attention.analyse_examples(job.model, job.tokenizer, inputs,
                                                           settings.batch_size)
+    # the size of the captured value vectors, not a formula from the config: what the SVD saw
+    d_v = int(per_head["d_v"].iloc[0])
+    lengths = per_head.drop_duplicates("example")["length"]
+    log.info("task %s: d_v = %d; %d examples of <= d_v tokens, %d longer", job.task, d_v,
+             (lengths <= d_v).sum(), (lengths > d_v).sum())
     claims = pd.DataFrame(effective_attention.claims(per_head, mass, d_v))
     job.write_tables({"heads": per_head, "tokens": mass, "claims": claims}, meta={"d_v": d_v})
     plot_effective_attention(per_head, mass, d_v, job.outputs["figure"])

@@ -21,6 +21,7 @@ def run(job: ModelJob) -> None:
     inputs = job.encoded("dev", cfg.examples)
     log.info("task %s: token mixing of %d dev examples (exact up to %d tokens, else %d probes)",
              job.task, len(inputs["input_ids"]), cfg.exact_max_tokens, cfg.probes)
+    # vjp_batch, named when the products ran in reverse mode: tangents per batched pass
     tokens, offsets = token_mixing.analyse_examples(job.model, inputs, cfg.exact_max_tokens,
                                                     cfg.probes, cfg.vjp_batch, job.settings.seed)
     claims = pd.DataFrame(token_mixing.claims(tokens, offsets))
