@@ -50,3 +50,48 @@ def test_the_quadrature_study_refuses_a_bad_scan_in_one_line_before_any_model_ru
                          cwd=ROOT, capture_output=True, text=True)
     assert run.returncode == 1
     assert run.stderr.strip() == message
+
+
+@pytest.mark.slow
+def test_the_real_shape_benchmark_agrees_with_the_naive_loop_and_captum(tmp_path):
+    pytest.importorskip("captum")  # not a dependency of attnlab: pip install captum
+    import pandas as pd
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from attnlab.data.tokenization import build_tokenizer
+
+    # a toy classifier and sentences of different lengths, so that padding and the engine's
+    # passes of their own widths are exercised
+    words = [f"w{k}" for k in range(40)]
+    tokenizer = build_tokenizer(words)
+    model = BertForSequenceClassification(BertConfig(
+        vocab_size=len(tokenizer), num_hidden_layers=2, num_attention_heads=2, hidden_size=16,
+        intermediate_size=32, num_labels=2))
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    pd.DataFrame({"text": [" ".join(words[:n]) for n in (3, 11, 6)],
+                  "label": [0, 1, 1]}).to_parquet(tmp_path / "dev.parquet")
+    out = tmp_path / "real_shape.json"
+    subprocess.run([sys.executable, "benchmarks/real_shape.py", "--model", str(tmp_path / "model"),
+                    "--data", str(tmp_path / "dev.parquet"), "--examples", "3", "--rounds", "1",
+                    "--profile-examples", "2", "--threads", "1", "--out", str(out)],
+                   cwd=ROOT, check=True, capture_output=True)
+    report = json.loads(out.read_text())
+    variants = report["variants"]
+    assert set(variants) == {"engine_adaptive", "engine_riemann_right_20",
+                             "naive_riemann_right_20", "captum_riemann_right_20"}
+    # the same Riemann sums three ways: equal to float32 rounding
+    agreement = report["agreement"]
+    for pair in ("engine_vs_naive", "engine_vs_captum", "naive_vs_captum"):
+        assert agreement[pair] <= 1e-5 * agreement["attr_abs_max"]
+    assert variants["naive_riemann_right_20"]["padding_share_of_flops"] == 0
+    for entry in variants.values():
+        assert entry["gflop_per_example"] >= entry["useful_gflop_per_example"] > 0
+    assert set(report["ratios"]) == {f"{a}_vs_{b}" for a in ("engine_adaptive",
+                                                             "engine_riemann_right_20")
+                                     for b in ("naive_riemann_right_20",
+                                               "captum_riemann_right_20")}
+    profile = report["profile"]
+    shares = ("matmul", "softmax", "layer_norm", "gelu", "other_ops", "outside_ops")
+    assert sum(profile[name] for name in shares) == pytest.approx(1, abs=0.01)
+    assert report["provenance"]["params"]["command"][0] == "real_shape.py"
