@@ -80,7 +80,8 @@ def fetch_checkpoint(model_id: str, out_dir: str | os.PathLike) -> list[str]:
     SOURCE_FILE records where it came from and every file's SHA-256. Returns the files' names."""
     with atomic_path(out_dir) as tmp:
         origin = _download_checkpoint(model_id, tmp)
-        checksums = {p.name: packages.sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()}
+        checksums = {p.relative_to(tmp).as_posix(): packages.sha256(p)
+                     for p in sorted(tmp.rglob("*")) if p.is_file()}
         write_json(tmp / SOURCE_FILE, {"from": origin, "sha256": checksums})
     try:  # the first job that can see the model's family refuses one it cannot analyse
         checkpoint_shape(out_dir)
