@@ -257,11 +257,11 @@ HELD_OUT = {"source": "hub", "hub": {"path": "some/reviews", "dev_split": None},
 
 
 def _reviews(n: int) -> pd.DataFrame:
-    """`n` reviews of two sentences each. No sentence occurs twice: of equal sentences in two
-    texts, the one drawn (and so the text held out) is told apart by source_row only, which
-    depends on the order of the source."""
-    return pd.DataFrame({"text": [f"Review {i} starts here. It ends with {i} words!"
-                                  for i in range(n)],
+    """`n` reviews of two sentences each. The first sentence is the same in every other review
+    (same label): which of the texts behind it is held out must not depend on the order of the
+    source."""
+    return pd.DataFrame({"text": [f"{'A fine film.' if i % 2 else f'Review {i} starts here.'} "
+                                  f"It ends with {i} words!" for i in range(n)],
                          "label": [i % 2 for i in range(n)]})
 
 
@@ -319,7 +319,7 @@ def test_sentences_are_cut_at_end_marks_without_html_breaks_and_keep_their_label
     ], "label": [1, 0]})
     cut = selection.sentences(selection.number_rows(texts), "text", min_words=3, max_words=5)
     # 6 words ("The cast ... warm!") is too many; 1 or 2 ("Yes.", "The end.") too few
-    assert list(cut.itertuples(index=False, name=None)) == [
+    assert list(cut[["text", "label", "source_row"]].itertuples(index=False, name=None)) == [
         ("A fine film.", 1, 0), ("Did I like it?", 1, 0),
         ("Dull and slow.", 0, 1), ("Nothing happens at all, really.", 0, 1),
     ]

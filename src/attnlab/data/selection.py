@@ -30,18 +30,22 @@ def number_rows(df: pd.DataFrame) -> pd.DataFrame:
 
 def sentences(df: pd.DataFrame, field: str, *, min_words: int, max_words: int) -> pd.DataFrame:
     """Every sentence of `field` with `min_words`..`max_words` words as a row of its own, with
-    the other columns (the label) of the text it comes from."""
+    the other columns (the label) of the text it comes from, and that text in `source_text`."""
     texts = df[field].map(lambda text: LINE_BREAK.sub(" ", text))
     parts = texts.map(lambda text: [s.strip() for s in SENTENCE_END.split(text) if s.strip()])
-    rows = df.assign(**{field: parts}).explode(field, ignore_index=True).dropna(subset=[field])
+    rows = (df.assign(source_text=df[field], **{field: parts})
+            .explode(field, ignore_index=True).dropna(subset=[field]))
     words = rows[field].str.split().str.len()
     return rows[words.between(min_words, max_words)].reset_index(drop=True)
 
 
 def canonical(df: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
-    """`df` sorted by `columns` (then by source row), so that seeded draws do not depend on
-    the order the rows came in."""
-    return df.sort_values([*columns, "source_row"], kind="stable").reset_index(drop=True)
+    """`df` sorted by `columns`, so that seeded draws do not depend on the order the rows came
+    in. Equal sentences cut from several texts are ordered by their whole text (`source_text`,
+    dropped here): by source row, the text held out with one would depend on that order."""
+    by_text = ["source_text"] if "source_text" in df.columns else []
+    return (df.sort_values([*columns, *by_text, "source_row"], kind="stable")
+            .drop(columns=by_text).reset_index(drop=True))
 
 
 def draw(df: pd.DataFrame, n: int | None, seed: int) -> pd.DataFrame:
