@@ -91,10 +91,11 @@ def test_permutation_table_and_its_summary(tokenizer):
     first = table[table["permuted"] == "0"]
     assert summary.loc["0", "accuracy_change"] == pytest.approx(
         first["correct_share"].mean() - first["original_correct"].mean())
-    # a rerun with the same seed gives the same numbers
+    # a rerun with the same seed gives the same permutations, in batches of another size: the
+    # same numbers up to float32 rounding over other padding widths (~1e-6)
     pd.testing.assert_frame_equal(
         table, ap.permutation_table(model, tokenizer, batch, permutations=4, seed=0,
-                                    batch_size=3))
+                                    batch_size=3), check_exact=False, atol=1e-5, rtol=0)
 
 
 def test_permutation_claims_follow_the_accuracy_changes():

@@ -76,6 +76,7 @@ def permuted_probabilities(
     per permutation, example and layer."""
     device = next(model.parameters()).device
     n_heads = model.config.num_attention_heads
+    inputs, order = examples.by_length(inputs)
     out = []
     with torch.no_grad():
         for p in range(permutations):
@@ -84,7 +85,7 @@ def permuted_probabilities(
                 permutable = (batch["attention_mask"].bool()
                               & ~examples.special_tokens_mask(batch["input_ids"], tokenizer)).cpu()
                 permute = {layer: [] for layer in layers}
-                for offset, example in enumerate(range(rows.start, rows.stop)):
+                for offset, example in enumerate(order[rows].tolist()):
                     # drawn per example over its own tokens: the same whatever its batch
                     generator = _generator(seed, p, example, *layers)
                     n = int(batch["attention_mask"][offset].sum())
@@ -96,7 +97,7 @@ def permuted_probabilities(
                 logits = models.logits(model, batch, Intervention(permute=permute))
                 probs.append(torch.softmax(logits.double(), dim=-1).cpu())
             out.append(torch.cat(probs))
-    return torch.stack(out)
+    return examples.in_input_order(torch.stack(out), order, dim=1)
 
 
 def permutation_table(
@@ -109,10 +110,8 @@ def permutation_table(
 ) -> pd.DataFrame:
     """Per permuted layer ("0", "1", ..., "all") and example: tvd_median (over permutations),
     correct_share (share of permutations with a correct prediction), original_correct."""
-    device = next(model.parameters()).device
-    with torch.no_grad():
-        original = torch.cat([torch.softmax(models.logits(model, batch).double(), dim=-1).cpu()
-                              for _, batch in examples.batches(inputs, batch_size, device)])
+    original = torch.softmax(examples.predict(model, inputs, batch_size=batch_size).double(),
+                             dim=-1)
     labels = inputs["labels"]
     n_layers = models.num_layers(model)
     settings = [(str(layer), [layer]) for layer in range(n_layers)]

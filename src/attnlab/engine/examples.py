@@ -89,6 +89,18 @@ def batches(
                      for k, v in inputs.items()}
 
 
+def by_length(inputs: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """The examples shortest first, and that order (their indices in `inputs`): batches of
+    similar lengths carry little padding, as `batches` trims each to its longest."""
+    order = inputs["attention_mask"].sum(dim=1).argsort(stable=True)
+    return {key: value[order] for key, value in inputs.items()}, order
+
+
+def in_input_order(values: torch.Tensor, order: torch.Tensor, dim: int = 0) -> torch.Tensor:
+    """`values` computed in `by_length`'s order, put back in the order of the inputs."""
+    return torch.empty_like(values).index_copy_(dim, order.to(values.device), values)
+
+
 def predict(
     model: PreTrainedModel,
     inputs: dict[str, torch.Tensor],
@@ -97,6 +109,9 @@ def predict(
 ) -> torch.Tensor:
     """Logits (N, C) of every example; head_mask is (L, H) for all examples or (N, L, H)."""
     device = next(model.parameters()).device
+    inputs, order = by_length(inputs)
+    if head_mask is not None and head_mask.dim() == 3:
+        head_mask = head_mask[order]
     out = []
     with torch.no_grad():
         for rows, batch in batches(inputs, batch_size, device):
@@ -104,7 +119,7 @@ def predict(
             if head_mask is not None:
                 mask = (head_mask if head_mask.dim() == 2 else head_mask[rows]).to(device)
             out.append(models.logits(model, batch, Intervention(head_mask=mask)))
-    return torch.cat(out).cpu()
+    return in_input_order(torch.cat(out).cpu(), order)
 
 
 def accuracy(
