@@ -77,7 +77,7 @@ rule quadrature_study:
         **config_paths(*ENGINE, "attribution.target", "attribution.top_pairs",
                        "attribution.keep_full", "attribution.edge_min_fraction",
                        "attribution.max_edges_per_layer", "attribution.study_examples",
-                       *MODEL_JOB),
+                       "attribution.study_panels", *MODEL_JOB),
         tasks={task: config["tasks"][task] for task in TASKS},
         code=code_version("stages.quadrature_study"),
     log:

@@ -21,6 +21,6 @@ def run(job: ModelJob) -> None:
         model, tokenizer = load_classifier(model_dir, job.device)
         dev = load_split(dev_path, spec).iloc[: cfg.study_examples].reset_index(drop=True)
         reports[task] = study(model, tokenizer, dev, spec, cfg, job.settings.model,
-                              device=job.device)
+                              device=job.device, panels=cfg.study_panels)
     plot_study(reports, job.outputs["figure"])
     job.write_json("study", {"tasks": reports})
