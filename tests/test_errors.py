@@ -127,6 +127,51 @@ def test_the_traceback_of_a_job_error_is_shown_on_request(tmp_path):
     assert "DataError: " in shown.stderr
 
 
+# The dev rows of `local_config`, one of them with an é, as CSV and as JSON lines.
+DEV_CSV = "review,sentiment\na great film,1\nan awful café,0\n"
+DEV_JSONL = '{"review": "a great film", "sentiment": 1}\n{"review": "an awful café", ' \
+            '"sentiment": 0}\n'
+NOT_UTF8 = "is not valid utf-8"
+SAY_ITS_ENCODING = "save the file as UTF-8, or set tasks.reviews.local.encoding to the encoding"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, data, expected", [
+    # in Latin-1 every character is one byte: the é is byte DEV_CSV.index("é") of the file
+    pytest.param("dev.csv", DEV_CSV.encode("latin-1"),
+                 (f"dev.csv: line 3: byte 0xe9 (byte {DEV_CSV.index('é')} of the file)",
+                  NOT_UTF8, SAY_ITS_ENCODING), id="Latin-1 CSV"),
+    pytest.param("dev.jsonl", DEV_JSONL.encode("latin-1"),
+                 (f"dev.jsonl: line 2: byte 0xe9 (byte {DEV_JSONL.index('é')} of the file)",
+                  NOT_UTF8, SAY_ITS_ENCODING), id="Latin-1 JSON lines"),
+    pytest.param("dev.csv", DEV_CSV.encode("utf-16"),
+                 ("dev.csv: line 1: byte 0xff (byte 0 of the file)", NOT_UTF8,
+                  "set tasks.reviews.local.encoding: utf-16"), id="UTF-16 spreadsheet export"),
+])
+def test_a_file_not_in_its_encoding_is_one_line_naming_its_line_and_byte(tmp_path, name, data,
+                                                                         expected):
+    config = local_config(tmp_path)
+    dev = tmp_path / name
+    dev.write_bytes(data)
+    config["tasks"]["reviews"]["local"]["dev"] = str(dev)
+    result = run(tmp_path, config, PREPARED)
+    line = assert_one_line(result, *expected)
+    assert "ERROR" in line
+    # nothing else says it: no second line from the reader under attnlab's
+    assert "UnicodeDecodeError" not in result.stdout + result.stderr
+    assert written(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_an_unknown_encoding_stops_the_dry_run_in_one_line(tmp_path):
+    config = local_config(tmp_path)
+    config["tasks"]["reviews"]["local"]["encoding"] = "latin-9x"
+    result = run(tmp_path, config, dry=True)
+    assert_one_line(result, "config error at tasks.reviews.local.encoding: 'latin-9x' is not an "
+                            "encoding Python knows")
+    assert not (tmp_path / "results").exists()
+
+
 @pytest.mark.parametrize("train, dev, expected", [
     ([("a good film", 1), ("a fine film", 1)], DEV_ROWS,
      "no train row has class 'negative' (label_names: negative, positive); the model cannot "

@@ -93,6 +93,24 @@ def test_local_round_trip(tmp_path, suffix):
     pd.testing.assert_frame_equal(loaded, frame, check_dtype=False)
 
 
+@pytest.mark.parametrize(("suffix", "encoding", "saved_as"), [
+    (".csv", "utf-8", "utf-8-sig"),  # a byte-order mark, as spreadsheets write one
+    (".json", "utf-8", "utf-8-sig"),
+    (".csv", "latin-1", "latin-1"),
+    (".json", "cp1252", "cp1252"),
+    (".csv", "utf-16", "utf-16"),  # a spreadsheet's "Unicode text" export
+])
+def test_a_local_text_file_is_read_in_its_encoding(tmp_path, suffix, encoding, saved_as):
+    frame = _good_frame().assign(sentence1=[f"café {i} naïve" for i in range(6)])
+    path = tmp_path / f"in{suffix}"
+    _write(frame, path)
+    path.write_bytes(path.read_text(encoding="utf-8").encode(saved_as))
+    task = {**_local_task(path, path), "local": {"train": str(path), "dev": str(path),
+                                                 "encoding": encoding}}
+    _, train, _ = read_task("rte", task, 0)
+    pd.testing.assert_frame_equal(train, frame, check_dtype=False)
+
+
 BAD_FRAMES = {
     "missing column 'sentence2' (columns are sentence1, label, idx)":
         _good_frame().drop(columns="sentence2"),

@@ -134,7 +134,7 @@ def task_files(wildcards):
             files["dev"] = hub_file(hub, hub["dev_split"])
         return files
     if task["source"] == "local":
-        return dict(task["local"])
+        return {split: task["local"][split] for split in ("train", "dev")}
     if task["source"] == "mix":
         return {f"{part}_{split}": f"results/{wildcards.name}/data/{part}/{split}.parquet"
                 for part in task["mix"] for split in ("train", "dev")}

@@ -10,7 +10,7 @@ line (`DataError`).
 
 from __future__ import annotations
 
-import itertools
+import codecs
 import logging
 import os
 from collections.abc import Mapping
@@ -135,7 +135,9 @@ def _synthetic_splits(spec: TaskSpec, cfg: dict, seed: int) -> tuple[pd.DataFram
     return train.rename(columns=names), dev.rename(columns=names)
 
 
-def _read_local(path: str) -> pd.DataFrame:
+def _read_local(path: str, encoding: str, key: str) -> pd.DataFrame:
+    """The rows of a local file; `encoding` is that of a text file (CSV, JSON), read from the
+    config key `key`."""
     suffix = Path(path).suffix.lower()
     if suffix not in LOCAL_FORMATS:
         raise DataError(f"{path}: unknown file type {suffix!r} (use {', '.join(LOCAL_FORMATS)})")
@@ -144,15 +146,48 @@ def _read_local(path: str) -> pd.DataFrame:
         raise DataError(f"{path}: no such file")
     if Path(path).stat().st_size == 0:
         raise DataError(f"{path}: empty file")
-    if file_format == "csv":
-        with open(path) as f:
-            if not any(line.strip() for line in itertools.islice(f, 1, None)):
-                raise DataError(f"{path}: empty split (a header and no rows)")
+    # utf-8-sig reads UTF-8 with or without a byte-order mark; it also sends JSON through
+    # Python's decoder, which refuses a byte that is not UTF-8 (pyarrow's reader lets it into
+    # the table, to fail later without a line)
+    codec = "utf-8-sig" if codecs.lookup(encoding).name == "utf-8" else encoding
+    text_file = {} if file_format == "parquet" else {"encoding": codec}
     try:
-        data = datasets.load_dataset(file_format, data_files=path, split="train")
+        data = datasets.load_dataset(file_format, data_files=path, split="train", **text_file)
     except Exception as err:  # a parser error from any of the three formats
-        raise DataError(f"{path}: cannot read as {file_format} ({_one_line(err)})") from err
+        raise DataError(_why_unreadable(path, file_format, encoding, key, err)) from err
     return data.to_pandas()
+
+
+def _why_unreadable(path: str, file_format: str, encoding: str, key: str,
+                    err: Exception) -> str:
+    """Why the reader failed on a local file, in one line: a byte that is not valid in the
+    file's encoding, no rows, or the parser's own error. Asked only once the reader has failed,
+    so no file the reader takes is ever refused."""
+    if file_format != "parquet":
+        data = Path(path).read_bytes()
+        try:
+            text = data.decode(encoding)
+        except UnicodeDecodeError as bad:
+            return _not_decodable(path, data, bad, encoding, key)
+        header = 1 if file_format == "csv" else 0
+        if not any(line.strip() for line in text.splitlines()[header:]):
+            return f"{path}: empty split ({'a header and ' if header else ''}no rows)"
+    return f"{path}: cannot read as {file_format} ({_one_line(err)})"
+
+
+def _not_decodable(path: str, data: bytes, bad: UnicodeDecodeError, encoding: str,
+                   key: str) -> str:
+    """The line and byte of a file where decoding it failed, and how to read it."""
+    # the bytes before the bad one decode, so their newlines count its line in any encoding
+    line = data[:bad.start].decode(encoding, errors="replace").count("\n") + 1
+    utf16 = data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
+    if utf16 and codecs.lookup(encoding).name != "utf-16":  # a spreadsheet's "Unicode text"
+        fix = f"set {key}: utf-16 (the file starts with UTF-16's byte-order mark)"
+    else:
+        fix = (f"save the file as UTF-8, or set {key} to the encoding it was saved in "
+               "(e.g. latin-1, cp1252, utf-16)")
+    return (f"{path}: line {line}: byte {data[bad.start]:#04x} (byte {bad.start} of the file) "
+            f"is not valid {encoding}; {fix}")
 
 
 def _warn_about_classes(train: pd.DataFrame, dev: pd.DataFrame, spec: TaskSpec) -> None:
@@ -206,8 +241,12 @@ def read_task(
         train = _read_parquet(files["train"])
         dev = _read_parquet(files["dev"]) if "dev" in files else None
     elif source == "local":
-        origins = (cfg["local"]["train"], cfg["local"]["dev"])
-        train, dev = _read_local(origins[0]), _read_local(origins[1])
+        local = cfg["local"]
+        origins = (local["train"], local["dev"])
+        # the schema's default: a config read without it (the library's tests) is UTF-8 too
+        encoding = local.get("encoding", "utf-8")
+        train, dev = (_read_local(path, encoding, f"tasks.{name}.local.encoding")
+                      for path in origins)
     elif source == "mix":
         if files is None or parts is None:
             raise ValueError(f"tasks.{name}: a mixed task is read from its tasks' splits")

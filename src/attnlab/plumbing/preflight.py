@@ -9,6 +9,7 @@ nor transformers: Snakemake imports it whenever it builds the DAG.
 
 from __future__ import annotations
 
+import codecs
 import json
 import re
 from dataclasses import dataclass
@@ -121,9 +122,16 @@ def _check_tasks(config: dict[str, Any]) -> None:
             raise ConfigError(f"tasks.{name}.hub.path: {task['hub']['path']!r} is not a hub "
                               "dataset id (like nyu-mll/glue)")
         if task["source"] == "local":
-            for split, path in task["local"].items():
-                if not Path(path).is_file():
-                    raise ConfigError(f"tasks.{name}.local.{split}: no file {path}")
+            for split in ("train", "dev"):
+                if not Path(task["local"][split]).is_file():
+                    raise ConfigError(f"tasks.{name}.local.{split}: no file "
+                                      f"{task['local'][split]}")
+            try:
+                codecs.lookup(task["local"]["encoding"])
+            except LookupError:
+                raise ConfigError(f"tasks.{name}.local.encoding: {task['local']['encoding']!r} is "
+                                  "not an encoding Python knows (e.g. utf-8, latin-1, cp1252, "
+                                  "utf-16)") from None
         if task["source"] == "hub" and task["hub"]["dev_split"] is None and not (
                 task["rows"] or {}).get("dev"):
             raise ConfigError(f"tasks.{name}.rows.dev: hub.dev_split is null, so the dev split "
