@@ -45,13 +45,20 @@ def test_global_mask_removes_the_least_important_share(percent, masked):
     assert np.array_equal(removed, np.arange(masked))
 
 
-def test_curves_are_accuracies_of_the_masked_model():
+def test_curves_are_accuracies_of_the_masked_model(monkeypatch):
     model = models.prepare_model(tiny_classifier("bert", init=0.5))
     batch = tiny_batch("bert", (9, 6, 8, 7, 9, 5))
     rng = np.random.default_rng(0)
     arrays = {"attribution": rng.random((6, 3, 4)), "attention": rng.random((6, 3, 4))}
+    masks = []
+    predict = examples.predict
+    monkeypatch.setattr(examples, "predict", lambda model, inputs, mask, batch_size: (
+        masks.append(mask), predict(model, inputs, mask, batch_size))[1])
     curves = pruning.per_layer_curves(model, batch, arrays, batch_size=4)
     assert len(curves) == 2 * 2 * 5
+    # the curves' common ends (k = 0: every head; k = 4: none) run once, not four times
+    assert len(masks) == 2 * 2 * 3 + 2
+    assert len({mask.numpy().tobytes() for mask in masks}) == len(masks)
     row = curves[(curves["ranking"] == "attention") & (curves["order"] == "highest")
                  & (curves["k"] == 2)].iloc[0]
     mask = pruning.per_layer_mask(torch.from_numpy(arrays["attention"]), 2, "highest")

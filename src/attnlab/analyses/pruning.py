@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -55,9 +56,29 @@ def global_mask(importance: np.ndarray, percent: float) -> torch.Tensor:
     return torch.from_numpy(keep.reshape(importance.shape))
 
 
+def _accuracy(logits: torch.Tensor, labels: torch.Tensor) -> float:
+    return float((logits.argmax(-1) == labels).double().mean())
+
+
 def _gold_probability(logits: torch.Tensor, labels: torch.Tensor) -> float:
     probs = torch.softmax(logits.double(), dim=-1)
     return float(probs.gather(1, labels[:, None]).mean())
+
+
+def _predictor(
+    model: PreTrainedModel, inputs: dict[str, torch.Tensor], batch_size: int
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """`examples.predict` under a head mask, run once per distinct mask: the curves share their
+    ends (k = 0 and k = H of every ranking and order, 0 % and 100 % of every method)."""
+    done: dict[bytes, torch.Tensor] = {}
+
+    def predict(mask: torch.Tensor) -> torch.Tensor:
+        key = mask.numpy().tobytes()
+        if key not in done:
+            done[key] = examples.predict(model, inputs, mask, batch_size)
+        return done[key]
+
+    return predict
 
 
 def per_layer_curves(
@@ -70,17 +91,18 @@ def per_layer_curves(
 
     `dump_arrays` holds each example's (N, L, H) attr_max and attn_max, in the order of `inputs`.
     """
+    predict = _predictor(model, inputs, batch_size)
     rows = []
     for ranking in RANKINGS:
         scores = torch.from_numpy(dump_arrays[ranking])
         for order in ORDERS:
             for k in range(scores.shape[-1] + 1):
-             logits = examples.predict(model, inputs, per_layer_mask(scores, k, order), batch_size)
-             rows.append({
-                 "ranking": ranking, "order": order, "k": k,
-                 "accuracy": float((logits.argmax(-1) == inputs["labels"]).double().mean()),
-                 "gold_prob": _gold_probability(logits, inputs["labels"]),
-             })
+                logits = predict(per_layer_mask(scores, k, order))
+                rows.append({
+                    "ranking": ranking, "order": order, "k": k,
+                    "accuracy": _accuracy(logits, inputs["labels"]),
+                    "gold_prob": _gold_probability(logits, inputs["labels"]),
+                })
     return pd.DataFrame(rows)
 
 
@@ -94,6 +116,7 @@ def global_curves(
     """Accuracy against the percentage of heads masked, for every (method, seed) of an
     importance table (the random method has one curve per seed)."""
     n_layers, n_heads = importance["layer"].max() + 1, importance["head"].max() + 1
+    predict = _predictor(model, inputs, batch_size)
     rows = []
     for (method, seed), group in importance.groupby(["method", "seed"], dropna=False, sort=False):
         scores = np.zeros((n_layers, n_heads))
@@ -101,9 +124,9 @@ def global_curves(
         for percent in percents:
             mask = global_mask(scores, percent)
             rows.append({
-             "method": method, "seed": seed, "percent": percent,
-             "heads_masked": int((mask == 0).sum()),
-             "accuracy": examples.accuracy(model, inputs, mask, batch_size),
+                "method": method, "seed": seed, "percent": percent,
+                "heads_masked": int((mask == 0).sum()),
+                "accuracy": _accuracy(predict(mask), inputs["labels"]),
             })
     return pd.DataFrame(rows).astype({"seed": "Int64"})
 
