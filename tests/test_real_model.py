@@ -11,11 +11,14 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
+import yaml
 from conftest import MINILM, ROOT
 from test_attribution import attention_module, brute_force
 from test_hub import RT_TRAIN
+from test_workflow import merged, snakemake, write_config
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from attnlab.data import packages
@@ -33,6 +36,7 @@ pytestmark = pytest.mark.skipif(bool(MISSING), reason="; ".join(
     for package in MISSING))
 
 Batch = dict[str, torch.Tensor]
+SPECIAL = {"[CLS]", "[SEP]", "[PAD]", "[UNK]", "[MASK]"}
 
 
 @pytest.fixture(scope="module")
@@ -120,3 +124,93 @@ def test_the_engines_riemann_sum_is_the_plain_loop_on_the_real_checkpoint(minilm
             # nothing on the padding
             assert not result.attr[b, layer, :, n:].any()
             assert not result.attr[b, layer, :, :, n:].any()
+
+
+# config/real.yaml's every stage and task at a few dozen examples and one epoch: what a run
+# of the real configuration writes, in minutes (the full run's numbers are in docs/real.md).
+SMALL = {
+    "name": "real_small",
+    "device": "cpu",
+    "tasks": {task: {"rows": {"train": 48, "dev": 40}}
+              for task in ("rotten_tomatoes", "imdb", "critic_or_user")},
+    "finetune": {"epochs": 1, "batch_size": 16},
+    # the reference at 2 panels x 8 nodes: the study's bookkeeping, not its convergence
+    "attribution": {"max_examples": 12, "study_examples": 1, "study_panels": 2},
+    "heads": {"importance_examples": 12, "random_seeds": 1, "prune_percents": [0, 50, 90, 100]},
+    "trees": {"examples": 1},
+    "triggers": {"source_examples": 6, "random_draws": 1},
+    "identifiability": {"effective_attention": {"examples": 40},
+                        "token_mixing": {"examples": 1, "probes": 2},
+                        "token_identifiability": {"train_examples": 24, "eval_examples": 12,
+                                                  "epochs": 1}},
+    "explanation": {"attention_permutation": {"examples": 6, "permutations": 2},
+                    "adversarial_keys": {"train_examples": 16, "examples": 6, "epochs": 1},
+                    "adversarial_attention": {"examples": 1, "steps": 3}},
+    # occlusion: a forward copy per edge and layer, ~17 s a sentence
+    "interaction_methods": {"examples": 1, "deletion_steps": 3},
+}
+
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory) -> tuple[Path, tuple[str, ...]]:
+    """config/real.yaml at the SMALL size, run to its report through the Snakemake command line
+    in a directory of its own: the model and the data come from the registry packages."""
+    work = tmp_path_factory.mktemp("real")
+    config = merged(yaml.safe_load(REAL.read_text()), SMALL)
+    args = ("--cores", "2", "--configfile", str(write_config(work, config)),
+            "--directory", str(work))
+    snakemake(*args, timeout=1800)
+    results = work / "results" / SMALL["name"]
+    snakemake(*args[2:], "--report", str(results / "report.html"))
+    return results, args
+
+
+@pytest.mark.slow
+def test_every_stage_of_the_real_configuration_runs_offline_on_the_packaged_data(real_run):
+    results, _ = real_run
+    work = results.parents[1]
+    source = json.loads(next((work / "resources" / "models").rglob(SOURCE_FILE)).read_text())
+    assert source["from"] == packages.MINILM.requirement
+    for task, rows in ((t, s["rows"]) for t, s in SMALL["tasks"].items()):
+        for split in ("train", "dev"):
+            assert len(pd.read_parquet(results / "data" / task / f"{split}.parquet")) == rows[split]
+        accuracy = json.loads((results / "finetune" / task / "metrics.json").read_text())
+        assert 0 <= accuracy["dev_accuracy"] <= 1
+        # the adaptive rule meets its tolerance (1e-3) on every (example, layer) of the dumps
+        summary = json.loads((results / "attribution_summary" / f"{task}.json").read_text())
+        assert summary["examples"] == 12 and summary["within_tolerance"] == 1.0
+        # trees over whole words (and [CLS], [SEP]); triggers of words a reader could type
+        edges = pd.read_parquet(results / "trees" / task / "edges.parquet")
+        nodes = {*edges["from_token"], *edges["to_token"]}
+        assert nodes - SPECIAL and not [w for w in nodes if w.startswith("##")]
+        triggers = pd.read_parquet(results / "triggers" / task / "patterns.parquet")
+        words = {word for pattern in triggers["tokens"] for word in pattern}
+        assert words and not [w for w in words if w.startswith("##") or w in SPECIAL]
+        # every stage judged its statements (the trees' are about planted pairs, none here; the
+        # triggers' need a trigger mined from six sentences)
+        for claims in ("heads/{t}/claims.parquet",
+                       "identifiability/{t}/effective_attention_claims.parquet",
+                       "identifiability/{t}/token_identifiability_claims.parquet",
+                       "identifiability/{t}/token_mixing_claims.parquet",
+                       "explanation/{t}/attention_permutation_claims.parquet",
+                       "explanation/{t}/adversarial_claims.parquet",
+                       "interaction_methods/{t}/claims.parquet"):
+            assert len(pd.read_parquet(results / claims.format(t=task))), claims
+    # MiniLM's d_v = 32 and IMDB sentences of up to 40 words: heads on both sides of the bound
+    heads = pd.read_parquet(results / "identifiability" / "imdb" / "effective_attention.parquet")
+    assert set(heads["d_v"]) == {32}
+    assert (heads["length"] <= 32).any() and (heads["length"] > 32).any()
+    # rank T <= min(n, d_v): beyond 32 tokens every head has a null space of n - 32 dimensions
+    longer = heads[heads["length"] > 32]
+    assert (longer["null_dim"] >= longer["length"] - 32).all()
+    # the similar and the dissimilar pair of Hao et al.'s Fig. 5, each judged under its own name
+    claims = pd.read_parquet(results / "heads" / "task_correlation_claims.parquet")
+    assert set(claims["task"].dropna()) == {"rotten_tomatoes–imdb",
+                                            "rotten_tomatoes–critic_or_user"}
+    assert (results / "report.html").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_a_second_run_of_the_real_configuration_has_nothing_to_do(real_run):
+    _, args = real_run
+    assert "Nothing to be done" in snakemake("-n", *args).stdout
