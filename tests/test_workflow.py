@@ -195,7 +195,7 @@ TINY = {
     "explanation": {"attention_permutation": {"permutations": 2},
                     "adversarial_keys": {"train_examples": 24, "epochs": 1},
                     "adversarial_attention": {"examples": 4, "layers": [1], "steps": 5}},
-    "interaction_methods": {"examples": 3, "flow_examples": 1, "deletion_steps": 3},
+    "interaction_methods": {"examples": 3, "deletion_steps": 3, "bootstrap": 100},
 }
 
 

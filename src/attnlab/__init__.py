@@ -21,7 +21,7 @@ __version__ = "0.1.0"
 
 # Each public name and the module that defines it. They are imported on first use
 # (`__getattr__`), not here: an import of any attnlab module runs this file first, and importing
-# every module here would make each workflow job load all of them (matplotlib, networkx, ...).
+# every module here would make each workflow job load all of them (matplotlib, scipy, ...).
 # The rules' code hashes (`attnlab.plumbing.code_version`) follow the imports written in
 # the modules, so they stay those of each rule's own modules either way.
 _EXPORTS = {

@@ -1,6 +1,7 @@
 # Which explanation finds the interaction? (docs/interaction_methods.md) Every method's token-pair
-# scores of each task's attributed examples, beside the dumps; their planted-pair recovery,
-# deletion curves, a leaderboard, two figures and the claims judged on them.
+# scores of each task's attributed examples, beside the dumps; their planted-pair recovery, edge
+# deletion and token erasure on the trained and an untrained model, with bootstrap intervals, a
+# leaderboard, three figures and the claims judged on them.
 
 
 rule interaction_methods:
@@ -12,6 +13,9 @@ rule interaction_methods:
         scores="results/{name}/interaction_scores/task={task}/part.parquet",
         ground_truth="results/{name}/interaction_methods/{task}/ground_truth.parquet",
         deletion="results/{name}/interaction_methods/{task}/deletion.parquet",
+        erasure="results/{name}/interaction_methods/{task}/erasure.parquet",
+        intervals="results/{name}/interaction_methods/{task}/intervals.parquet",
+        pairs="results/{name}/interaction_methods/{task}/pairs.parquet",
         claims="results/{name}/interaction_methods/{task}/claims.parquet",
         leaderboard=report(
             "results/{name}/interaction_methods/{task}/leaderboard.html",
@@ -31,9 +35,15 @@ rule interaction_methods:
             category="Interaction methods",
             labels={"task": "{task}", "output": "deletion curves"},
         ),
+        leaderboard_figure=report(
+            "results/{name}/interaction_methods/{task}/leaderboard.png",
+            caption="../report/interaction_intervals.rst",
+            category="Interaction methods",
+            labels={"task": "{task}", "output": "leaderboard with intervals"},
+        ),
     params:
         # the config's seed, not the run's (run_seed): every run of `seeds` breaks ties alike
-        **config_paths("interaction_methods", "seed", *MODEL_JOB),
+        **config_paths("interaction_methods", "seed", *MODEL_JOB, *ENGINE),
         task=task_spec,
         code=code_version("stages.interaction_methods"),
     log:

@@ -1,5 +1,5 @@
-"""How good is a token-interaction method: against the planted ground truth, and by
-faithfulness (deletion curves), per method, layer and task.
+"""How good is a token-interaction method: against the planted ground truth, and by three
+faithfulness measures, per method, with bootstrap intervals and comparisons between methods.
 
 Only the n(n−1) edges i → j with i ≠ j of a layer are ranked (a token's interaction with itself
 is no interaction). Ties are broken in a random order drawn per example and layer (seeded),
@@ -10,18 +10,35 @@ Ground truth (synthetic tasks: examples whose label a planted token pair (a, b) 
               "any", the strongest edge of some layer does.
     rank      the rank of the better of the edges a → b and b → a (1 = strongest; tied scores
               share the middle rank of their block); for "any", the best rank over the layers.
-    reported  share of hits, median rank and MRR (mean of 1/rank) over the examples.
 
-Faithfulness (every example): delete (zero in every head, via the intervention point) the
+Edge deletion (every example): delete (zero in every head, via the intervention point) the
 method's top-k edges of one layer, or of every layer at once (the top k of each layer by that
-layer's scores), and measure drop_k = F(A) − F(A with them deleted), k = 1..K. The area over
-the perturbation curve (Samek et al. 2017, "Evaluating the Visualization of What a Deep Neural
-Network Has Learned", IEEE TNNLS) is AOPC = 1/(K+1) Σ_{k=0}^{K} drop_k (drop_0 = 0), averaged
-over the examples; the random edge order gives its floor.
+layer's scores), k = 1..K, and measure two things against the full model:
+    drop_k    F(A) − F(A with them deleted): the target class's probability, signed;
+    tv_k      ½ Σ_c |p_c(A) − p_c(deleted)|: how far the whole class distribution moves,
+              whatever the direction (total variation).
+The area over the perturbation curve (Samek et al. 2017, IEEE TNNLS) is AOPC = 1/(K+1)
+Σ_{k=0}^{K} drop_k (drop_0 = 0), the same for tv. The signed measure rewards a method that
+knows the target class and its direction (AttAttr, attention × gradient, occlusion); the
+direction-free one asks only whether the edges matter, which is what the class-agnostic methods
+(rollout, flow, norms, ALTI, GlobEnc, value zeroing) claim to find.
+
+Token erasure (ERASER, DeYoung et al. 2020, ACL): a method's importance of input token j is its
+score of the edge from the classified position to j in the last layer (for the methods that
+aggregate over layers, rollout, flow, ALTI and GlobEnc, that is what they claim: input-token
+importance). With its top ⌈b·m⌉ of the m ordinary tokens (special tokens are never removed),
+for b in the bins,
+    comprehensiveness   F(x) − F(x without them)     (higher: the tokens were needed)
+    sufficiency         F(x) − F(only them)          (lower: they were enough)
+each averaged over the bins.
+
+Every per-example value has a bootstrap interval (examples resampled, percentile 95 %); two
+methods are compared on the same resamples (paired).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -30,12 +47,25 @@ import torch
 from transformers import PreTrainedModel
 
 from attnlab.analyses.claims import claim
+from attnlab.engine import models
 from attnlab.engine.capture import Captured
-from attnlab.methods.edge_masking import masked_f, off_diagonal
+from attnlab.methods.edge_masking import masked_probabilities, off_diagonal
 
 RANDOM = "random"
 ANY = "any"  # the ground-truth scope "the strongest edge of some layer"
 ALL = "all"  # the deletion scope "every layer at once"
+
+# measure: what it is, and whether higher is better
+MEASURES: dict[str, tuple[str, bool]] = {
+    "planted_hit": ("planted pair hit (strongest edge of some layer joins it)", True),
+    "planted_rr": ("reciprocal rank of the planted edge (best layer)", True),
+    "deletion_target": ("edge deletion AOPC, target-class probability (signed)", True),
+    "deletion_tv": ("edge deletion AOPC, total variation of the class distribution "
+                    "(direction-free)", True),
+    "comprehensiveness": ("token erasure comprehensiveness (ERASER)", True),
+    "sufficiency": ("token erasure sufficiency (ERASER; lower is better)", False),
+}
+INTERVAL = 0.95
 
 
 def edge_order(scores: np.ndarray, ties: np.ndarray) -> np.ndarray:
@@ -66,12 +96,16 @@ def ground_truth(scores: dict[str, np.ndarray], a: int, b: int,
     return rows
 
 
+def _any_layer(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per method and example: a hit in some layer, and the best rank over the layers."""
+    return rows.groupby(["method", "idx"], sort=False).agg(
+        hit=("hit", "any"), rank=("rank", "min")).reset_index()
+
+
 def ground_truth_summary(rows: pd.DataFrame) -> pd.DataFrame:
     """Share of hits, median rank and MRR per method and scope (each layer, and "any")."""
-    per_example = rows.groupby(["method", "idx"], sort=False).agg(
-        hit=("hit", "any"), rank=("rank", "min")).reset_index()
     scoped = pd.concat([rows.assign(scope=rows["layer"].astype(str)),
-                        per_example.assign(scope=ANY)], ignore_index=True)
+                        _any_layer(rows).assign(scope=ANY)], ignore_index=True)
     return (scoped.assign(reciprocal=1 / scoped["rank"])
             .groupby(["method", "scope"], sort=False)
             .agg(examples=("idx", "nunique"), hit_share=("hit", "mean"),
@@ -86,8 +120,8 @@ def deletion_drops(
     steps: int,
     batch_size: int,
 ) -> pd.DataFrame:
-    """drop_k, k = 1..K (K = min(steps, n(n−1))), of one example for every method (orders:
-    (L, n(n−1)) edge orders by method) and scope (each layer, and "all")."""
+    """drop_k and tv_k, k = 1..K (K = min(steps, n(n−1))), of one example for every method
+    (orders: (L, n(n−1)) edge orders by method) and scope (each layer, and "all")."""
     n = example.n_tokens
     n_layers = example.probs.shape[0]
     k = torch.arange(1, min(steps, n * (n - 1)) + 1)
@@ -101,71 +135,174 @@ def deletion_drops(
         mask = position[:, None, :] >= k[None, :, None]  # deleted: among the top k
         keep[layer] = mask.view(-1, n, n).to(example.probs)
     frames = []
+    full = example.distribution.cpu()
     scopes = [(str(layer), {layer: keep[layer]}) for layer in range(n_layers)]
     for scope, masks in [*scopes, (ALL, keep)]:
-        drop = example.f_full - masked_f(model, example, masks, batch_size).cpu().numpy()
-        frames.append(pd.DataFrame({"method": np.repeat(methods, len(k)), "scope": scope,
-                                    "k": np.tile(k.numpy(), len(methods)), "drop": drop}))
+        probs = masked_probabilities(model, example, masks, batch_size).cpu()
+        frames.append(pd.DataFrame({
+            "method": np.repeat(methods, len(k)), "scope": scope,
+            "k": np.tile(k.numpy(), len(methods)),
+            "drop": (example.f_full - probs[:, example.target]).numpy(),
+            "tv": (0.5 * (probs - full).abs().sum(dim=-1)).numpy()}))
     return pd.concat(frames, ignore_index=True)
 
 
-def deletion_summary(curves: pd.DataFrame) -> pd.DataFrame:
-    """AOPC per method and scope, beside the random order's on the same examples (flow
-    scores fewer examples than the others)."""
+def _aopc(curves: pd.DataFrame) -> pd.DataFrame:
+    """Per method, scope and example: the AOPC of drop and of tv."""
     per_example = curves.groupby(["method", "scope", "idx"], sort=False).agg(
-        total=("drop", "sum"), steps=("k", "max")).reset_index()
-    per_example["aopc"] = per_example["total"] / (per_example["steps"] + 1)
-    floor = (per_example[per_example["method"] == RANDOM]
-             .set_index(["scope", "idx"])["aopc"].rename("aopc_random"))
+        drop=("drop", "sum"), tv=("tv", "sum"), steps=("k", "max")).reset_index()
+    return per_example.assign(aopc=per_example["drop"] / (per_example["steps"] + 1),
+                              aopc_tv=per_example["tv"] / (per_example["steps"] + 1))
+
+
+def deletion_summary(curves: pd.DataFrame) -> pd.DataFrame:
+    """Both AOPCs per method and scope, beside the random order's on the same examples."""
+    per_example = _aopc(curves)
+    floor = (per_example[per_example["method"] == RANDOM].set_index(["scope", "idx"])
+             [["aopc", "aopc_tv"]].add_suffix("_random"))
     per_example = per_example.join(floor, on=["scope", "idx"])
     table = (per_example.groupby(["method", "scope"], sort=False)
              .agg(examples=("idx", "nunique"), aopc=("aopc", "mean"),
-                  aopc_random=("aopc_random", "mean")).reset_index())
+                  aopc_random=("aopc_random", "mean"), aopc_tv=("aopc_tv", "mean"),
+                  aopc_tv_random=("aopc_tv_random", "mean")).reset_index())
     table["aopc_over_random"] = table["aopc"] - table["aopc_random"]
+    table["aopc_tv_over_random"] = table["aopc_tv"] - table["aopc_tv_random"]
     return table
 
 
-def leaderboard(truth: pd.DataFrame, deletion: pd.DataFrame) -> pd.DataFrame:
-    """One row per method: planted-pair hits and MRR (some layer), AOPC (all layers at once)
-    and its margin over random edges; ordered by hit share, then AOPC."""
-    gt = truth[truth["scope"] == ANY].set_index("method")[
-        ["examples", "hit_share", "median_rank", "mrr"]].add_prefix("planted_")
-    faith = deletion[deletion["scope"] == ALL].set_index("method")[
-        ["examples", "aopc", "aopc_over_random"]].add_prefix("deletion_")
-    table = gt.join(faith, how="outer").reset_index()
-    return table.sort_values(["planted_hit_share", "deletion_aopc"], ascending=False,
-                             na_position="last", ignore_index=True)
+def _without(inputs: dict[str, torch.Tensor], keep: np.ndarray) -> dict[str, torch.Tensor]:
+    return {name: value[:, torch.as_tensor(keep, device=value.device)]
+            for name, value in inputs.items()}
 
 
-def _value(table: pd.DataFrame, method: str, scope: str, column: str) -> float:
-    rows = table[(table["method"] == method) & (table["scope"] == scope)]
-    return float(rows[column].iloc[0]) if len(rows) else float("nan")
+def erasure(
+    model: PreTrainedModel,
+    example: Captured,
+    importance: dict[str, np.ndarray],
+    *,
+    ordinary: np.ndarray,
+    bins: Sequence[float],
+    pad_id: int,
+) -> pd.DataFrame:
+    """Comprehensiveness and sufficiency of each method's (n,) token importance (importance
+    [method]) of one example, per bin; `ordinary` marks the tokens that may be removed."""
+    m = int(ordinary.sum())
+    variants, rows = [], []
+    for method, scores in importance.items():
+        # strongest first among the ordinary tokens; ties in position order
+        ranked = [j for j in np.argsort(-scores, kind="stable") if ordinary[j]]
+        for b in bins:
+            top = np.zeros(len(ordinary), dtype=bool)
+            top[ranked[:max(1, int(np.ceil(b * m)))]] = True
+            variants += [_without(example.inputs, ~top), _without(example.inputs, ~ordinary | top)]
+            rows.append({"method": method, "bin": b})
+    width = max(v["input_ids"].shape[1] for v in variants)
+    batch = {name: torch.cat([torch.nn.functional.pad(
+        v[name], (0, width - v[name].shape[1]), value=pad_id if name == "input_ids" else 0)
+        for v in variants]) for name in example.inputs}
+    with torch.no_grad():
+        f = torch.softmax(models.logits(model, batch).float(), dim=-1)[:, example.target]
+    f = f.cpu().numpy().reshape(-1, 2)
+    return pd.DataFrame(rows).assign(comprehensiveness=example.f_full - f[:, 0],
+                                     sufficiency=example.f_full - f[:, 1])
 
 
-def claims(truth: pd.DataFrame, deletion: pd.DataFrame) -> list[dict[str, Any]]:
-    """AttAttr against attention and against random edges, judged on one task's tables."""
+def per_example(truth: pd.DataFrame, curves: pd.DataFrame,
+                erased: pd.DataFrame) -> pd.DataFrame:
+    """Every measure's value per method and example (long: method, idx, measure, value)."""
+    frames = []
+    if len(truth):
+        planted = _any_layer(truth)
+        frames += [planted.assign(measure="planted_hit", value=planted["hit"].astype(float)),
+                   planted.assign(measure="planted_rr", value=1 / planted["rank"])]
+    aopc = _aopc(curves[curves["scope"] == ALL])
+    frames += [aopc.assign(measure="deletion_target", value=aopc["aopc"]),
+               aopc.assign(measure="deletion_tv", value=aopc["aopc_tv"])]
+    tokens = erased.groupby(["method", "idx"], sort=False)[
+        ["comprehensiveness", "sufficiency"]].mean().reset_index()
+    frames += [tokens.assign(measure=name, value=tokens[name])
+               for name in ("comprehensiveness", "sufficiency")]
+    return pd.concat([f[["method", "idx", "measure", "value"]] for f in frames],
+                     ignore_index=True)
+
+
+def _resampled_means(values: pd.DataFrame, reps: int, seed: int) -> tuple[pd.DataFrame,
+                                                                            np.ndarray]:
+    """One measure's per-example values, wide (idx × method, examples every method has), and
+    each method's mean over `reps` resamples of the examples, (reps, methods)."""
+    wide = values.pivot(index="idx", columns="method", values="value").dropna()
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, len(wide), size=(reps, len(wide)))
+    return wide, wide.to_numpy()[draws].mean(axis=1)
+
+
+def intervals(values: pd.DataFrame, *, reps: int, seed: int) -> pd.DataFrame:
+    """Per method and measure: examples, mean and its bootstrap interval (low, high)."""
+    rows = []
+    tail = 100 * (1 - INTERVAL) / 2
+    for measure, group in values.groupby("measure", sort=False):
+        wide, means = _resampled_means(group, reps, seed)
+        low, high = np.percentile(means, [tail, 100 - tail], axis=0)
+        for c, method in enumerate(wide.columns):
+            rows.append({"method": method, "measure": measure, "examples": len(wide),
+                         "mean": float(wide[method].mean()), "low": low[c], "high": high[c]})
+    return pd.DataFrame(rows)
+
+
+def pairs(values: pd.DataFrame, *, reps: int, seed: int) -> pd.DataFrame:
+    """Per measure and pair of methods: the mean of `method` minus that of `other`, oriented so
+    that > 0 means `method` is better, with its paired bootstrap interval."""
+    rows = []
+    tail = 100 * (1 - INTERVAL) / 2
+    for measure, group in values.groupby("measure", sort=False):
+        sign = 1 if MEASURES[measure][1] else -1
+        wide, means = _resampled_means(group, reps, seed)
+        names = list(wide.columns)
+        for a, method in enumerate(names):
+            for b, other in enumerate(names):
+                if a == b:
+                    continue
+                resampled = sign * (means[:, a] - means[:, b])
+                low, high = np.percentile(resampled, [tail, 100 - tail])
+                rows.append({"measure": measure, "method": method, "other": other,
+                             "examples": len(wide),
+                             "difference": sign * float(wide[method].mean()
+                                                        - wide[other].mean()),
+                             "low": low, "high": high})
+    return pd.DataFrame(rows)
+
+
+def claims(table: pd.DataFrame, compared: pd.DataFrame) -> list[dict[str, Any]]:
+    """For each measure: the best method against the runner-up, AttAttr against attention,
+    and (faithfulness) AttAttr against random; each holds when the paired interval of the
+    difference lies above 0. `table`: `intervals`, `compared`: `pairs`."""
     stage = "interaction_methods"
+    rows = []
 
-    def versus(table, column, scope, other="attention"):
-        value = (_value(table, "attattr", scope, column)
-                 - _value(table, other, scope, column))
-        return value, None if np.isnan(value) else bool(value > 0)
+    def versus(method: str, other: str, measure: str, statement: str) -> None:
+        pair = compared[(compared["measure"] == measure) & (compared["method"] == method)
+                        & (compared["other"] == other)]
+        what = MEASURES[measure][0]
+        if pair.empty:
+            rows.append(claim(stage, statement, f"{what}: {method} minus {other}",
+                              float("nan"), None))
+            return
+        p = pair.iloc[0]
+        rows.append(claim(
+            stage, statement,
+            f"{what}: {method} minus {other} over {p['examples']} examples (oriented so > 0 "
+            f"is better), {INTERVAL:.0%} paired bootstrap interval [{p['low']:.3g}, "
+            f"{p['high']:.3g}] (holds if above 0)", p["difference"], bool(p["low"] > 0)))
 
-    hits, hits_hold = versus(truth, "hit_share", ANY)
-    mrr, mrr_hold = versus(truth, "mrr", ANY)
-    aopc, aopc_hold = versus(deletion, "aopc", ALL)
-    floor, floor_hold = versus(deletion, "aopc", ALL, RANDOM)
-    return [
-        claim(stage, "AttAttr recovers the planted pair more often than attention",
-              "share of planted examples whose strongest edge of some layer joins the pair, "
-              "AttAttr minus attention (holds if > 0)", hits, hits_hold),
-        claim(stage, "AttAttr ranks the planted edge higher than attention",
-              "MRR of the planted edge (best layer), AttAttr minus attention (holds if > 0)",
-              mrr, mrr_hold),
-        claim(stage, "AttAttr's deletion curve falls faster than attention's",
-              "AOPC, top-k edges of every layer deleted, AttAttr minus attention "
-              "(holds if > 0)", aopc, aopc_hold),
-        claim(stage, "AttAttr's deletion curve falls faster than random edges'",
-              "AOPC, top-k edges of every layer deleted, AttAttr minus random order "
-              "(holds if > 0)", floor, floor_hold),
-    ]
+    for measure, (what, higher) in MEASURES.items():
+        ranked = table[(table["measure"] == measure) & (table["method"] != RANDOM)]
+        if ranked.empty:
+            rows.append(claim(stage, f"One method leads on {what}", what, float("nan"), None))
+            continue
+        ranked = ranked.sort_values("mean", ascending=not higher)
+        best, second = ranked["method"].iloc[0], ranked["method"].iloc[1]
+        versus(best, second, measure, f"{best} beats the runner-up, {second}, on {what}")
+        versus("attattr", "attention", measure, f"AttAttr beats raw attention on {what}")
+        if not measure.startswith("planted"):
+            versus("attattr", RANDOM, measure, f"AttAttr beats random on {what}")
+    return rows

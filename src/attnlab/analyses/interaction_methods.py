@@ -1,12 +1,11 @@
 """Which explanation finds the interaction? What stage interaction_methods computes
 (docs/interaction_methods.md): every attributed dev example's token-to-token interactions per
 layer, by each method of `attnlab.methods.registry`, judged against the planted ground truth
-and by faithfulness (attnlab.analyses.interaction_eval).
+and by faithfulness (attnlab.analyses.interaction_eval), on the trained model and, as a sanity
+row, on an untrained model of the same shape.
 
-All methods score the first `examples` attributed examples — on a synthetic task, the first of
-those a planted pair decides (the others have no ground truth) — unless capped lower: flow,
-whose L·n² maximum-flow problems per example cost seconds each, scores only the first
-`flow_examples`.
+Every method scores the first `examples` attributed examples — on a synthetic task, the first
+of those a planted pair decides (the others have no ground truth).
 """
 
 from __future__ import annotations
@@ -23,34 +22,42 @@ import torch
 from tqdm import tqdm
 from transformers import PreTrainedModel
 
-from attnlab.analyses.interaction_eval import (
-    RANDOM,
-    claims,
-    deletion_drops,
-    deletion_summary,
-    edge_order,
-    ground_truth,
-    ground_truth_summary,
-    leaderboard,
-)
+from attnlab.analyses import interaction_eval
+from attnlab.analyses.interaction_eval import RANDOM, edge_order
+from attnlab.engine import models
 from attnlab.engine.capture import Captured, capture
 from attnlab.methods.attention_graph import head_mean
-from attnlab.methods.method import GRADIENTS, DumpRow, Method
-from attnlab.methods.registry import METHODS
+from attnlab.methods.method import GRADIENTS, Method, Variants
 from attnlab.plumbing.errors import AttnlabError
+
+CAPTURE = "forward pass (every method)"
+
+
+@dataclass(frozen=True)
+class Options:
+    """How the methods run and are judged (the config's interaction_methods section)."""
+
+    methods: Sequence[Method]
+    variants: Variants
+    engine: Mapping[str, Any]  # attribution.engine_options of the run's attribution settings
+    deletion_steps: int
+    erasure_bins: Sequence[float]
+    batch_size: int
+    seed: int
 
 
 @dataclass(frozen=True)
 class Comparison:
-    """The methods on one task's examples."""
+    """The methods on one task's examples, on one model."""
 
     scores: pd.DataFrame  # per example, method and layer: idx, n_tokens, the n·n scores
-    ground_truth: pd.DataFrame  # per method and scope (interaction_eval.ground_truth_summary)
-    deletion: pd.DataFrame  # per method and scope (interaction_eval.deletion_summary)
+    ground_truth: pd.DataFrame  # per method, layer and example: hit, rank
     curves: pd.DataFrame  # every example's deletion curves (interaction_eval.deletion_drops)
-    leaderboard: pd.DataFrame  # per method, with its seconds per example
-    claims: pd.DataFrame
-    seconds: dict[str, float]  # per method, and for the deletion curves: over all examples
+    erasure: pd.DataFrame  # every example's token erasure per bin (interaction_eval.erasure)
+    seconds: dict[str, float]  # per method, over all examples, the forward pass included
+
+    def per_example(self) -> pd.DataFrame:
+        return interaction_eval.per_example(self.ground_truth, self.curves, self.erasure)
 
 
 def scored_examples(dump: pd.DataFrame, dev: pd.DataFrame,
@@ -72,88 +79,136 @@ def scored_examples(dump: pd.DataFrame, dev: pd.DataFrame,
 def score_example(
     model: PreTrainedModel,
     example: Captured,
-    dump: DumpRow,
-    *,
-    methods: Sequence[Method],
-    batch_size: int,
+    settings: Options,
     seconds: dict[str, float],
 ) -> dict[str, np.ndarray]:
-    """Each of `methods`' (L, n, n) scores of one example (`dump`: its row of the dumps), in
-    their order; the time each timed method took is added to `seconds`."""
+    """Each method's (L, n, n) scores of one example, in the order of settings.methods; the
+    time each took is added to `seconds`."""
     sources: dict[str, Any] = {
         "attention": head_mean(example.probs.double().cpu().numpy()), "captured": example,
-        "dump": dump, "model": model, "batch_size": batch_size}
+        "model": model, "engine": dict(settings.engine), "batch_size": settings.batch_size,
+        "variants": settings.variants}
     computed = {}
     # the methods that take gradients last: the time table lists the methods in this order
-    for method in sorted(methods, key=lambda m: GRADIENTS in m.needs):
+    for method in sorted(settings.methods, key=lambda m: GRADIENTS in m.needs):
         start = time.perf_counter()
         with torch.set_grad_enabled(GRADIENTS in method.needs):
             computed[method.name] = method.score(
                 **{need: sources[need] for need in method.needs - {GRADIENTS}})
-        if method.timed:
-            seconds[method.name] += time.perf_counter() - start
-    return {method.name: computed[method.name] for method in methods}
+        seconds[method.name] += time.perf_counter() - start
+    return {method.name: computed[method.name] for method in settings.methods}
 
 
 def compare_methods(
     model: PreTrainedModel,
     encoded: dict[str, torch.Tensor],
     dump: pd.DataFrame,
-    meta: dict[str, Any],
+    settings: Options,
     *,
-    limits: Mapping[str, int],
-    deletion_steps: int,
-    batch_size: int,
-    seed: int,
+    special_ids: Sequence[int],
     device: torch.device,
+    desc: str = "interactions",
 ) -> Comparison:
-    """Score, evaluate and compare every method on the examples of `dump` (`meta`: the dumps'
-    shape), `encoded` their rows in the same order. A method named in `limits` scores only
-    that many of the first examples; `batch_size` edge-masked copies run per forward pass."""
-    counts = {method.name: min(limits.get(method.name, len(dump)), len(dump))
-              for method in METHODS}
+    """Score and evaluate every method on the examples of `dump`, `encoded` their rows in the
+    same order; F is the probability of each example's `target` class."""
     seconds: dict[str, float] = defaultdict(float)
-    score_rows, truth_rows, curves = [], [], []
-    for row in tqdm(dump.itertuples(index=True), total=len(dump), desc="interactions",
-                    mininterval=5):
+    score_rows, truth_rows, curves, erased = [], [], [], []
+    pad_id = model.config.pad_token_id or 0
+    for row in tqdm(dump.itertuples(index=True), total=len(dump), desc=desc, mininterval=5):
         n = int(row.n_tokens)
         inputs = {k: v[row.Index : row.Index + 1, :n].to(device)
                   for k, v in encoded.items() if k != "labels"}
         if int(inputs["attention_mask"].sum()) != n:
             raise AttnlabError(f"example {row.idx}: the dump has {n} tokens, the tokenizer "
                                "another number (rerun attribute)")
+        start = time.perf_counter()
         example = capture(model, inputs, int(row.target))
-        scores = score_example(
-            model, example, DumpRow(dump.loc[row.Index], meta["n_layers"], meta["n_heads"]),
-            methods=[method for method in METHODS if row.Index < counts[method.name]],
-            batch_size=batch_size, seconds=seconds)
+        forward = time.perf_counter() - start
+        for method in settings.methods:  # every method needs the forward pass
+            seconds[method.name] += forward
+        scores = score_example(model, example, settings, seconds)
         # random tie-breaks and the random order: one permutation per layer, seeded per example
-        rng = np.random.default_rng([seed, int(row.idx)])
-        ties = np.stack([rng.permutation(n * (n - 1)) for _ in range(meta["n_layers"])])
+        rng = np.random.default_rng([settings.seed, int(row.idx)])
+        ties = np.stack([rng.permutation(n * (n - 1)) for _ in range(example.probs.shape[0])])
         for method, matrices in scores.items():
             score_rows += [{"idx": row.idx, "method": method, "layer": layer, "n_tokens": n,
                             "scores": matrix.ravel().astype(np.float32)}
                            for layer, matrix in enumerate(matrices)]
         if not pd.isna(row.planted_i):
-            truth_rows += [{"idx": row.idx, **r} for r in ground_truth(
+            truth_rows += [{"idx": row.idx, **r} for r in interaction_eval.ground_truth(
                 scores, int(row.planted_i), int(row.planted_j), ties)]
         orders = {method: np.stack([edge_order(m, t) for m, t in zip(matrices, ties,
                                                                       strict=True)])
                   for method, matrices in scores.items()}
         orders[RANDOM] = np.stack([edge_order(np.zeros((n, n)), t) for t in ties])
-        start = time.perf_counter()
-        curves.append(deletion_drops(model, example, orders, deletion_steps, batch_size)
-                      .assign(idx=row.idx))
-        seconds["deletion curves (all methods)"] += time.perf_counter() - start
-
+        curves.append(interaction_eval.deletion_drops(
+            model, example, orders, settings.deletion_steps, settings.batch_size)
+            .assign(idx=row.idx))
+        position = models.classified_position(model, n)
+        importance = {method: matrices[-1, position] for method, matrices in scores.items()}
+        importance[RANDOM] = rng.permutation(n).astype(float)
+        ordinary = ~np.isin(inputs["input_ids"][0].cpu().numpy(), list(special_ids))
+        erased.append(interaction_eval.erasure(
+            model, example, importance, ordinary=ordinary, bins=settings.erasure_bins,
+            pad_id=pad_id).assign(idx=row.idx))
     truth = pd.DataFrame(truth_rows, columns=["idx", "method", "layer", "hit", "rank"])
-    curves = pd.concat(curves, ignore_index=True)
-    truth_summary = ground_truth_summary(truth)
-    deletion = deletion_summary(curves)
-    board = leaderboard(truth_summary, deletion)
-    # an untimed method's seconds are 0, here and in `seconds`
+    return Comparison(scores=pd.DataFrame(score_rows), ground_truth=truth,
+                      curves=pd.concat(curves, ignore_index=True),
+                      erasure=pd.concat(erased, ignore_index=True), seconds=dict(seconds))
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Both models' comparisons, summarised with intervals (column `model`: trained or
+    untrained)."""
+
+    intervals: pd.DataFrame  # per model, method and measure (interaction_eval.intervals)
+    pairs: pd.DataFrame  # per model, measure and pair of methods (interaction_eval.pairs)
+    ground_truth: pd.DataFrame  # per model, method and scope (ground_truth_summary)
+    deletion: pd.DataFrame  # per model, method and scope (deletion_summary)
+    erasure: pd.DataFrame  # per model, method and bin: mean comprehensiveness, sufficiency
+    leaderboard: pd.DataFrame  # per method: each measure's mean and interval, both models
+    claims: pd.DataFrame  # judged on the trained model
+
+
+def summarise(comparisons: Mapping[str, Comparison], *, reps: int, seed: int) -> Summary:
+    """Intervals, pairs, tables and claims of the comparisons by model ("trained" first)."""
+    tables: dict[str, list[pd.DataFrame]] = defaultdict(list)
+    for name, comparison in comparisons.items():
+        values = comparison.per_example()
+        tables["intervals"].append(interaction_eval.intervals(values, reps=reps, seed=seed)
+                                   .assign(model=name))
+        tables["pairs"].append(interaction_eval.pairs(values, reps=reps, seed=seed)
+                               .assign(model=name))
+        tables["ground_truth"].append(interaction_eval.ground_truth_summary(
+            comparison.ground_truth).assign(model=name))
+        tables["deletion"].append(interaction_eval.deletion_summary(comparison.curves)
+                                  .assign(model=name))
+        tables["erasure"].append(comparison.erasure.groupby(["method", "bin"], sort=False)[
+            ["comprehensiveness", "sufficiency"]].mean().reset_index().assign(model=name))
+    joined = {name: pd.concat(frames, ignore_index=True) for name, frames in tables.items()}
+    trained = joined["intervals"][joined["intervals"]["model"] == "trained"]
+    compared = joined["pairs"][joined["pairs"]["model"] == "trained"]
+    return Summary(**joined, leaderboard=leaderboard(joined["intervals"],
+                                                     comparisons["trained"].seconds,
+                                                     examples=trained["examples"].max()),
+                   claims=pd.DataFrame(interaction_eval.claims(trained, compared)))
+
+
+def leaderboard(table: pd.DataFrame, seconds: Mapping[str, float], *,
+                examples: int) -> pd.DataFrame:
+    """One row per method: each measure as "mean [low, high]" on the trained model and on the
+    untrained one, and its seconds per example; ordered by the trained model's deletion AOPC
+    on the direction-free measure."""
+    cells = table.assign(cell=[f"{m:.3f} [{lo:.3f}, {hi:.3f}]" for m, lo, hi in
+                               zip(table["mean"], table["low"], table["high"], strict=True)],
+                         column=table["measure"] + " (" + table["model"] + ")")
+    wide = cells.pivot(index="method", columns="column", values="cell")
+    order = (table[(table["model"] == "trained") & (table["measure"] == "deletion_tv")]
+             .sort_values("mean", ascending=False)["method"])
+    columns = [f"{measure} ({model})" for measure in interaction_eval.MEASURES
+               for model in ("trained", "untrained") if f"{measure} ({model})" in wide]
+    board = wide.loc[list(order), columns].reset_index()
     board["seconds_per_example"] = board["method"].map(
-        lambda m: seconds[m] / counts[m] if counts.get(m) else float("nan"))
-    return Comparison(scores=pd.DataFrame(score_rows), ground_truth=truth_summary,
-                      deletion=deletion, curves=curves, leaderboard=board,
-                      claims=pd.DataFrame(claims(truth_summary, deletion)), seconds=seconds)
+        lambda m: seconds[m] / examples if m in seconds else float("nan"))
+    return board

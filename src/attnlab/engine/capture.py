@@ -22,7 +22,8 @@ class Captured:
     states: list[torch.Tensor]  # [e^0, ..., e^L], each (1, n, d)
     probs: torch.Tensor  # (L, H, n, n)
     values: torch.Tensor  # (L, H, n, d_v)
-    f_full: float  # F(A)
+    distribution: torch.Tensor  # (classes,) the unmodified model's class probabilities
+    f_full: float  # F(A), the target's entry of `distribution`
 
     @property
     def n_tokens(self) -> int:
@@ -46,11 +47,13 @@ def capture(model: PreTrainedModel, inputs: dict[str, torch.Tensor], target: int
             logits = models.logits(model, inputs, seen)
             states = models.hidden_states(model, inputs)
     layers = sorted(seen.probs)
+    distribution = torch.softmax(logits[0].float(), dim=-1)
     return Captured(
         inputs=inputs,
         target=target,
         states=states,
         probs=torch.stack([seen.probs[layer][0] for layer in layers]),
         values=torch.stack([seen.values[layer][0] for layer in layers]),
-        f_full=float(target_probability(logits, target)[0]),
+        distribution=distribution,
+        f_full=float(distribution[target]),
     )

@@ -45,6 +45,9 @@ class Family:
     # interaction methods decompose the attention sublayer with them
     out_proj: str
     attention_norm: str
+    # dotted path, inside one layer, of the layer norm after the feed-forward sublayer's
+    # residual connection (GlobEnc decomposes it too)
+    output_norm: str
     split: bool = True  # can the model be run from a cached hidden state at layer l?
 
 
@@ -80,7 +83,7 @@ def _distilbert_head(model: PreTrainedModel, hidden: torch.Tensor) -> torch.Tens
     return model.classifier(model.dropout(pooled))
 
 
-BERT_SUBLAYER = ("attention.output.dense", "attention.output.LayerNorm")
+BERT_SUBLAYER = ("attention.output.dense", "attention.output.LayerNorm", "output.LayerNorm")
 FAMILIES: dict[str, Family] = {
     "bert": Family("bert", "encoder.layer", "attention.self", _embeddings, _bert_head,
                    "classifier", *BERT_SUBLAYER),
@@ -89,10 +92,11 @@ FAMILIES: dict[str, Family] = {
     "electra": Family("electra", "encoder.layer", "attention.self", _embeddings, _sequence_head,
                       "classifier.out_proj", *BERT_SUBLAYER),
     "distilbert": Family("distilbert", "transformer.layer", "attention", _embeddings,
-                         _distilbert_head, "classifier", "attention.out_lin", "sa_layer_norm"),
+                         _distilbert_head, "classifier", "attention.out_lin", "sa_layer_norm",
+                         "output_layer_norm"),
     "bart": Family("model", "encoder.layers", "self_attn", _bart_embeddings, None,
                    "classification_head.out_proj", "self_attn.out_proj", "self_attn_layer_norm",
-                   split=False),
+                   "final_layer_norm", split=False),
 }
 
 
@@ -118,6 +122,11 @@ def attention_sublayer(model: PreTrainedModel, layer: int) -> tuple[nn.Linear, n
     family = family_of(model)
     block = layer_stack(model)[layer]
     return _get(block, family.out_proj), _get(block, family.attention_norm)
+
+
+def output_norm(model: PreTrainedModel, layer: int) -> nn.LayerNorm:
+    """The layer norm that closes layer `layer` (after the feed-forward sublayer)."""
+    return _get(layer_stack(model)[layer], family_of(model).output_norm)
 
 
 def layer_stack(model: PreTrainedModel) -> nn.ModuleList:
@@ -148,6 +157,21 @@ def load_classifier(
     family_of(model)  # refuse before any other work
     tokenizer = AutoTokenizer.from_pretrained(str(name_or_path), local_files_only=local)
     return prepare_model(model).to(device), tokenizer
+
+
+def untrained_copy(model: PreTrainedModel, seed: int) -> PreTrainedModel:
+    """A model of the same family and shape with fresh weights, drawn by the family's own
+    initialisation with `seed`, ready to analyse: what a method gives with nothing learned."""
+    torch.manual_seed(seed)
+    parameter = next(model.parameters())
+    fresh = type(model)(model.config).to(device=parameter.device, dtype=parameter.dtype)
+    return prepare_model(fresh)
+
+
+def classified_position(model: PreTrainedModel, n_tokens: int) -> int:
+    """The position whose last hidden state the classifier reads, in an example of n_tokens
+    without padding: the first ([CLS], <s>); BART's classifier reads its last </s>."""
+    return 0 if family_of(model).split else n_tokens - 1
 
 
 def align_labels(model: PreTrainedModel, label_names: Sequence[str]) -> PreTrainedModel:

@@ -1,40 +1,35 @@
 """Self-attention attribution (Hao, Dong, Wei & Xu 2021, "Self-Attention Attribution:
-Interpreting Information Interactions Inside Transformer", AAAI), read from the dumps.
-
-F is the probability of the class the dump attributed (`target`). Head-summed, per layer l:
+Interpreting Information Interactions Inside Transformer", AAAI), head-summed per layer l:
 
     a^l_ij = Σ_h A^l_h,ij ∫_0^1 ∂F(α A^l)/∂A^l_h,ij dα      (attnlab.engine.attribution)
 
-A dump keeps the full matrices only with attribution.keep_full; otherwise it keeps every edge
-i ≠ j above a floor (attnlab.data.dumps). Edges it did not keep are below every kept one of their
-layer, so they are scored −∞ here: tied with each other, below every kept edge — the rank of
-a kept edge is exact, that of an unkept one the middle of the tied block.
+F is the probability of the class the dumps attributed (the example's `target`). It is computed
+here again, by the engine with the run's `attribution` settings, rather than read from the
+dumps: the dumps may keep only the strongest edges, and so its time is measured as every other
+method's is (the same numbers as the dumps', up to the rounding of a batch of one).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
-import pandas as pd
+import torch
+from transformers import PreTrainedModel
 
-from attnlab.methods.method import DumpRow, Method
-
-
-def attattr_from_dump(row: pd.Series, n_layers: int, n_heads: int) -> np.ndarray:
-    """a^l_ij of one dump row as (L, n, n); −∞ where the dump kept no edge (and on the
-    diagonal, which it never keeps) unless it holds the full matrices."""
-    n = int(row["n_tokens"])
-    full = row.get("attr_full")
-    if full is not None and len(full):
-        return np.asarray(full, dtype=np.float64).reshape(n_layers, n_heads, n, n).sum(axis=1)
-    scores = np.full((n_layers, n, n), -np.inf)
-    scores[np.asarray(row["edge_layer"], dtype=int), np.asarray(row["edge_i"], dtype=int),
-           np.asarray(row["edge_j"], dtype=int)] = row["edge_score"]
-    return scores
+from attnlab.engine.attribution import attribute
+from attnlab.engine.capture import Captured
+from attnlab.methods.method import GRADIENTS, Method, as_scores
 
 
-def _score(dump: DumpRow) -> np.ndarray:
-    return attattr_from_dump(dump.row, dump.n_layers, dump.n_heads)
+def attattr(model: PreTrainedModel, example: Captured, engine: dict[str, Any]) -> torch.Tensor:
+    """a^l_ij of one example as (L, n, n); `engine`: the keyword arguments of `attribute`."""
+    target = torch.tensor([example.target], device=example.probs.device)
+    return attribute(model, example.inputs, target, **engine).attr[0].sum(dim=1)
 
 
-# computed by rule attribute: its time is that rule's
-METHOD = Method("attattr", frozenset({"dump"}), _score, timed=False)
+def _score(model: PreTrainedModel, captured: Captured, engine: dict[str, Any]) -> np.ndarray:
+    return as_scores(attattr(model, captured, engine))
+
+
+METHOD = Method("attattr", frozenset({"model", "captured", "engine", GRADIENTS}), _score)

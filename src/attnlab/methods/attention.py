@@ -12,4 +12,4 @@ def _score(attention: np.ndarray) -> np.ndarray:
     return attention
 
 
-METHOD = Method("attention", frozenset({"attention"}), _score, timed=False)
+METHOD = Method("attention", frozenset({"attention"}), _score)

@@ -9,6 +9,9 @@ tokens:
     raw attention  A^l = (1/H) Σ_h A^l_h                      (the head mean)
     residual       Ã^l = ½ A^l + ½ I                           (the residual connection as an
                                                                 identity edge; rows sum to 1)
+    rolled out     R^l = M^l M^{l−1} ... M^0                   (per-layer mixing matrices M
+                                                                composed as if linear: rollout,
+                                                                ALTI, GlobEnc)
 """
 
 from __future__ import annotations
@@ -24,3 +27,13 @@ def head_mean(probs: np.ndarray) -> np.ndarray:
 def residual_attention(attention: np.ndarray) -> np.ndarray:
     """Ã^l = ½ A^l + ½ I of (L, n, n) head-mean attention."""
     return 0.5 * attention + 0.5 * np.eye(attention.shape[-1])
+
+
+def roll_out(mixing: np.ndarray) -> np.ndarray:
+    """R^l = M^l M^{l−1} ... M^0 of (L, n, n) per-layer mixing matrices M^l."""
+    out = np.empty_like(mixing)
+    product = np.eye(mixing.shape[-1])
+    for layer, matrix in enumerate(mixing):
+        product = matrix @ product
+        out[layer] = product
+    return out

@@ -1,5 +1,6 @@
-"""F with attention edges zeroed: what occlusion (attnlab.methods.occlusion) and the deletion
-curves of every method (attnlab.analyses.interaction_eval) measure.
+"""The class probabilities with attention edges zeroed: what occlusion
+(attnlab.methods.occlusion) and the deletion curves of every method
+(attnlab.analyses.interaction_eval) measure.
 
 Zeroing edge i → j of layer l means A^l_h,ij = 0 in every head h, the rows not renormalised
 (as Hao et al. scale attention), through the intervention point (`Intervention.edge_mask`).
@@ -13,18 +14,18 @@ import torch
 from transformers import PreTrainedModel
 
 from attnlab.engine import models
-from attnlab.engine.capture import Captured, target_probability
+from attnlab.engine.capture import Captured
 from attnlab.engine.intervention import Intervention
 
 
-def masked_f(
+def masked_probabilities(
     model: PreTrainedModel,
     example: Captured,
     keep: dict[int, torch.Tensor],
     batch_size: int,
 ) -> torch.Tensor:
-    """F of C copies of `example`, copy c with layer l's edges multiplied by keep[l][c]
-    ((C, n, n), 0 = zeroed, in every head), as (C,)."""
+    """The class probabilities of C copies of `example`, copy c with layer l's edges
+    multiplied by keep[l][c] ((C, n, n), 0 = zeroed, in every head), as (C, classes)."""
     copies = len(next(iter(keep.values())))
     start = min(keep) if models.family_of(model).split else None
     out = []
@@ -43,7 +44,7 @@ def masked_f(
                 mask = models.layer_mask(model, hidden, ones)
                 hidden = models.run_layers(model, hidden, mask, start, None, intervention)
                 logits = models.classify(model, hidden)
-            out.append(target_probability(logits, example.target))
+            out.append(torch.softmax(logits.float(), dim=-1))
     return torch.cat(out)
 
 

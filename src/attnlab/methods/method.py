@@ -8,8 +8,9 @@ example (attnlab.analyses.interaction_methods.score_example builds them):
     attention   the head-mean attention (L, n, n), float64 (attention_graph.head_mean)
     captured    the example's forward pass (attnlab.engine.capture.Captured)
     model       the classifier it was captured from
-    dump        its row of the attribution dumps (`DumpRow`)
+    engine      the attribution engine's keyword arguments (attribution.engine_options)
     batch_size  how many edge-masked copies of the example one forward pass may run
+    variants    which of a method's named variants to compute (`Variants`)
 
 and one that is no argument:
 
@@ -23,7 +24,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 import torch
 
 GRADIENTS = "gradients"
@@ -34,18 +34,17 @@ class Method:
     name: str  # in the tables and figures
     needs: frozenset[str]  # the sources it reads (above)
     score: Callable[..., np.ndarray]  # one example's (L, n, n) scores, from its `needs`
-    # False: the scores are read off what is there already (the captured forward pass, the
-    # dumps), so the method has no time of its own here
-    timed: bool = True
 
 
 @dataclass(frozen=True)
-class DumpRow:
-    """One example's row of the attribution dumps, with the shape of its flat arrays."""
+class Variants:
+    """The variants attnlab keeps beside the authors' definitions (docs/methods.md); the
+    defaults are the authors'."""
 
-    row: pd.Series
-    n_layers: int
-    n_heads: int
+    # flow normalised so that each output node's flows sum to 1 (Abnar & Zuidema's code)
+    flow_normalised: bool = True
+    # ALTI measured against the layer norm's whole output, biases included (Ferrando et al.'s)
+    alti_biases: bool = True
 
 
 def as_scores(scores: torch.Tensor) -> np.ndarray:

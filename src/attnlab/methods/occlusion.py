@@ -13,7 +13,7 @@ import torch
 from transformers import PreTrainedModel
 
 from attnlab.engine.capture import Captured
-from attnlab.methods.edge_masking import masked_f, off_diagonal
+from attnlab.methods.edge_masking import masked_probabilities, off_diagonal
 from attnlab.methods.method import Method, as_scores
 
 
@@ -26,8 +26,8 @@ def occlusion(model: PreTrainedModel, example: Captured, batch_size: int) -> tor
     keep = keep.view(-1, n, n)
     scores = torch.zeros(example.probs.shape[0], n * n)
     for layer in range(example.probs.shape[0]):
-        scores[layer, edges] = example.f_full - masked_f(model, example, {layer: keep},
-                                                         batch_size).cpu()
+        masked = masked_probabilities(model, example, {layer: keep}, batch_size)
+        scores[layer, edges] = example.f_full - masked[:, example.target].cpu()
     return scores.view(-1, n, n)
 
 

@@ -2,12 +2,13 @@
 l, query i, key j; each defined in its module):
 
     attention             head-mean attention                      attention
-    attattr               AttAttr, from the dumps                   attattr
+    attattr               Hao et al. 2021                           attattr
     attention_x_gradient  attention × gradient                      attention_x_gradient
     rollout               Abnar & Zuidema 2020                      rollout
     flow                  Abnar & Zuidema 2020                      flow
     attention_norm        Kobayashi et al. 2020                     attention_norm
     alti                  Ferrando et al. 2022                      alti
+    globenc               Modarressi et al. 2022                    globenc
     value_zeroing         Mohebbi et al. 2023                       value_zeroing
     occlusion             F drop when one edge is zeroed            occlusion
 
@@ -24,6 +25,7 @@ from attnlab.methods import (
     attention_norm,
     attention_x_gradient,
     flow,
+    globenc,
     occlusion,
     rollout,
     value_zeroing,
@@ -38,6 +40,7 @@ METHODS: tuple[Method, ...] = (
     flow.METHOD,
     attention_norm.METHOD,
     alti.METHOD,
+    globenc.METHOD,
     value_zeroing.METHOD,
     occlusion.METHOD,
 )

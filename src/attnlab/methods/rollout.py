@@ -12,19 +12,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnlab.methods.attention_graph import residual_attention
+from attnlab.methods.attention_graph import residual_attention, roll_out
 from attnlab.methods.method import Method
 
 
 def rollout(attention: np.ndarray) -> np.ndarray:
     """Attention rollout R^l = Ã^l Ã^{l−1} ... Ã^0 of (L, n, n) head-mean attention."""
-    mixed = residual_attention(attention)
-    out = np.empty_like(mixed)
-    product = np.eye(mixed.shape[-1])
-    for layer, matrix in enumerate(mixed):
-        product = matrix @ product
-        out[layer] = product
-    return out
+    return roll_out(residual_attention(attention))
 
 
 METHOD = Method("rollout", frozenset({"attention"}), rollout)

@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
-from attnlab.analyses.interaction_eval import ALL, ANY, RANDOM
+from attnlab.analyses.interaction_eval import ALL, ANY, MEASURES, RANDOM
 from attnlab.report.figures import save_figure
 
 
@@ -40,27 +40,62 @@ def plot_ground_truth(summary: pd.DataFrame, task: str, path: str | os.PathLike)
     save_figure(figure, path)
 
 
-def plot_deletion(curves: pd.DataFrame, summary: pd.DataFrame, task: str,
-                  path: str | os.PathLike) -> None:
-    """Mean drop of F against the number of deleted edges (every layer at once), one line per
-    method, the random order dashed; AOPC above random per method and scope."""
-    figure, axes = plt.subplots(1, 2, figsize=(13, 4.2), gridspec_kw={"wspace": 0.45})
+def plot_deletion(curves: pd.DataFrame, task: str, path: str | os.PathLike) -> None:
+    """Mean drop of F and mean total variation against the number of deleted edges (every
+    layer at once), one line per method, the random order dashed; the trained model above, the
+    untrained one below, one legend beside the panels."""
     every = curves[curves["scope"] == ALL]
-    mean = every.groupby(["method", "k"], sort=False)["drop"].mean()
-    examples = every.groupby("method")["idx"].nunique()
-    for method, line in mean.groupby(level="method", sort=False):
-        axes[0].plot(line.index.get_level_values("k"), line.to_numpy(),
-                     label=f"{method} ({examples[method]} ex.)",
-                     linestyle="--" if method == RANDOM else "-",
-                     color="black" if method == RANDOM else None)
-    axes[0].set(xlabel="edges deleted per layer (top k)", ylabel="mean F(A) − F(deleted)",
-                title="deletion curve, every layer at once")
-    axes[0].legend(fontsize="small")
-    scopes = [*sorted(set(summary["scope"]) - {ALL}, key=int), ALL]
-    wide = (summary[summary["method"] != RANDOM]
-            .pivot(index="method", columns="scope", values="aopc_over_random")[scopes])
-    sns.heatmap(wide.sort_values(ALL, ascending=False), annot=True, fmt=".3f", center=0,
-                cmap="RdBu_r", cbar=False, ax=axes[1])
-    axes[1].set(xlabel="layer deleted in", ylabel="", title="AOPC minus random edges'")
-    figure.suptitle(f"{task}: faithfulness (up to {examples.max()} examples)")
+    models = list(dict.fromkeys(every["model"]))
+    figure, axes = plt.subplots(len(models), 2, figsize=(12, 3.6 * len(models)), squeeze=False,
+                                sharex=True)
+    methods = list(dict.fromkeys(every["method"]))
+    colours = dict(zip(methods, sns.color_palette("tab20", len(methods)), strict=True))
+    for row, model in enumerate(models):
+        mine = every[every["model"] == model]
+        for col, (column, label) in enumerate((("drop", "mean F(A) − F(deleted)"),
+                                              ("tv", "mean total variation"))):
+            ax = axes[row, col]
+            mean = mine.groupby(["method", "k"], sort=False)[column].mean()
+            for method in methods:
+                line = mean.loc[method]
+                ax.plot(line.index, line.to_numpy(), label=method,
+                        linestyle="--" if method == RANDOM else "-",
+                        color="black" if method == RANDOM else colours[method])
+            kind = "signed, target class" if column == "drop" else "direction-free"
+            ax.set(ylabel=label, title=f"{model} model: {kind}")
+            if row == len(models) - 1:
+                ax.set_xlabel("edges deleted per layer (top k)")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5),
+                  fontsize="small", title="method")
+    figure.suptitle(f"{task}: edge deletion, every layer at once "
+                    f"({every['idx'].nunique()} examples)")
+    figure.tight_layout()
+    save_figure(figure, path)
+
+
+def plot_leaderboard(table: pd.DataFrame, task: str, path: str | os.PathLike) -> None:
+    """Each measure's mean per method with its bootstrap interval: the trained model filled,
+    the untrained one hollow; one panel per measure."""
+    measures = [m for m in MEASURES if m in set(table["measure"])]
+    figure, axes = plt.subplots(1, len(measures), figsize=(3.2 * len(measures), 4.8),
+                                sharey=True, squeeze=False)
+    order = (table[(table["model"] == "trained") & (table["measure"] == "deletion_tv")]
+             .sort_values("mean")["method"].tolist())
+    y = {method: i for i, method in enumerate(order)}
+    for ax, measure in zip(axes[0], measures, strict=True):
+        for model, offset, face in (("trained", 0.15, None), ("untrained", -0.15, "none")):
+            rows = table[(table["model"] == model) & (table["measure"] == measure)]
+            rows = rows[rows["method"].isin(y)]
+            ax.errorbar(rows["mean"], rows["method"].map(y) + offset,
+                        xerr=[rows["mean"] - rows["low"], rows["high"] - rows["mean"]],
+                        fmt="o", color="C0" if model == "trained" else "C3",
+                        markerfacecolor=face, label=model, capsize=2)
+        what, higher = MEASURES[measure]
+        ax.set_title(measure + ("" if higher else "\n(lower is better)"), fontsize="medium")
+        ax.grid(axis="x", alpha=0.3)
+    axes[0, 0].set_yticks(range(len(order)), order)
+    axes[0, -1].legend(loc="center left", bbox_to_anchor=(1.0, 0.5))
+    figure.suptitle(f"{task}: interaction methods, mean and 95 % bootstrap interval")
+    figure.tight_layout()
     save_figure(figure, path)

@@ -1,7 +1,9 @@
 """Rule interaction_methods (docs/interaction_methods.md): which explanation finds the
-interaction? Every method of attnlab.methods.registry scores every token pair of every layer of
-a task's first attributed dev examples; each is judged against the planted pairs and by
-deletion curves, and the claims are judged on them."""
+interaction? Every method of attnlab.methods.registry (or those the config names) scores every
+token pair of every layer of a task's first attributed dev examples, on the trained model and
+on an untrained one of the same shape; each is judged against the planted pairs, by edge
+deletion (signed and direction-free) and by token erasure, with bootstrap intervals, and the
+claims are judged on them."""
 
 from __future__ import annotations
 
@@ -12,48 +14,75 @@ import pandas as pd
 from attnlab.analyses import interaction_methods
 from attnlab.analyses.claims import log_claims
 from attnlab.data.dumps import read_task_dump
-from attnlab.engine import examples
+from attnlab.engine import examples, models
+from attnlab.engine.attribution import engine_options
+from attnlab.methods.method import Variants
+from attnlab.methods.registry import METHODS
 from attnlab.model_job import ModelJob
 from attnlab.plumbing.outputs import write_table
 from attnlab.report.html_pages import write_tables_page
-from attnlab.report.interaction_figures import plot_deletion, plot_ground_truth
+from attnlab.report.interaction_figures import plot_deletion, plot_ground_truth, plot_leaderboard
 
 log = logging.getLogger(__name__)
 
 
 def run(job: ModelJob) -> None:
     """Writes the table scores (no task column: it sits in the task's partition of the
-    interaction_scores dataset), the tables ground_truth, deletion and claims, the page
-    leaderboard (with the time each method took) and the figures ground_truth_figure and
-    deletion_figure."""
+    interaction_scores dataset), the tables ground_truth, deletion, erasure, intervals, pairs
+    and claims, the page leaderboard (with the time each method took) and the figures
+    ground_truth_figure, deletion_figure and leaderboard_figure."""
     cfg = job.settings.interaction_methods
-    dump, meta = read_task_dump(job.inputs["parts"])
+    dump, _ = read_task_dump(job.inputs["parts"])
     dump, dev = interaction_methods.scored_examples(dump, job.split("dev"), cfg.examples)
     encoded = examples.encoded_frame(dev, job.spec, job.tokenizer, job.settings.model)
-    log.info("task %s: %d examples (flow: %d), %d layers x %d heads", job.task, len(dump),
-             min(cfg.flow_examples, len(dump)), meta["n_layers"], meta["n_heads"])
-    result = interaction_methods.compare_methods(
-        job.model, encoded, dump, meta, limits={"flow": cfg.flow_examples},
-        deletion_steps=cfg.deletion_steps, batch_size=cfg.batch_size, seed=job.settings.seed,
-        device=job.device)
-    write_table(result.scores, job.outputs["scores"], job.provenance)
-    job.write_tables({"ground_truth": result.ground_truth, "deletion": result.deletion,
-                      "claims": result.claims})
-    timings = pd.DataFrame([{"step": step, "seconds": s} for step, s in result.seconds.items()])
+    chosen = [method for method in METHODS if method.name in cfg.methods]
+    options = interaction_methods.Options(
+        methods=chosen, variants=Variants(flow_normalised=cfg.flow_normalised,
+                                          alti_biases=cfg.alti_biases),
+        engine=engine_options(job.settings.attribution), deletion_steps=cfg.deletion_steps,
+        erasure_bins=cfg.erasure_bins, batch_size=cfg.batch_size, seed=job.settings.seed)
+    log.info("task %s: %d examples, methods %s", job.task, len(dump),
+             ", ".join(method.name for method in chosen))
+    comparisons = {}
+    for name, model in (("trained", job.model),
+                        ("untrained", models.untrained_copy(job.model, job.settings.seed))):
+        comparisons[name] = interaction_methods.compare_methods(
+            model, encoded, dump, options, special_ids=job.tokenizer.all_special_ids,
+            device=job.device, desc=f"interactions ({name})")
+    summary = interaction_methods.summarise(comparisons, reps=cfg.bootstrap,
+                                            seed=job.settings.seed)
+    write_table(comparisons["trained"].scores, job.outputs["scores"], job.provenance)
+    job.write_tables({"ground_truth": summary.ground_truth, "deletion": summary.deletion,
+                      "erasure": summary.erasure, "intervals": summary.intervals,
+                      "pairs": summary.pairs, "claims": summary.claims})
+    seconds = comparisons["trained"].seconds
+    timings = pd.DataFrame([{"method": method, "seconds": s, "per_example": s / len(dump)}
+                            for method, s in seconds.items()])
     write_tables_page(job.outputs["leaderboard"], f"Interaction methods: {job.task}", [
-        ("Leaderboard", "planted_*: the strongest edge of some layer against the planted pair "
-         "(share of examples it joins, median rank and MRR of the planted edge); deletion_*: "
-         "AOPC when the method's top-k edges of every layer are zeroed, and its margin over "
-         "random edges on the same examples (docs/interaction_methods.md).",
-         result.leaderboard),
-        ("Ground truth per layer", "scope: the layer, or any layer.", result.ground_truth),
-        ("Faithfulness per scope", "scope: the layer deleted in, or all layers at once.",
-         result.deletion),
-        ("Claims", "", result.claims),
-        ("Time per method (s, all examples)", "", timings),
+        ("Leaderboard", "Each measure's mean over the examples with its 95 % bootstrap "
+         "interval, on the trained model and on an untrained model of the same shape (what "
+         "the measure gives with nothing learned). planted_*: against the planted pair; "
+         "deletion_target: AOPC of the target-class probability as the method's top-k edges "
+         "of every layer are zeroed (signed); deletion_tv: the same for the total variation "
+         "of the class distribution (direction-free); comprehensiveness and sufficiency: "
+         "ERASER token erasure by the last layer's row of the classified position "
+         "(docs/interaction_methods.md). seconds_per_example: the method's own time and the "
+         "forward pass every method needs.", summary.leaderboard),
+        ("Claims", "", summary.claims),
+        ("Pairs of methods", "method minus other, oriented so that > 0 is better, with the "
+         "paired bootstrap interval.", summary.pairs),
+        ("Ground truth per layer", "scope: the layer, or any layer.", summary.ground_truth),
+        ("Edge deletion per scope", "scope: the layer deleted in, or all layers at once.",
+         summary.deletion),
+        ("Token erasure per bin", "bin: the share of ordinary tokens removed or kept.",
+         summary.erasure),
+        ("Time per method (s)", "", timings),
     ])
-    plot_ground_truth(result.ground_truth, job.task, job.outputs["ground_truth_figure"])
-    plot_deletion(result.curves, result.deletion, job.task, job.outputs["deletion_figure"])
-    for step, s in result.seconds.items():
-        log.info("%s: %.1f s", step, s)
-    log_claims(result.claims, job.task)
+    plot_ground_truth(summary.ground_truth[summary.ground_truth["model"] == "trained"], job.task,
+                      job.outputs["ground_truth_figure"])
+    plot_deletion(pd.concat([c.curves.assign(model=name) for name, c in comparisons.items()]),
+                  job.task, job.outputs["deletion_figure"])
+    plot_leaderboard(summary.intervals, job.task, job.outputs["leaderboard_figure"])
+    for method, s in seconds.items():
+        log.info("%s: %.2f s per example", method, s / len(dump))
+    log_claims(summary.claims, job.task)
