@@ -296,7 +296,7 @@ def claims(table: pd.DataFrame, compared: pd.DataFrame) -> list[dict[str, Any]]:
 
     for measure, (what, higher) in MEASURES.items():
         ranked = table[(table["measure"] == measure) & (table["method"] != RANDOM)]
-        if ranked.empty:
+        if len(ranked) < 2:
             rows.append(claim(stage, f"One method leads on {what}", what, float("nan"), None))
             continue
         ranked = ranked.sort_values("mean", ascending=not higher)
