@@ -373,10 +373,10 @@ def test_tiny_config_runs_end_to_end(tiny_run):
     assert (mixing["estimator"] == expected).all()
     adversarial = pd.read_parquet(results / "explanation/pairs/adversarial_attention.parquet")
     assert (adversarial["tvd"] <= 0.01).all() and set(adversarial["layer"]) == {1}
-    # every method scores every layer of the same (planted) examples; flow the first one only
+    # every method, flow included, scores every layer of the same (planted) examples
     scores = pd.read_parquet(results / "interaction_scores/task=pairs/part.parquet")
     per_method = scores.groupby("method")["idx"].nunique()
-    assert per_method.pop("flow") == 1 and len(per_method) == 8
+    assert len(per_method) == 10
     assert per_method.nunique() == 1 and 1 <= per_method.iloc[0] <= 3
     assert set(scores["layer"]) == {0, 1}
     truth = pd.read_parquet(results / "interaction_methods/pairs/ground_truth.parquet")
