@@ -78,12 +78,15 @@ def plot_leaderboard(table: pd.DataFrame, task: str, path: str | os.PathLike) ->
     """Each measure's mean per method with its bootstrap interval: the trained model filled,
     the untrained one hollow; one panel per measure."""
     measures = [m for m in MEASURES if m in set(table["measure"])]
-    figure, axes = plt.subplots(1, len(measures), figsize=(3.2 * len(measures), 4.8),
-                                sharey=True, squeeze=False)
+    # three panels a row keep the figure under 1,700 pixels wide
+    rows = -(-len(measures) // 3)
+    figure, axes = plt.subplots(rows, 3, figsize=(10, 4.2 * rows), sharey=True, squeeze=False)
+    for ax in axes.flat[len(measures):]:
+        ax.set_axis_off()
     order = (table[(table["model"] == "trained") & (table["measure"] == "deletion_tv")]
              .sort_values("mean")["method"].tolist())
     y = {method: i for i, method in enumerate(order)}
-    for ax, measure in zip(axes[0], measures, strict=True):
+    for ax, measure in zip(axes.flat, measures, strict=False):
         for model, offset, face in (("trained", 0.15, None), ("untrained", -0.15, "none")):
             rows = table[(table["model"] == model) & (table["measure"] == measure)]
             rows = rows[rows["method"].isin(y)]
@@ -94,7 +97,8 @@ def plot_leaderboard(table: pd.DataFrame, task: str, path: str | os.PathLike) ->
         what, higher = MEASURES[measure]
         ax.set_title(measure + ("" if higher else "\n(lower is better)"), fontsize="medium")
         ax.grid(axis="x", alpha=0.3)
-    axes[0, 0].set_yticks(range(len(order)), order)
+    for row in axes:
+        row[0].set_yticks(range(len(order)), order)
     axes[0, -1].legend(loc="center left", bbox_to_anchor=(1.0, 0.5))
     figure.suptitle(f"{task}: interaction methods, mean and 95 % bootstrap interval")
     figure.tight_layout()
