@@ -179,6 +179,23 @@ def test_task_correlation_and_cross_task_claims():
         task_correlation.cross_task_claims(correlations, [["a", "x"]], [])
 
 
+@pytest.mark.parametrize(("model", "sources", "reason"), [
+    ({"source": "pretrained", "pretrain": {"epochs": 0}}, ["hub", "local"], None),
+    # a shared masked-LM start makes the heads correspond; real tasks share language
+    ({"source": "scratch", "pretrain": {"epochs": 2}}, ["hub", "hub"], None),
+    ({"source": "scratch", "pretrain": {"epochs": 0}}, ["hub", "hub"], "own random weights"),
+    ({"source": "scratch", "pretrain": {"epochs": 2}}, ["synthetic", "hub"],
+     "synthetic tasks (a) share no words"),
+])
+def test_cross_task_claims_are_not_testable_where_heads_do_not_correspond(model, sources, reason):
+    why = task_correlation.why_not_comparable(
+        model, {task: {"source": s} for task, s in zip("ab", sources, strict=True)})
+    if reason is None:
+        assert why is None
+    else:
+        assert reason in why.reason
+
+
 def test_task_correlation_stage_writes_the_pairs_claims_and_figure(tmp_path):
     paths = []
     for task, table in _importance().groupby("task"):
@@ -186,11 +203,25 @@ def test_task_correlation_stage_writes_the_pairs_claims_and_figure(tmp_path):
         table.to_parquet(paths[-1])
     out = {"table": str(tmp_path / "table.parquet"), "claims": str(tmp_path / "claims.parquet"),
            "figure": str(tmp_path / "figure.png")}
-    settings = {"heads": {"similar_pairs": [["a", "b"]], "dissimilar_pairs": [["a", "c"]]}}
+    # hub tasks fine-tuned from one pre-trained model: head h means the same in every model
+    settings = {"heads": {"similar_pairs": [["a", "b"]], "dissimilar_pairs": [["a", "c"]]},
+                "model": {"source": "pretrained", "pretrain": {"epochs": 0}},
+                "tasks": {t: {"source": "hub"} for t in "abc"}}
     task_correlation_stage.run(Job(rule="task_correlation", inputs={"importance": paths},
                                    outputs=out, settings=settings))
     assert len(pd.read_parquet(out["table"])) == 3
     assert pd.read_parquet(out["claims"])["verdict"].tolist() == ["holds"] * 3
+    # the default's setting: synthetic tasks, each model from its own random start
+    untestable = {**settings, "model": {"source": "scratch", "pretrain": {"epochs": 0}},
+                  "tasks": {t: {"source": "synthetic"} for t in "abc"}}
+    task_correlation_stage.run(Job(rule="task_correlation", inputs={"importance": paths},
+                                   outputs=out, settings=untestable))
+    claims = pd.read_parquet(out["claims"])
+    assert claims["verdict"].tolist() == ["not testable"] * 3
+    # r is still reported, beside the reason that it is not judged
+    assert claims["value"].iloc[0] == pytest.approx(pd.read_parquet(out["table"])["r"].iloc[0])
+    assert all("model.pretrain.epochs 0" in r and "synthetic tasks (a, b, c)" in r
+               for r in claims["reason"])
     assert (tmp_path / "figure.png").stat().st_size > 0
     only_taylor = _importance().assign(method="taylor")
     only_taylor.to_parquet(paths[0])

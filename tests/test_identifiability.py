@@ -134,6 +134,8 @@ def test_effective_attention_claims_are_not_testable_on_a_side_without_sequences
     short = ea.claims(_per_head([5, 7]), mass, d_v=8)
     assert [c["verdict"] for c in short] == ["holds"] * 2 + ["not testable"] * 5
     assert all(np.isnan(c["value"]) for c in short[2:])
+    # each says why instead of a verdict: the judged ones have no reason
+    assert [c["reason"] for c in short[:3]] == ["", "", "no example of more than d_v = 8 tokens"]
     long_ = _per_head([10, 12], pearson_r=[0.9, 0.8], max_change=0.1, negative_share=0.2)
     long_mass = mass.assign(length=10, effective=0.2)
     only_long = ea.claims(long_, long_mass, d_v=8)

@@ -300,6 +300,9 @@ def test_intervals_pairs_and_claims_from_per_example_values():
                     "(ERASER; lower is better)"] == "does not hold"  # a tie is no win
     assert verdicts["One method leads on planted pair hit (strongest edge of some layer "
                     "joins it)"] == "not testable"
+    reasons = {c["claim"]: c["reason"] for c in claims(table.reset_index(), compared.reset_index())}
+    assert reasons["One method leads on planted pair hit (strongest edge of some layer "
+                   "joins it)"] == "fewer than two methods score this measure"
 
 
 def test_the_registry_holds_every_method_module_once_in_the_order_of_the_tables():

@@ -99,7 +99,9 @@ rule task_correlation:
             category="Head importance",
         ),
     params:
-        **config_paths("heads.similar_pairs", "heads.dissimilar_pairs"),
+        # the model's source and the tasks' sources decide whether the claims can be tested
+        **config_paths("heads.similar_pairs", "heads.dissimilar_pairs", "model.source",
+                       "model.pretrain.epochs", "tasks"),
         code=code_version("stages.task_correlation"),
     log:
         "results/{name}/logs/task_correlation.log",

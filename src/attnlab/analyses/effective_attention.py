@@ -33,7 +33,7 @@ import torch
 from tqdm import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from attnlab.analyses.claims import claim
+from attnlab.analyses.claims import NotTestable, claim
 from attnlab.data import synthetic
 from attnlab.engine import examples, models
 from attnlab.engine.intervention import Intervention
@@ -211,6 +211,8 @@ def _identifiability_claims(per_head: pd.DataFrame, d_v: int) -> list[dict[str, 
     at_bound = (long_["null_dim"] == long_["length"] - d_v).mean() if len(long_) else float("nan")
     margin = short["singular_ratio"].min() if len(short) else float("nan")
     within = f"<= {d_v}"
+    no_short = NotTestable(f"no example of at most d_v = {d_v} tokens")
+    no_long = NotTestable(f"no example of more than d_v = {d_v} tokens")
     beyond = f"> {d_v}"
     return [
         claim(stage, "attention weights are identifiable up to d_v tokens: the values' left null "
@@ -218,20 +220,21 @@ def _identifiability_claims(per_head: pd.DataFrame, d_v: int) -> list[dict[str, 
               f"share of heads whose value vectors T have a non-trivial left null space, over "
               f"{_heads_of(short, within)} (holds if 0; rank tolerance sigma_max * max(n, d_v) "
               f"* float64 eps; smallest sigma_min / sigma_max of T seen: {margin:.2g})",
-              null_short, None if short.empty else null_short == 0),
+              null_short, no_short if short.empty else null_short == 0),
         claim(stage, "attention is identifiable up to d_v tokens (A_eff = A)",
               f"largest ||A - A_eff||_F / ||A||_F over {_heads_of(short, within)} (holds if <= "
-              f"{IDENTICAL:g})", change_short, None if short.empty else change_short <= IDENTICAL),
+              f"{IDENTICAL:g})", change_short,
+              no_short if short.empty else change_short <= IDENTICAL),
         claim(stage, "beyond d_v tokens attention weights are not identifiable: the values' left "
               "null space is non-trivial",
               f"share of heads whose value vectors T have a non-trivial left null space, over "
               f"{_heads_of(long_, beyond)} (holds if 1; {at_bound:.0%} of them have exactly "
               "n - d_v dimensions, the rank bound)",
-              null_long, None if long_.empty else null_long == 1),
+              null_long, no_long if long_.empty else null_long == 1),
         claim(stage, "beyond d_v tokens part of the attention does not reach the head's output "
               "(A_eff differs from A)",
               f"median ||A - A_eff||_F / ||A||_F over {_heads_of(long_, beyond)} (holds if > "
-              f"{IDENTICAL:g})", change_long, None if long_.empty else change_long > IDENTICAL),
+              f"{IDENTICAL:g})", change_long, no_long if long_.empty else change_long > IDENTICAL),
     ]
 
 
@@ -249,15 +252,20 @@ def claims(per_head: pd.DataFrame, mass: pd.DataFrame, d_v: int) -> list[dict[st
     out.append(claim(stage, "beyond d_v, r(A, A_eff) falls as sequences get longer",
                      f"Pearson r of sequence length and r(A, A_eff) over sequences of > {d_v} "
                      f"tokens (holds if < 0; {long_['example'].nunique()} such examples)",
-                     r_trend, None if lengths < 2 else r_trend < 0))
+                     r_trend, NotTestable(f"fewer than two sequence lengths above d_v = {d_v}")
+                     if lengths < 2 else r_trend < 0))
     negative = long_["negative_share"].mean() if len(long_) else float("nan")
     out.append(claim(stage, "beyond d_v, effective attention is not a probability distribution",
                      f"mean share of negative A_eff entries over sequences of > {d_v} tokens "
-                     "(holds if > 0)", negative, None if long_.empty else negative > 0))
+                     "(holds if > 0)", negative,
+                     NotTestable(f"no example of more than d_v = {d_v} tokens")
+                     if long_.empty else negative > 0))
     sep = mass[(mass["length"] > d_v) & (mass["category"] == "[SEP]")]
     shift = (sep["effective"] - sep["raw"]).mean() if len(sep) else float("nan")
     out.append(claim(stage, "effective attention to [SEP] is lower than raw attention",
                      f"mean effective minus raw attention mass on [SEP] over sequences of > {d_v} "
-                     "tokens (holds if < 0)", shift, None if sep.empty else shift < 0))
+                     "tokens (holds if < 0)", shift,
+                     NotTestable(f"no [SEP] in an example of more than d_v = {d_v} tokens")
+                     if sep.empty else shift < 0))
     return out
 

@@ -46,7 +46,7 @@ import pandas as pd
 import torch
 from transformers import PreTrainedModel
 
-from attnlab.analyses.claims import claim
+from attnlab.analyses.claims import NotTestable, claim
 from attnlab.engine import models
 from attnlab.engine.capture import Captured
 from attnlab.methods.edge_masking import masked_probabilities, off_diagonal
@@ -285,7 +285,8 @@ def claims(table: pd.DataFrame, compared: pd.DataFrame) -> list[dict[str, Any]]:
         what = MEASURES[measure][0]
         if pair.empty:
             rows.append(claim(stage, statement, f"{what}: {method} minus {other}",
-                              float("nan"), None))
+                              float("nan"),
+                              NotTestable(f"no paired scores of {method} and {other}")))
             return
         p = pair.iloc[0]
         rows.append(claim(
@@ -297,7 +298,8 @@ def claims(table: pd.DataFrame, compared: pd.DataFrame) -> list[dict[str, Any]]:
     for measure, (what, higher) in MEASURES.items():
         ranked = table[(table["measure"] == measure) & (table["method"] != RANDOM)]
         if len(ranked) < 2:
-            rows.append(claim(stage, f"One method leads on {what}", what, float("nan"), None))
+            rows.append(claim(stage, f"One method leads on {what}", what, float("nan"),
+                              NotTestable("fewer than two methods score this measure")))
             continue
         ranked = ranked.sort_values("mean", ascending=not higher)
         best, second = ranked["method"].iloc[0], ranked["method"].iloc[1]

@@ -22,7 +22,7 @@ from torch import nn
 from tqdm import tqdm
 from transformers import PreTrainedModel
 
-from attnlab.analyses.claims import claim
+from attnlab.analyses.claims import NotTestable, claim
 from attnlab.engine import examples, models
 
 MAPS = ("identity", "linear", "mlp")
@@ -174,7 +174,8 @@ def claims(rates: pd.DataFrame) -> list[dict[str, Any]]:
         claim(stage, "identifiability declines slowly with depth",
               f"mean over learned maps and losses of the rate at layer 1 minus at layer {last} "
               f"(holds if > 0 and <= {SLOW_DECLINE})", decline,
-              None if last < 2 else 0 < decline <= SLOW_DECLINE),
+              NotTestable("the model has fewer than two layers") if last < 2
+              else 0 < decline <= SLOW_DECLINE),
         claim(stage, "a learned map beats the identity baseline in the last layer",
               f"MLP-cosine rate minus identity-cosine rate at layer {last} (holds if > 0)",
               over_identity, over_identity > 0),

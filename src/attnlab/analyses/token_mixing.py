@@ -38,7 +38,7 @@ import torch
 from tqdm import tqdm
 from transformers import PreTrainedModel
 
-from attnlab.analyses.claims import claim
+from attnlab.analyses.claims import NotTestable, claim
 from attnlab.engine import models
 
 # Brunner et al.: in the last layers about 30 % of tokens are not mostly their own input; the
@@ -190,8 +190,10 @@ def claims(tokens: pd.DataFrame, offsets: pd.DataFrame) -> list[dict[str, Any]]:
               not_self >= PAPER_NOT_SELF / 2),
         claim(stage, "a token's own input contributes less with depth",
               f"median self-contribution at layer 1 minus at layer {last} (holds if > 0)",
-              fall, None if last < 2 else fall > 0),
+              fall, NotTestable("the model has fewer than two layers") if last < 2 else fall > 0),
         claim(stage, "neighbouring tokens contribute more than distant ones",
               f"mean contribution at |offset| = 1 minus at |offset| >= 2, layer {last} "
-              "(holds if > 0)", neighbours, None if np.isnan(neighbours) else neighbours > 0),
+              "(holds if > 0)", neighbours,
+              NotTestable("no token has both a neighbour and a token two or more away")
+              if np.isnan(neighbours) else neighbours > 0),
     ]

@@ -6,7 +6,11 @@ from __future__ import annotations
 import pandas as pd
 
 from attnlab.analyses.claims import COLUMNS, log_claims
-from attnlab.analyses.task_correlation import cross_task_claims, task_correlations
+from attnlab.analyses.task_correlation import (
+    cross_task_claims,
+    task_correlations,
+    why_not_comparable,
+)
 from attnlab.job import Job
 from attnlab.plumbing.errors import ConfigError
 from attnlab.plumbing.outputs import write_table
@@ -23,7 +27,9 @@ def run(job: Job) -> None:
         raise ConfigError("task_correlation needs 'attribution' in heads.methods")
     correlations = task_correlations(importance)
     # the task pair a claim is about is its task
-    claims = pd.DataFrame(cross_task_claims(correlations, cfg.similar_pairs, cfg.dissimilar_pairs),
+    untestable = why_not_comparable(job.settings.model.to_dict(), job.settings.tasks.to_dict())
+    claims = pd.DataFrame(cross_task_claims(correlations, cfg.similar_pairs, cfg.dissimilar_pairs,
+                                            untestable=untestable),
                           columns=["task", *COLUMNS])
     write_table(correlations, job.outputs["table"], job.provenance)
     write_table(claims, job.outputs["claims"], job.provenance)
