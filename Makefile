@@ -32,7 +32,8 @@ endif
 
 # --rerun-incomplete: after an interruption, the jobs that did not finish run again (their
 # outputs are never taken as complete); finished ones are kept. The report is rebuilt only when
-# some output is newer than it, so a run with nothing to do does nothing.
+# some output is newer than it, so a run with nothing to do does nothing. Either way the run
+# ends with a few lines: where the report is, how many claims hold, and which do not.
 # The config file is read first by attnlab, whatever the profile: Snakemake reports a missing
 # file with a traceback and a YAML syntax error without its line.
 run: $(VENV)/installed
@@ -45,6 +46,7 @@ run: $(VENV)/installed
 	@if [ -f $(REPORT) ] && [ -z "$$(find results/$(NAME) -newer $(REPORT) -type f | head -n 1)" ]; \
 	then echo "Report up to date: $(REPORT)"; \
 	else $(BIN)/snakemake --configfile $(CONFIG) --report $(REPORT); fi
+	@$(BIN)/python -m attnlab.report.findings results/$(NAME) $(REPORT)
 
 test: $(VENV)/installed
 	@$(MAKE) --no-print-directory packages

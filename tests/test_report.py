@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import subprocess
 from pathlib import Path
 
 import pandas as pd
@@ -20,7 +21,8 @@ from attnlab.analyses import (
     token_identifiability,
     token_mixing,
 )
-from attnlab.analyses.claims import claim
+from attnlab.analyses.claims import NotTestable, claim
+from attnlab.report import findings as landing
 from attnlab.report.summary import claims_table, load_findings, run_summary, stage_times
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -123,7 +125,7 @@ def test_claims_over_seeds_give_mean_interval_and_k_of_n(tmp_path):
             {"stage": "trees", "statement": "joins", "metric": f"share of {seed + 10} (>= 0.75)",
              "value": value, "holds": value >= 0.75},
             {"stage": "trees", "statement": "long", "metric": "m", "value": float("nan"),
-             "holds": None}], task="t"))
+             "holds": NotTestable("no long sentence")}], task="t"))
     out = tmp_path / "claims.html"
     table = claims_table(paths, findings_paths=[], out=out, origin={}).set_index("claim")
     joins = table.loc["joins"]
@@ -134,9 +136,94 @@ def test_claims_over_seeds_give_mean_interval_and_k_of_n(tmp_path):
     assert joins["verdict"] == "holds in 2 of 3 seeds"
     assert joins["metric"] == "share of 10 (>= 0.75)"  # the first seed's words
     assert table.loc["long", "verdict"] == "not testable"
+    assert table.loc["long", "reason"] == "no long sentence"
     page = out.read_text()
     assert "over 3 seeds (0, 1, 2)" in page and "<th>per_seed</th>" in page
-    assert "0 hold in every seed, 1 in some, 0 in none, 1 untested" in page
+    assert "0 holds, 0 does not hold, 1 holds in some seeds, 1 not testable" in page
+    # make run's lines name a claim that holds in some seeds only, with its k of n
+    assert landing.summary_lines(table.reset_index(), "r.html")[2:] == [
+        "Do not hold:", "  Hao et al. 2021 / trees: joins (t holds in 2 of 3 seeds)"]
+
+
+def _three_papers(tmp_path: Path) -> list[Path]:
+    """Claims of stages of three groups, written as the stages write them (out of order)."""
+    mixing = [
+        {"stage": "token_mixing", "statement": "neighbours contribute more", "metric": "m",
+         "value": 0.2, "holds": True},
+        {"stage": "token_mixing", "statement": "own input contributes less with depth",
+         "metric": "m", "value": float("nan"),
+         "holds": NotTestable("the model has fewer than two layers")}]
+    pruning_ = [
+        {"stage": "global", "statement": "keeping 10% keeps most", "metric": "ratio",
+         "value": 0.43, "holds": False},
+        {"stage": "per_layer", "statement": "low heads barely hurt", "metric": "drop",
+         "value": 0.0, "holds": True}]
+    methods = [{"stage": "interaction_methods", "statement": "AttAttr beats attention",
+                "metric": "hit: attattr minus attention, 95% paired bootstrap interval "
+                          "[0.02, 0.31] (holds if above 0)", "value": 0.15, "holds": True}]
+    cross = [{"stage": "task_correlation", "statement": "similar tasks correlate strongly",
+              "metric": "r", "value": 0.12,
+              "holds": NotTestable("synthetic tasks share no words")}]
+    return [write_claims(tmp_path / "mixing.parquet", mixing, task="a"),
+            write_claims(tmp_path / "methods.parquet", methods, task="a"),
+            *(write_claims(tmp_path / f"heads_{t}.parquet", pruning_, task=t) for t in "ab"),
+            write_claims(tmp_path / "cross.parquet", cross)]
+
+
+def test_the_first_page_groups_the_claims_by_paper_and_stage(tmp_path):
+    out = {"out": tmp_path / "claims.html", "landing": tmp_path / "landing.html",
+           "table_out": tmp_path / "findings.parquet"}
+    claims_table(_three_papers(tmp_path), findings_paths=[], origin={"code_version": "abc"},
+                 **out)
+    table = pd.read_parquet(out["table_out"])
+    # Hao et al. first (its stages in the paper's order, a stage's tasks side by side), then
+    # Brunner et al., then the interaction methods
+    assert list(zip(table["stage"], table["task"].fillna(""), strict=True)) == [
+        ("per_layer", "a"), ("per_layer", "b"), ("global", "a"), ("global", "b"),
+        ("task_correlation", ""), ("token_mixing", "a"), ("token_mixing", "a"),
+        ("interaction_methods", "a")]
+    assert table["group"].unique().tolist() == [landing.GROUPS[0][0], landing.GROUPS[1][0],
+                                                landing.GROUPS[3][0]]
+    assert landing.counts(table) == {"holds": 4, "does not hold": 2, "holds in some seeds": 0,
+                                     "not testable": 2, "not tested by this run": 0}
+    page = out["landing"].read_text()
+    assert "<b>4 holds, 2 does not hold, 2 not testable</b>" in page
+    # each group with its own counts, in the order above
+    headings = [page.index(f"<h3>{title}:") for title, _, _ in landing.GROUPS if title in
+                set(table["group"])]
+    assert headings == sorted(headings)
+    assert f"<h3>{landing.GROUPS[0][0]}: 2 holds, 2 does not hold, 1 not testable</h3>" in page
+    # a claim that cannot be tested says why, and keeps its number; an interval is shown
+    assert "not testable: synthetic tasks share no words" in page
+    assert "<td>0.12</td>" in page
+    assert "0.15 (interval [0.02, 0.31])" in page
+    # the claims page holds the same groups, each a table, with the reasons
+    claims_page = out["out"].read_text()
+    assert all(f"<h2>{group}</h2>" in claims_page for group in table["group"].unique())
+    assert "the model has fewer than two layers" in claims_page
+
+
+def test_make_run_prints_where_the_report_is_and_what_failed(tmp_path, capsys):
+    results = tmp_path / "results" / "run"
+    (results / "report").mkdir(parents=True)
+    claims_table(_three_papers(tmp_path), findings_paths=[], origin={},
+                 out=results / "report" / "claims.html",
+                 table_out=results / landing.FINDINGS_TABLE)
+    assert landing.main([str(results), "results/run/report.html"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "Report: results/run/report.html",
+        "Claims: 4 holds, 2 does not hold, 2 not testable (by paper and stage on the report's "
+        "first page)",
+        "Do not hold:",
+        "  Hao et al. 2021 / global: keeping 10% keeps most (a, b)"]
+    # before rule claims has run: one line, no traceback
+    assert landing.main([str(tmp_path / "results" / "other")]) == 1
+    assert "findings.parquet is missing" in capsys.readouterr().err
+
+
+def test_an_unknown_verdict_is_an_error():
+    with pytest.raises(ValueError, match="unknown verdict 'maybe'"):
+        landing.outcome("maybe")
 
 
 # The paper configuration's model, BERT-base: 64 value dimensions per head, 12 layers.
@@ -196,3 +283,26 @@ def test_every_finding_is_about_a_claim_the_library_states(paper):
         assert (finding.stage, finding.claim) in stated, finding.claim
         assert pd.isna(finding.task) or finding.task in paper_config["tasks"]
     assert paper in paper_config["report"]["papers"], "the paper configuration shows it"
+
+
+def test_every_stage_the_library_judges_has_its_group_on_the_first_page():
+    stated = library_claims(["mnli", "rte", "sst2"], [["mnli", "rte"]], [["mnli", "sst2"]])
+    stages = {stage for stage, _ in stated} | {"ground_truth", "trees", "triggers",
+                                               "interaction_methods"}
+    assert len(stages) == 14  # every stage that judges claims
+    assert {stage: landing.group_of(stage) for stage in stages if
+            landing.group_of(stage) == landing.OTHER or stage not in landing.STAGES} == {}
+
+
+
+def test_make_run_ends_with_the_findings_lines_whether_or_not_the_report_was_rebuilt():
+    # `make -n` prints the recipe without running it: after the report step (which rebuilds the
+    # report or says it is up to date) comes the summary of the configuration's own results
+    result = subprocess.run(["make", "-n", "--no-print-directory", "run",
+                             "CONFIG=config/replicate.yaml"], cwd=ROOT, capture_output=True,
+                            text=True, check=True)
+    lines = result.stdout.strip().splitlines()
+    assert "Report up to date: results/replicate/report.html" in lines[-3]
+    assert lines[-2].endswith("--report results/replicate/report.html; fi")
+    assert lines[-1].endswith("python -m attnlab.report.findings results/replicate "
+                              "results/replicate/report.html")

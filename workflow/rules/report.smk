@@ -34,6 +34,10 @@ rule claims:
             caption="../report/claims.rst",
             category="Claims",
         ),
+        # the findings the report's first page (workflow/report/workflow.rst) includes, and
+        # the table they are built from (read by `python -m attnlab.report.findings`)
+        landing="results/{name}/report/landing.html",
+        table="results/{name}/report/findings.parquet",
     params:
         **config_paths("report.papers"),
         code=code_version("stages.claims"),

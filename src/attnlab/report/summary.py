@@ -3,8 +3,9 @@
 * Run summary: wall time and memory per stage (from Snakemake's `benchmark:` files), the device
   and dev accuracy of every fine-tuned model, the library and package versions, and the
   configuration with its defaults filled in.
-* Claims: the claims tables of every stage in one table (each a paper's statement judged on
-  this run, see `attnlab.analyses.claims`), with what the paper states beside each claim when the
+* Claims: the claims tables of every stage (each a paper's statement judged on this run, see
+  `attnlab.analyses.claims`), grouped by paper and stage as the report's first page groups them
+  (`attnlab.report.findings`), with what the paper states beside each claim when the
   configuration names the paper (`report.papers`, files in workflow/report/findings/). A run
   over several seeds (config `seeds`) shows each claim once: its metric's mean and 95 %
   interval over the seeds, the value of every seed, and "holds in k of n seeds".
@@ -25,7 +26,8 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from attnlab.plumbing.outputs import provenance
+from attnlab.plumbing.outputs import provenance, write_table
+from attnlab.report.findings import counts, counts_line, grouped, landing_html
 from attnlab.report.html_pages import page, table_html, write_page
 
 # A seed's outputs are in results/<name>/seed=<s>/ (config `seeds`).
@@ -57,7 +59,8 @@ def interval95(values: list[float]) -> tuple[float, float]:
 def over_seeds(claims: pd.DataFrame) -> pd.DataFrame:
     """One row per claim of a claims table with a `seed` column: `value` the mean over the seeds
     whose verdict is not "not testable", `ci95` its 95 % interval, `per_seed` every seed's value
-    and verdict (+ holds, - does not, ? not testable), `verdict` "holds in k of n seeds"."""
+    and verdict (+ holds, - does not, ? not testable), `verdict` "holds in k of n seeds",
+    `reason` why a seed could not test it (the first seed's)."""
     marks = {"holds": "+", "does not hold": "-", "not testable": "?"}
     rows = []
     keys = ["stage", "task", "claim"]
@@ -80,8 +83,10 @@ def over_seeds(claims: pd.DataFrame) -> pd.DataFrame:
                                   zip(group["seed"], group["value"], group["verdict"],
                                       strict=True)),
             "verdict": verdict,
+            "reason": next((r for r in group["reason"] if isinstance(r, str) and r), ""),
         })
-    return pd.DataFrame(rows, columns=[*keys, "metric", "value", "ci95", "per_seed", "verdict"])
+    return pd.DataFrame(rows, columns=[*keys, "metric", "value", "ci95", "per_seed", "verdict",
+                                       "reason"])
 
 
 def _provenance(origin: dict[str, Any]) -> str:
@@ -160,17 +165,23 @@ def claims_table(
     findings_paths: list[str | os.PathLike],
     out: str | os.PathLike,
     origin: dict[str, Any],
+    landing: str | os.PathLike | None = None,
+    table_out: str | os.PathLike | None = None,
 ) -> pd.DataFrame:
-    """Gather every stage's claims into one HTML table at `out`, each beside what the papers in
-    `findings_paths` state about it (a finding naming a task is about that task's row only), and
-    the findings this run did not test. The claims of a run over several seeds (paths in
-    seed=<s> folders) are aggregated over the seeds (over_seeds). Returns the table."""
+    """Gather every stage's claims into HTML tables at `out`, grouped by paper and stage, each
+    beside what the papers in `findings_paths` state about it (a finding naming a task is about
+    that task's row only), and the findings this run did not test. The claims of a run over
+    several seeds (paths in seed=<s> folders) are aggregated over the seeds (over_seeds).
+    Writes the report's first page's fragment at `landing` and the table it is built from at
+    `table_out` (Parquet, with the provenance `origin`), where given. Returns the table."""
     claims = pd.concat([pd.read_parquet(path).assign(seed=seed_of(path))
                         for path in claims_paths], ignore_index=True)
-    if "task" not in claims:
-        claims["task"] = None
+    for column in ("task", "reason"):  # (tables of an older run have no reason)
+        if column not in claims:
+            claims[column] = None
+    claims["reason"] = claims["reason"].fillna("")
     seeds = sorted(set(claims["seed"].dropna().astype(int)))
-    claims = claims[["stage", "task", "claim", "metric", "value", "verdict", "seed"]]
+    claims = claims[["stage", "task", "claim", "metric", "value", "verdict", "reason", "seed"]]
     claims = over_seeds(claims) if seeds else claims.drop(columns="seed")
     findings = load_findings(findings_paths)
 
@@ -185,31 +196,32 @@ def claims_table(
     claims["source"] = [fs[0]["source"] if fs else None for fs in stated]
     untested = findings[[not any(about(f, c) for _, c in claims.iterrows())
                          for _, f in findings.iterrows()]]
-    table = pd.concat([claims, untested.assign(verdict="not tested by this run")],
+    table = pd.concat([claims, untested.assign(verdict="not tested by this run", reason="")],
                       ignore_index=True)
     replicated = ["ci95", "per_seed"] if seeds else []
-    table = table[["stage", "task", "claim", "paper", "metric", "value", *replicated, "verdict",
-                   "source"]]
+    table = grouped(table[["stage", "task", "claim", "paper", "metric", "value", *replicated,
+                           "verdict", "reason", "source"]])
 
     if seeds:
-        verdicts = table["verdict"].str.extract(r"holds in (\d+) of (\d+)").astype(float)
-        counts = (f"{(verdicts[0] == verdicts[1]).sum()} hold in every seed, "
-                  f"{((verdicts[0] > 0) & (verdicts[0] < verdicts[1])).sum()} in some, "
-                  f"{(verdicts[0] == 0).sum()} in none, {verdicts[0].isna().sum()} untested")
         heading = f"Every stage's claims over {len(seeds)} seeds ({', '.join(map(str, seeds))})"
         how = (" <i>value</i> is the mean over the seeds, <i>ci95</i> its 95 % interval "
                "(Student's t), <i>per_seed</i> each seed's value (+ holds, - does not, "
                "? not testable).")
     else:
-        counts = ", ".join(f"{n} {verdict}"
-                           for verdict, n in table["verdict"].value_counts().items())
         heading, how = "Every stage's claims, judged on this run", ""
-    shown = table if findings_paths else table.drop(columns=["paper", "source"])
+    shown = table.drop(columns=["group", "outcome"])
+    if not findings_paths:
+        shown = shown.drop(columns=["paper", "source"])
     note = "; <i>paper</i> is what the paper states" if findings_paths else ""
-    write_page(out, page("Claims", [
-        (heading,
-         f"<p>{html.escape(counts)}. Each metric names the threshold of its verdict{note}."
-         f"{how}</p>" + table_html(shown)),
-        ("Provenance", _provenance(origin)),
-    ]))
+    sections = [(heading,
+                 f"<p>{html.escape(counts_line(counts(table)))}. Each metric names the "
+                 f"threshold of its verdict; <i>reason</i> says why a claim is not testable"
+                 f"{note}.{how}</p>")]
+    sections += [(group, table_html(shown[table["group"] == group]))
+                 for group in table["group"].unique()]
+    write_page(out, page("Claims", [*sections, ("Provenance", _provenance(origin))]))
+    if landing is not None:
+        write_page(landing, landing_html(table))
+    if table_out is not None:
+        write_table(table, table_out, origin)
     return table
