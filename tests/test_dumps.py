@@ -198,7 +198,8 @@ def test_the_summary_stage_writes_the_summary_and_no_claims_without_planted_pair
     assert claims.empty and list(claims.columns) == ["task", *COLUMNS]
 
 
-def test_summary_reports_relative_and_absolute_completeness_error(tmp_path):
+def test_summary_reports_the_absolute_completeness_error_and_a_relative_one_above_a_floor(
+        tmp_path):
     row = example_row(random_result(n_examples=1, real=(6,)), 0, CFG)
     row.update(idx=0, label=0, tokens=["w"] * 6, segments=[0] * 6, planted_i=None, planted_j=None)
     # layer 0: attributions miss F(A) - F(0·A) = 0.5 by 0.01; layer 1: F barely moves (1e-4)
@@ -211,10 +212,33 @@ def test_summary_reports_relative_and_absolute_completeness_error(tmp_path):
     # stored as float32 (~6e-8 resolution near 0.9): 1e-6 absolute, 1e-2 relative tolerances
     assert summary["completeness_abs_error"]["max"] == pytest.approx(0.01, abs=1e-6)
     assert summary["completeness_abs_error"]["median"] == pytest.approx(0.0055, abs=1e-6)
-    assert summary["completeness_error"]["max"] == pytest.approx(10, rel=1e-2)
-    assert summary["completeness_error"]["median"] == pytest.approx((0.02 + 10) / 2, rel=1e-2)
+    # relative only where F moved by at least the stated floor: layer 0 (0.01 / 0.5); layer
+    # 1's ten-fold "error" over a change of 1e-4 is counted below the floor instead
+    relative = summary["completeness_rel_error"]
+    assert relative["max"] == pytest.approx(0.02, rel=1e-2)
+    assert relative["median"] == pytest.approx(0.02, rel=1e-2)
+    assert (relative["change_floor"], relative["pairs"], relative["pairs_below_floor"]) == (
+        0.05, 1, 1)
+    assert "completeness_error" not in summary  # no unqualified error
     assert summary["within_tolerance"] == 0.5 and summary["outside_tolerance"] == 1
     assert summary["grad_nodes"]["mean"] == 21 and summary["grad_nodes"]["max"] == 33
+
+
+def test_no_relative_completeness_error_where_no_layer_moves_f(tmp_path):
+    row = example_row(random_result(n_examples=1, real=(6,)), 0, CFG)
+    row.update(idx=0, label=0, tokens=["w"] * 6, segments=[0] * 6, planted_i=None, planted_j=None)
+    # a saturated model: removing either layer moves F by 1e-8 (the 106,158-fold "error" of
+    # an absolute 1e-3 over such a change is no quantity to report)
+    row.update(f_full=0.99, f_zero=[0.99 - 1e-8] * 2, attr_sum=[1e-3, 0.0],
+               residual=[1e-3, 1e-8], grad_nodes=[3, 3])
+    path = tmp_path / "part.parquet"
+    write_dump([row], path, {"shard": 0, "n_shards": 1, "n_layers": 2, "n_heads": 3})
+    summary = summarise_task([path], 1, tolerance=2e-3)
+    assert summary["completeness_rel_error"] == {
+        "median": None, "p90": None, "p99": None, "max": None, "change_floor": 0.05,
+        "pairs": 0, "pairs_below_floor": 2}
+    assert summary["completeness_abs_error"]["max"] == pytest.approx(1e-3, rel=1e-3)
+    assert summary["within_tolerance"] == 1.0
 
 
 def test_row_records_the_residual_and_nodes_of_every_layer():

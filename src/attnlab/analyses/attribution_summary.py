@@ -11,9 +11,11 @@ from typing import Any
 import numpy as np
 
 from attnlab.analyses.claims import claim
-from attnlab.data.dumps import completeness_errors, read_task_dump
+from attnlab.data.dumps import RELATIVE_FLOOR, completeness_errors, read_task_dump
 from attnlab.data.groundtruth import planted_pair_recovery
 from attnlab.plumbing.errors import AttnlabError
+
+QUANTILES = ("median", "p90", "p99", "max")
 
 
 def _quantiles(values: np.ndarray) -> dict[str, float]:
@@ -25,24 +27,30 @@ def summarise_task(shard_paths: list[str | os.PathLike], n_shards: int, *,
                    tolerance: float) -> dict[str, Any]:
     """Gather a task's shards, check them against the configured shard count, summarise.
 
-    Reports accuracy, the completeness error of the attributions (and the share of (example,
-    layer) pairs within `tolerance`), the gradient evaluations they took, the dump size per
-    example and, for synthetic tasks, how often attribution and raw attention find the
-    planted pair.
+    Reports accuracy, the completeness error of the attributions: absolute, in units of F, as
+    `tolerance` bounds it (and the share of (example, layer) pairs within it), and relative to
+    the change F(A) − F(0·A^l) only over the pairs where it is at least RELATIVE_FLOOR (stated
+    beside it, with the count of pairs below it); the gradient evaluations they took, the dump
+    size per example and, for synthetic tasks, how often attribution and raw attention find
+    the planted pair.
     """
     dump, meta = read_task_dump(shard_paths)
     if meta["n_shards"] != n_shards:
         raise AttnlabError(f"attribution dumps were written for {meta['n_shards']} shards, the "
                          f"config asks for {n_shards} (rerun attribute)")
-    # The relative error explodes on layers whose removal barely moves F (saturated models),
-    # so the absolute error is reported beside it.
+    # The relative error explodes on layers whose removal barely moves F (saturated models):
+    # it is taken above a stated floor of the change only.
     _, absolute, relative = completeness_errors(dump)
+    moved = relative[~np.isnan(relative)]
     nodes = np.stack(dump["grad_nodes"].to_numpy())
     return {
         "examples": len(dump),
         "accuracy": float((dump["pred"] == dump["label"]).mean()),
-        "completeness_error": _quantiles(relative),
         "completeness_abs_error": _quantiles(absolute),
+        "completeness_rel_error": {
+            **(_quantiles(moved) if moved.size else dict.fromkeys(QUANTILES)),
+            "change_floor": RELATIVE_FLOOR, "pairs": int(moved.size),
+            "pairs_below_floor": int(relative.size - moved.size)},
         "tolerance": tolerance,
         "within_tolerance": float((absolute <= tolerance).mean()),
         "outside_tolerance": int((absolute > tolerance).sum()),

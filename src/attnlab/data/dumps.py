@@ -221,10 +221,21 @@ def attributed_head_scores(
             for name, column in HEAD_SCORES.items()}
 
 
+# A completeness error relative to the change F(A) − F(0·A^l) is taken only where removing the
+# layer moves F by at least this much (in units of F, a probability): on a saturated model most
+# layers barely move F, and an absolute error within the tolerance over a change of 1e-8 would
+# read as an error of 10^5 (the quadrature study compares layers above the same floor).
+RELATIVE_FLOOR = 0.05
+
+
 def completeness_errors(dump: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per example (row) and layer (column) of a dump: the change F(A) − F(0·A^l), the
-    absolute completeness error |Σ Attr(A^l) − (F(A) − F(0·A^l))| and the error relative to
-    the change (as `Attribution.completeness_error` computes it from an engine result)."""
+    absolute completeness error |Σ Attr(A^l) − (F(A) − F(0·A^l))| (the quantity the tolerance
+    bounds) and the error relative to the change where |change| >= RELATIVE_FLOOR (NaN
+    elsewhere)."""
     delta = dump["f_full"].to_numpy()[:, None] - np.stack(dump["f_zero"].to_numpy())
     absolute = np.abs(np.stack(dump["residual"].to_numpy()))
-    return delta, absolute, absolute / np.maximum(np.abs(delta), 1e-12)
+    moved = np.abs(delta) >= RELATIVE_FLOOR
+    relative = np.full(absolute.shape, np.nan)
+    relative[moved] = absolute[moved] / np.abs(delta[moved])
+    return delta, absolute, relative

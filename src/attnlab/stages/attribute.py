@@ -26,7 +26,7 @@ def shard_rows(n_examples: int, shard: int, n_shards: int) -> range:
 
 
 def run(job: ModelJob) -> None:
-    """Writes the shard's dump `part` and its `summary` (examples, accuracy, largest
+    """Writes the shard's dump `part` and its `summary` (examples, accuracy, largest absolute
     completeness error and the (example, layer) pairs outside the tolerance, rows per pass,
     bytes)."""
     cfg = job.settings.attribution
@@ -47,8 +47,8 @@ def run(job: ModelJob) -> None:
         n_layers, n_heads = head_shape(job.model)
         write_dump([], path, {"n_layers": n_layers, "n_heads": n_heads, **meta})
         job.write_json("summary", {
-            "examples": 0, "accuracy": None, "completeness_error_median": None,
-            "completeness_error_max": None, "bytes": Path(path).stat().st_size})
+            "examples": 0, "accuracy": None, "completeness_abs_error_max": None,
+            "outside_tolerance": 0, "bytes": Path(path).stat().st_size})
         return
     attributed = dump_rows(job.model, job.tokenizer, dev, job.spec, cfg, job.settings.model,
                            device=job.device, bf16=job.precision.bf16, shard=shard,
