@@ -40,6 +40,11 @@ include: "workflow/rules/report.smk"
 report: "workflow/report/workflow.rst"
 
 
+# Once, in the process that plans the jobs (not in each job a cluster runs).
+if workflow.is_main_process:
+    warn_about_the_plan()
+
+
 localrules:
     all,
 

@@ -7,6 +7,7 @@ from attnlab.plumbing.config import validate_config
 from attnlab.plumbing.errors import ConfigError, stop
 from attnlab.plumbing.code_version import code_version
 from attnlab.plumbing.preflight import HUB_ID, check_config
+from attnlab.plumbing.plan_warnings import gpu_visible, hub_warnings, no_gpu_warning
 
 
 def pretrained_model():
@@ -162,6 +163,18 @@ def for_this_run(pattern):
 # is built, after every rule file is included.
 def benchmarks_by_rule(wildcards):
     return {rule.name: for_this_run(rule.benchmark) for rule in workflow.rules if rule.benchmark}
+
+
+def warn_about_the_plan():
+    """One line each on stderr, before any job runs (the dry run's, and the run's as it starts):
+    no GPU on this machine, with the plan's estimated CPU time, and a hub that cannot serve an
+    id the configuration names (attnlab.plumbing.plan_warnings). Every rule has been defined:
+    a rule's jobs are its benchmark files, one per job (benchmarks_by_rule)."""
+    jobs = {rule.name: len(for_this_run(rule.benchmark)) for rule in workflow.rules
+            if rule.benchmark}
+    for line in [no_gpu_warning(config, jobs, gpu=gpu_visible()), *hub_warnings(config)]:
+        if line:
+            print(line, file=sys.stderr)
 
 
 def claims_tables(wildcards):
