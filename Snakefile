@@ -1,7 +1,7 @@
 """attnlab: self-attention attribution, end to end (see README.md).
 
-    snakemake --cores all                                  # the default config.yaml
-    snakemake --cores all --configfile config/paper.yaml   # another configuration
+    snakemake --cores 2                                  # the default config.yaml (make run)
+    snakemake --cores 2 --configfile config/real.yaml   # another configuration
 """
 
 import sys
