@@ -1,0 +1,221 @@
+"""Write docs/results.md from the files of one finished run.
+
+    python docs/generate_results.py results/default           # rewrite docs/results.md
+    python docs/generate_results.py results/default --check   # exit 1 if it is not current
+    python docs/generate_results.py results/tiny --out page.md
+
+Every number of the page is read from the run's files: the fine-tuned models
+(finetune/<task>/metrics.json), the attribution summaries (attribution_summary/<task>.json),
+every stage's claims (*claims.parquet, grouped by paper and stage as the report's first page
+groups them: attnlab.report.findings) and the wall time of every job (benchmarks/). The page
+names the code version the files record, so a reader can tell which code found them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+from attnlab.report.findings import STAGES, counts, counts_line  # noqa: E402
+from attnlab.report.summary import claims_table  # noqa: E402
+
+OUTPUT = ROOT / "docs" / "results.md"
+# The reason of a claim judged by code from before claims stated their reasons.
+UNRECORDED = "the reason is not recorded by the code that ran"
+
+
+def _json(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _number(value: float | None) -> str:
+    return "—" if value is None or pd.isna(value) else f"{value:.3g}"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _claims_files(run: Path) -> list[Path]:
+    # the stages' tables, not the report's gathered one
+    return sorted(p for p in run.rglob("*claims.parquet") if "report" not in p.parts)
+
+
+def _code_versions(run: Path, tasks: list[str]) -> list[str]:
+    """The code versions the run's files record (one, unless the run was resumed by newer
+    code)."""
+    versions = {_json(run / "finetune" / t / "metrics.json").get("code_version") for t in tasks}
+    for path in _claims_files(run):
+        meta = pq.read_schema(path).metadata or {}
+        if b"attnlab" in meta:
+            versions.add(json.loads(meta[b"attnlab"]).get("code_version"))
+    return sorted(v for v in versions if v)
+
+
+def _models(run: Path, tasks: list[str]) -> str:
+    rows = []
+    for task in tasks:
+        metrics = _json(run / "finetune" / task / "metrics.json")
+        cap = metrics["params"]["finetune"]["epochs"]
+        stop = metrics["params"]["finetune"].get("stop_loss")
+        # training stops at the first epoch whose loss is below stop_loss, else at the cap
+        why = (f"loss < {stop:g}" if stop is not None and metrics["epochs"] < cap
+               else "the epoch cap")
+        rows.append([task, f"{metrics['n_train']:,}", f"{metrics['epochs']} of {cap} ({why})",
+                     f"{metrics['seconds']:.0f} s", metrics["device"],
+                     f"{_number(metrics['dev_accuracy'])} ({metrics['n_dev']} examples)"])
+    return _table(["task", "training examples", "epochs", "training time", "device",
+                   "dev accuracy"], rows)
+
+
+def _attribution(run: Path, tasks: list[str]) -> str:
+    rows = []
+    for task in tasks:
+        summary = _json(run / "attribution_summary" / f"{task}.json")
+        recovery = summary["planted_pair_recovery"]
+        rows.append([task, str(summary["examples"]),
+                     f"{summary['within_tolerance']:.3f} ({summary['outside_tolerance']} outside)",
+                     _number(summary["completeness_abs_error"]["max"]),
+                     f"{summary['grad_nodes']['mean']:.1f}",
+                     str(recovery["examples"]),
+                     f"{_number(recovery['attribution'])} / {_number(recovery['attention'])}"])
+    tolerance = _json(run / "attribution_summary" / f"{tasks[0]}.json")["tolerance"]
+    return (f"Completeness: the share of (example, layer) pairs whose attributions sum to the "
+            f"change of F within the tolerance ({tolerance:g}, in units of F), and the largest "
+            "absolute error. Planted pair: the share of the examples a planted pair decides in "
+            "which the strongest edge of some layer joins it, by attribution / raw attention.\n\n"
+            + _table(["task", "dev examples", "within tolerance", "largest error",
+                      "gradient evaluations per (example, layer)", "planted-pair examples",
+                      "planted pair found"], rows))
+
+
+def _cell(rows: pd.DataFrame, reasons: dict[str, int]) -> str:
+    """One task's cell of a claim: its number and verdict; a claim judged once per layer (several
+    rows) as the range of its numbers and how many hold; a reason's footnote where it is not
+    testable."""
+    if len(rows) > 1:
+        held = int((rows["outcome"] == "holds").sum())
+        return (f"{_number(rows['value'].min())}–{_number(rows['value'].max())}, {held} of "
+                f"{len(rows)} hold")
+    row = rows.iloc[0]
+    mark = row["verdict"]
+    if row["outcome"] == "not testable":
+        reasons.setdefault(row["reason"], len(reasons) + 1)
+        mark += f" ({reasons[row['reason']]})"
+    return f"{_number(row['value'])} {mark}"
+
+
+def _claims(run: Path) -> str:
+    with tempfile.TemporaryDirectory() as tmp:
+        table = claims_table(_claims_files(run), findings_paths=[], origin={},
+                             out=Path(tmp, "claims.html"))
+    parts = [f"{counts_line(counts(table))} (one claim per task it is judged on).\n"]
+    tasks = sorted({t for t in table["task"] if isinstance(t, str) and "–" not in t})
+    for group, rows in table.groupby("group", sort=False):
+        parts.append(f"### {group}\n\n{counts_line(counts(rows))}.\n")
+        for stage, claims in rows.groupby("stage", sort=False):
+            body, reasons = [], {}
+            for claim, per_task in claims.groupby("claim", sort=False):
+                cells = {}
+                for task, rows_ in per_task.groupby(per_task["task"].fillna("all tasks"),
+                                                    sort=False):
+                    cells[task] = _cell(rows_, reasons)
+                other = [f"{t}: {c}" for t, c in cells.items() if t not in tasks]
+                body.append([claim.replace("|", "\\|"), *(cells.get(t, "") for t in tasks),
+                             *(["; ".join(other)] if other else [])])
+            width = max(len(row) for row in body)
+            header = ["claim", *tasks, "other"][:width]
+            body = [row + [""] * (width - len(row)) for row in body]
+            parts.append(f"*{STAGES.get(stage, stage)}* (`{stage}`)\n\n" + _table(header, body))
+            parts += [f"({n}) not testable: {reason or UNRECORDED}\n"
+                      for reason, n in reasons.items()]
+    return "\n".join(parts)
+
+
+def _run_time(run: Path) -> str:
+    rows = []
+    for item in sorted((run / "benchmarks").iterdir()):
+        files = sorted(item.rglob("*.tsv")) if item.is_dir() else [item]
+        seconds = sum(pd.read_csv(f, sep="\t")["s"].sum() for f in files)
+        rows.append((item.name.removesuffix(".tsv"), len(files), seconds))
+    rows.sort(key=lambda r: -r[2])
+    total = sum(r[2] for r in rows)
+    return (f"The jobs' wall times summed by rule, from the `benchmark:` files: {total:.0f} s "
+            "in all (jobs run side by side, so `make run` takes less; this machine's load "
+            "moves them).\n\n" + _table(["rule", "jobs", "seconds"],
+                                        [[r, str(n), f"{s:.0f}"] for r, n, s in rows]))
+
+
+def generate(run: Path) -> str:
+    """The page for the run whose files are in `run` (results/<name>/)."""
+    run = Path(run)
+    tasks = sorted(p.name for p in (run / "finetune").iterdir() if p.is_dir())
+    versions = ", ".join(f"`{v}`" for v in _code_versions(run, tasks)) or "not recorded"
+    return f"""# What the default run finds
+
+<!-- Generated by docs/generate_results.py from the files of one run. Do not edit: after
+     `make run`, run `python docs/generate_results.py results/default`. -->
+
+Every number below is read from the files of one run of `config.yaml` (`results/{run.name}/`),
+by code version {versions} (as its files record it). The report `results/{run.name}/report.html`
+shows the same claims first, with their figures. One training run is one draw: on another CPU
+or seed the models differ slightly and so do the numbers; `make run
+CONFIG=config/replicate.yaml` judges every claim over 5 seeds ([replication.md](replication.md)).
+The methods are defined in [methods.md](methods.md); each claim's metric and threshold are in
+the claims page of the report.
+
+## The models
+
+`finetune/<task>/metrics.json`:
+
+{_models(run, tasks)}
+## Attribution and completeness
+
+`attribution_summary/<task>.json`:
+
+{_attribution(run, tasks)}
+## The claims
+
+Every stage's claims (`*claims.parquet`), by paper and stage: this run's number and verdict
+per task; a claim the configuration cannot test says why.
+
+{_claims(run)}
+## Run time
+
+{_run_time(run)}"""
+
+
+def main(argv: list[str]) -> int:
+    args = [a for a in argv if not a.startswith("--")]
+    out = OUTPUT
+    if "--out" in argv:
+        out = Path(argv[argv.index("--out") + 1])
+        args.remove(str(out))
+    if len(args) != 1 or not Path(args[0], "finetune").is_dir():
+        print("usage: python docs/generate_results.py results/<name> [--check] [--out FILE] "
+              "(a finished run's folder)", file=sys.stderr)
+        return 2
+    text = generate(Path(args[0]))
+    if "--check" in argv:
+        current = out.read_text(encoding="utf-8") if out.exists() else ""
+        if current != text:
+            print(f"{out} is not the page of {args[0]}: run python docs/generate_results.py "
+                  f"{args[0]}", file=sys.stderr)
+            return 1
+        return 0
+    out.write_text(text, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
