@@ -168,8 +168,8 @@ def benchmarks_by_rule(wildcards):
 def warn_about_the_plan():
     """One line each on stderr, before any job runs (the dry run's, and the run's as it starts):
     no GPU on this machine, with the plan's estimated CPU time, and a hub that cannot serve an
-    id the configuration names (attnlab.plumbing.plan_warnings). Every rule has been defined:
-    a rule's jobs are its benchmark files, one per job (benchmarks_by_rule)."""
+    id the configuration names (attnlab.plumbing.plan_warnings). Called once all rules are
+    defined, whose jobs are their benchmark files, one per job (benchmarks_by_rule)."""
     jobs = {rule.name: len(for_this_run(rule.benchmark)) for rule in workflow.rules
             if rule.benchmark}
     for line in [no_gpu_warning(config, jobs, gpu=gpu_visible()), *hub_warnings(config)]:
