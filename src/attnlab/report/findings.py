@@ -106,8 +106,8 @@ def counts_line(numbers: dict[str, int]) -> str:
 
 
 def _number(row: pd.Series) -> str:
-    """This run's number of a claim: its value, its interval (over seeds, or the one its
-    metric names) and, over seeds, in how many it holds."""
+    """This run's number of a claim: its value and its interval (over seeds, or the one its
+    metric names); in how many seeds it holds is its verdict."""
     value = row["value"]
     if pd.isna(value):
         return "—"
