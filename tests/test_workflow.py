@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import html
 import json
 import os
 import re
@@ -21,6 +22,7 @@ from test_hub import glue_like, write_hub_folder
 from transformers import BertConfig, BertForSequenceClassification
 
 from attnlab.data.tokenization import build_tokenizer
+from attnlab.report.findings import counts, counts_line
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -438,10 +440,42 @@ def test_report_holds_every_figure_the_claims_and_the_run_summary(tiny_run):
     assert len(tables)  # the check below is not vacuous
     for claim in tables.itertuples():
         assert f"<td>{claim.stage}</td>" in claims and f"<td>{claim.claim}</td>" in claims
+    # the first page leads with the findings: the groups of the papers, their counts, and the
+    # cross-task claims of scratch models on synthetic tasks marked not testable, with why
+    page = (tiny_run.results / "report.html").read_text()
+    findings = pd.read_parquet(tiny_run.results / "report" / "findings.parquet")
+    assert len(findings) == len(tables)
+    landing = (tiny_run.results / "report" / "landing.html").read_text()
+    assert html.escape(counts_line(counts(findings))) in landing
+    for group in findings["group"].unique():
+        assert json.dumps(f"<h3>{html.escape(group)}:")[1:-1] in page, group
+    cross = findings[findings["stage"] == "task_correlation"]
+    assert set(cross["verdict"]) == {"not testable"}
+    assert all("synthetic tasks (pairs, single) share no words" in r for r in cross["reason"])
     summary = pages["run_summary.html"].read_text()
     for stage in (tiny_run.results / "benchmarks").iterdir():
         assert f"<td>{stage.name.removesuffix('.tsv')}</td>" in summary, stage.name
     assert "cpu (1 threads)" in summary and "name: tiny" in summary
+
+
+@pytest.mark.slow
+def test_the_results_page_is_generated_from_a_run_s_files(tiny_run, tmp_path):
+    generator = [sys.executable, str(ROOT / "docs" / "generate_results.py"),
+                 str(tiny_run.results), "--out", str(tmp_path / "results.md")]
+    subprocess.run(generator, check=True, env=ENV)
+    text = (tmp_path / "results.md").read_text()
+    for task in TINY["tasks"]:
+        metrics = json.loads((tiny_run.results / "finetune" / task / "metrics.json").read_text())
+        assert f"| {task} | {metrics['n_train']:,} | {metrics['epochs']} of " in text
+        assert f"`{metrics['code_version']}`" in text
+    findings = pd.read_parquet(tiny_run.results / "report" / "findings.parquet")
+    assert counts_line(counts(findings)) in text
+    for claim in findings["claim"]:
+        assert claim.replace("|", "\\|") in text, claim
+    # --check: the page is the run's; a hand edit is caught
+    assert subprocess.run([*generator, "--check"], env=ENV).returncode == 0
+    (tmp_path / "results.md").write_text(text.replace(" holds", " hold"))
+    assert subprocess.run([*generator, "--check"], env=ENV, capture_output=True).returncode == 1
 
 
 @pytest.mark.slow
