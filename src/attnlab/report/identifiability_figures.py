@@ -9,7 +9,11 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
-from attnlab.report.figures import save_figure
+from attnlab.report.figures import note, save_figure
+
+# A share of tokens whose own input is their largest contributor this high in every layer is
+# a flat row of bars: the panel says so in words.
+FLAT_SHARE = 0.95
 
 
 def plot_effective_attention(
@@ -20,9 +24,11 @@ def plot_effective_attention(
     examples), d_v marked; then, per token category, the mean raw and effective attention mass
     on it per head, over the sequences longer than d_v (all when none is)."""
     categories = list(dict.fromkeys(mass["category"]))
-    panels = 2 + len(categories)
-    figure, axes = plt.subplots(1, panels, squeeze=False, figsize=(4.2 * panels, 3.6))
-    axes = axes[0]
+    # the two line panels side by side, then one full-width row per category: every head's
+    # bars need the width, and the figure stays within the figure checks' bounds
+    layout = [["pearson_r", "relative_change"], *([c, c] for c in categories)]
+    figure, named = plt.subplot_mosaic(layout, figsize=(11, 3.4 * (1 + len(categories))))
+    axes = [named["pearson_r"], named["relative_change"], *(named[c] for c in categories)]
     by_length = (("pearson_r", "Pearson r(A, A_eff)", "raw vs effective attention"),
                  ("relative_change", "||A - A_eff||_F / ||A||_F",
                   "non-identifiable part of A"))
@@ -45,7 +51,7 @@ def plot_effective_attention(
                title=f"attention to {category}\n({which})")
         ax.tick_params(axis="x", labelrotation=90, labelsize="small")
         ax.axhline(0, color="black", linewidth=0.5)
-    axes[2].legend(fontsize="small", loc="lower right", framealpha=0.9)
+    axes[2].legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))  # off the bars
     figure.tight_layout()
     save_figure(figure, path)
 
@@ -74,6 +80,12 @@ def plot_token_mixing(
     sns.barplot(data=share, x="layer", y="top_is_self", color="tab:blue", ax=axes[0])
     axes[0].set(ylim=(0, 1.05), ylabel="share of tokens", xlabel="layer",
                 title="own input is the largest contributor")
+    if share["top_is_self"].min() >= FLAT_SHARE:
+        # bars all at about 1 say one thing; say it in words
+        note(axes[0], f"in every layer, {share['top_is_self'].min():.0%} or more of the tokens "
+                      "keep their own input\nas the largest contributor (the next panel shows "
+                      "by how much)",
+             fontsize=8)
     sns.boxplot(data=tokens, x="layer", y="self_contribution", color="tab:orange",
                 showfliers=False, ax=axes[1])
     axes[1].set(ylabel="contribution of own input", xlabel="layer",

@@ -6,8 +6,22 @@ import os
 from typing import Any
 
 import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from attnlab.report.figures import save_figure
+
+
+def _few_log_ticks(ax: Axes) -> None:
+    """Labels on powers of ten only, and none on the minor ticks: over less than a decade
+    matplotlib labels the minor ticks too, and they print over each other."""
+    for axis in (ax.xaxis, ax.yaxis):
+        if axis.get_scale() != "log":
+            continue
+        axis.set_major_locator(LogLocator(base=10, numticks=6))
+        axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:.0e}".replace(
+            "e-0", "e-").replace("e+0", "e")))
+        axis.set_minor_formatter(NullFormatter())
 
 
 def plot_study(reports: dict[str, dict[str, Any]], path: str | os.PathLike) -> None:
@@ -33,5 +47,7 @@ def plot_study(reports: dict[str, dict[str, Any]], path: str | os.PathLike) -> N
         row[1].axhline(report["tolerance"], color="grey", linestyle="--", linewidth=1)
         row[1].set(xscale="log", yscale="log", title=f"{task}: completeness",
                    xlabel="seconds per example (attribute job)", ylabel="absolute error, p99")
+        for ax in row:
+            _few_log_ticks(ax)
     figure.tight_layout()
     save_figure(figure, path)
