@@ -37,7 +37,9 @@ def plot_effective_attention(
                      palette="viridis", errorbar=None, ax=ax)
         ax.axvline(d_v, color="grey", linestyle="--", label=f"d_v = {d_v}")
         ax.set(xlabel="sequence length (tokens)", ylabel=label, title=title)
-        ax.legend(fontsize="small", title="layer")
+    # one legend for both line panels, right of the second: inside, it covers lines
+    axes[0].get_legend().remove()
+    axes[1].legend(fontsize="small", title="layer", loc="upper left", bbox_to_anchor=(1.0, 1.0))
     long_ = mass[mass["length"] > d_v]
     which = f"sequences > {d_v} tokens" if len(long_) else f"all sequences (none > {d_v})"
     data = long_ if len(long_) else mass

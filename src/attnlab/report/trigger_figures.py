@@ -46,9 +46,9 @@ def plot_attack(summary: pd.DataFrame, task: str, planted: dict[str, str] | None
     ax.set_ylim(0, 1.05)
     ax.set_xlabel("")
     ax.set_ylabel("accuracy on the other classes")
-    ax.tick_params(axis="x", labelrotation=30, labelsize=8)
+    # upright labels: slanted ones run into their neighbours
+    ax.tick_params(axis="x", labelrotation=90, labelsize=8)
     for label in ax.get_xticklabels():
-        label.set_horizontalalignment("right")
         name, _, words = label.get_text().partition(" #")
         if planted and set(words.partition(": ")[2].split()) == set(planted.get(name, "").split()):
             label.set_color("tab:green")
