@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from attnlab.report.figures import save_figure
+from attnlab.report.figures import note, save_figure
 
 
 def _few_log_ticks(ax: Axes) -> None:
@@ -41,6 +41,9 @@ def plot_study(reports: dict[str, dict[str, Any]], path: str | os.PathLike) -> N
                 ax.annotate(name, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
         # a log scale without a point fails to draw
         scale = "log" if row[0].collections else "linear"
+        if not row[0].collections:
+            note(row[0], f"no layer to compare: none changes F by more than "
+                         f"{report['min_delta']:g}\nwhen its attention is zeroed")
         row[0].set(xscale=scale, yscale=scale, title=f"{task}: per-head maximum",
                    xlabel="gradient evaluations per (example, layer)",
                    ylabel="relative error, median")
