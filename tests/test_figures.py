@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
+import seaborn as sns
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from PIL import Image
 
@@ -76,6 +77,15 @@ def test_a_flat_panel_warns_unless_a_note_says_why(caplog):
     assert problems == ["panel 0 ('flat') is flat (every value 1) and has no note saying why"]
     assert caplog.records[0].name == CHECKS
     assert caplog.records[0].getMessage() == f"figure task/flat.png: {problems[0]}"
+    plt.close(figure)
+
+
+def test_a_constant_heatmap_needs_its_values_written_in_its_cells():
+    figure, axes = plt.subplots(1, 2, figsize=(6, 3))
+    sns.heatmap(np.zeros((2, 3)), annot=True, ax=axes[0], cbar=False)  # "0" in every cell
+    sns.heatmap(np.zeros((2, 3)), ax=axes[1], cbar=False)
+    assert figures.check_figure(figure, "x.png") == [
+        "panel 1 is flat (every value 0) and has no note saying why"]
     plt.close(figure)
 
 
@@ -195,6 +205,15 @@ def test_the_leaderboard_of_one_task_has_readable_ticks(tmp_path, drawn, methods
                              "mean": mean, "low": mean - 0.0333333, "high": mean + 0.0123456})
     interaction_figures.plot_leaderboard(pd.DataFrame(rows), "pairs", tmp_path / "lb.png")
     assert drawn[0].warnings == [] and within_bounds(tmp_path / "lb.png")
+
+
+def test_the_ground_truth_of_one_task_with_every_share_zero_reads(tmp_path, drawn):
+    summary = pd.DataFrame([{"method": method, "scope": scope, "hit_share": 0.0, "mrr": 0.25,
+                             "examples": 3}
+                            for method in ("attattr", "attention", RANDOM)
+                            for scope in ("0", "1", "any")])
+    interaction_figures.plot_ground_truth(summary, "pairs", tmp_path / "gt.png")
+    assert drawn[0].warnings == [] and within_bounds(tmp_path / "gt.png")
 
 
 def test_permutation_shows_shares_of_kept_and_flipped_outputs_with_counts(tmp_path, drawn):

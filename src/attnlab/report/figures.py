@@ -24,7 +24,7 @@ logging.getLogger("matplotlib.category").setLevel(logging.WARNING)
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
-from matplotlib.collections import Collection  # noqa: E402
+from matplotlib.collections import Collection, QuadMesh  # noqa: E402
 from matplotlib.image import AxesImage  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 from matplotlib.transforms import Bbox  # noqa: E402
@@ -54,6 +54,12 @@ def _panel_name(ax: Axes, index: int) -> str:
     return f"panel {index}" + (f" ({' '.join(title.split())!r})" if title else "")
 
 
+def _points(collection: Collection, ax: Axes) -> bool:
+    """Whether `collection` draws points at data coordinates (a scatter)."""
+    return (collection.get_offset_transform() is ax.transData
+            and len(collection.get_offsets()) > 0)
+
+
 def _values(ax: Axes) -> list[np.ndarray]:
     """The data values a panel shows: y of its lines and points, heights of its bars (widths of
     horizontal ones), pixels of its images; reference lines (axhline, axvline) left out."""
@@ -66,13 +72,18 @@ def _values(ax: Axes) -> list[np.ndarray]:
         if len(np.unique(x[np.isfinite(x)])) == 1 and len(y) > 1:  # a vertical segment
             values.append(x)
     for collection in ax.collections:
-        if isinstance(collection, Collection) and len(collection.get_offsets()):
+        # points (scatter) sit at data offsets; a collection without offsets reports one at 0
+        if _points(collection, ax):
             values.append(np.asarray(collection.get_offsets(), dtype=float)[:, 1])
     bars = [p for p in ax.patches if isinstance(p, Rectangle)]
     if bars:
         horizontal = (np.ptp([b.get_y() for b in bars]) > 0
                       and np.ptp([b.get_x() for b in bars]) == 0)
         values.append(np.array([b.get_width() if horizontal else b.get_height() for b in bars]))
+    for mesh in ax.collections:
+        if isinstance(mesh, QuadMesh):  # pcolormesh, seaborn's heatmap
+            values.append(np.ma.filled(np.ma.asarray(mesh.get_array(), dtype=float),
+                                       np.nan).ravel())
     for image in ax.images:
         if isinstance(image, AxesImage):
             values.append(np.asarray(image.get_array(), dtype=float).ravel())
@@ -102,7 +113,7 @@ def _data_boxes(ax: Axes, renderer) -> list[Bbox]:
                       if np.isfinite([x, y]).all()]
     for collection in ax.collections:
         offsets = np.asarray(collection.get_offsets(), dtype=float)
-        if len(offsets) and collection.get_offset_transform() is ax.transData:
+        if _points(collection, ax):
             boxes += [Bbox.from_bounds(x - 1, y - 1, 2, 2)
                       for x, y in ax.transData.transform(offsets) if np.isfinite([x, y]).all()]
     boxes += [p.get_window_extent(renderer) for p in ax.patches
@@ -126,7 +137,10 @@ def check_figure(figure: plt.Figure, name: str) -> list[str]:
         if not ax.get_visible() or not ax.axison or ax.get_label() == "<colorbar>":
             continue
         panel = _panel_name(ax, index)
-        noted = any(text.get_gid() == NOTE for text in ax.texts)
+        # a heatmap with its value written in every cell says what it shows
+        cells = sum(np.size(m.get_array()) for m in ax.collections if isinstance(m, QuadMesh))
+        noted = (any(text.get_gid() == NOTE for text in ax.texts)
+                 or (cells > 0 and len(ax.texts) >= cells))
         values = _values(ax)
         if not noted:
             if not values or not sum(len(v) for v in values):
