@@ -162,8 +162,10 @@ def test_quadrature_ticks_within_one_decade_do_not_overlap(tmp_path, drawn):
                            "seconds_per_example": 0.21 + 0.04 * k,  # less than a decade
                            "completeness_abs_error": {"p99": 3e-4 * (k + 1)}}
              for k in range(5)}
-    # no layer of the second task changes F enough to compare its per-head maxima
-    uncompared = {name: {**rule, "head_max_error": {"median": None}}
+    # no layer of the second task changes F enough to compare its per-head maxima, and every
+    # rule is exact to float rounding
+    uncompared = {name: {**rule, "head_max_error": {"median": None},
+                         "completeness_abs_error": {"p99": 3.4e-8}}
                   for name, rule in rules.items()}
     reports = {"syn_mnli": {"rules": rules, "tolerance": 1e-3, "min_delta": 1e-3},
                "syn_sst2": {"rules": uncompared, "tolerance": 1e-3, "min_delta": 1e-3}}
@@ -171,6 +173,9 @@ def test_quadrature_ticks_within_one_decade_do_not_overlap(tmp_path, drawn):
     empty = figure_of(drawn, "study.png").axes[2]
     assert [t.get_text() for t in empty.texts if t.get_gid() == figures.NOTE] == [
         "no layer to compare: none changes F by more than 0.001\nwhen its attention is zeroed"]
+    flat = figure_of(drawn, "study.png").axes[3]
+    assert [t.get_text() for t in flat.texts if t.get_gid() == figures.NOTE] == [
+        "every rule's error is 3.4e-08: they do not differ here"]
     assert drawn[0].warnings == []
     assert within_bounds(tmp_path / "study.png")
 
@@ -288,3 +293,12 @@ def test_effective_attention_of_every_head_stays_within_bounds(tmp_path, drawn):
     identifiability_figures.plot_effective_attention(per_head, mass, 16, tmp_path / "eff.png")
     assert within_bounds(tmp_path / "eff.png")
     assert drawn[0].warnings == []
+
+
+def test_token_identifiability_keeps_its_legend_off_the_lines(tmp_path, drawn):
+    rates = pd.DataFrame([{"task": "pairs", "layer": layer, "map": g, "loss": loss,
+                           "rate": min(1.0, 0.2 + 0.3 * layer + 0.1 * k)}
+                          for layer in range(3) for k, g in enumerate(("linear", "mlp"))
+                          for loss in ("l2", "cosine")])
+    identifiability_figures.plot_token_identifiability(rates, tmp_path / "ti.png")
+    assert drawn[0].warnings == [] and within_bounds(tmp_path / "ti.png")

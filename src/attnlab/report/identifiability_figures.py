@@ -66,7 +66,7 @@ def plot_token_identifiability(rates: pd.DataFrame, path: str | os.PathLike) -> 
     ax.set(xlabel="layer (0 = input embeddings)", ylabel="tokens identified (share)",
            title=f"token identifiability, {rates['task'].iloc[0]}", ylim=(-0.02, 1.02))
     ax.set_xticks(sorted(rates["layer"].unique()))
-    ax.legend(fontsize="small")
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))  # off the lines
     figure.tight_layout()
     save_figure(figure, path)
 
