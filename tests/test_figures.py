@@ -252,7 +252,8 @@ def test_a_token_mixing_share_of_one_in_every_layer_says_so(tmp_path, drawn):
     identifiability_figures.plot_token_mixing(*mixing_tables(True), tmp_path / "mix.png")
     ax = figure_of(drawn, "mix.png").axes[0]
     notes = [t.get_text() for t in ax.texts if t.get_gid() == figures.NOTE]
-    assert len(notes) == 1 and notes[0].startswith("in every layer, 100% or more")
+    assert notes == ["in every layer, every token keeps its own input\nas the largest "
+                     "contributor (the next panel shows by how much)"]
     assert drawn[0].warnings == []
 
 

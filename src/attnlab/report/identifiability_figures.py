@@ -84,10 +84,11 @@ def plot_token_mixing(
                 title="own input is the largest contributor")
     if share["top_is_self"].min() >= FLAT_SHARE:
         # bars all at about 1 say one thing; say it in words
-        note(axes[0], f"in every layer, {share['top_is_self'].min():.0%} or more of the tokens "
-                      "keep their own input\nas the largest contributor (the next panel shows "
-                      "by how much)",
-             fontsize=8)
+        lowest = share["top_is_self"].min()
+        who = ("every token keeps its" if lowest == 1
+               else f"at least {lowest:.0%} of the tokens keep their")
+        note(axes[0], f"in every layer, {who} own input\nas the largest contributor "
+                      "(the next panel shows by how much)", fontsize=8)
     sns.boxplot(data=tokens, x="layer", y="self_contribution", color="tab:orange",
                 showfliers=False, ax=axes[1])
     axes[1].set(ylabel="contribution of own input", xlabel="layer",
