@@ -20,6 +20,7 @@ from attnlab.report import (
     explanation_figures,
     figures,
     flow_figures,
+    head_figures,
     identifiability_figures,
     interaction_figures,
     quadrature_figures,
@@ -303,3 +304,21 @@ def test_token_identifiability_keeps_its_legend_off_the_lines(tmp_path, drawn):
                           for loss in ("l2", "cosine")])
     identifiability_figures.plot_token_identifiability(rates, tmp_path / "ti.png")
     assert drawn[0].warnings == [] and within_bounds(tmp_path / "ti.png")
+
+
+def test_pruning_a_model_whose_accuracy_never_moves_says_so(tmp_path, monkeypatch, caplog):
+    kept = {}
+    monkeypatch.setattr(head_figures, "save_figure",
+                        lambda figure, path: (kept.setdefault(path.name, figure),
+                                              figures.save_figure(figure, path)))
+    caplog.set_level(logging.WARNING, logger=CHECKS)
+    curves = pd.DataFrame([{"task": task, "ranking": ranking, "order": order, "k": k,
+                            "accuracy": 0.5 if task == "pairs" else 0.9 - 0.1 * k}
+                           for task in ("pairs", "single") for ranking in ("attribution",)
+                           for order in ("lowest", "highest") for k in range(3)])
+    head_figures.plot_per_layer(curves, tmp_path / "per_layer.png")
+    flat, moving = kept["per_layer.png"].axes
+    assert [t.get_text() for t in flat.texts if t.get_gid() == figures.NOTE] == [
+        "accuracy, whatever is pruned: 0.5 everywhere"]
+    assert not moving.texts
+    assert not [r for r in caplog.records if r.name == CHECKS]

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from attnlab.report.figures import note, save_figure
+from attnlab.report.figures import note, note_if_flat, save_figure
 
 # Bands of an example's median output TVD: a confident model's output either stays (TVD about 0)
 # or flips (about 1), so a box plot of these values shows two lines; shares with counts read.
@@ -73,6 +73,9 @@ def plot_adversarial(
     axes[2].set(ylabel="JSD (nats)", ylim=(-0.02, 0.72),
                 title=f"adversarial attention (J&W): JSD at TVD <= {epsilon}\n"
                       f"(predictions kept: {kept:.1%})")
+    for ax, values, what in ((axes[0], keys["key_distance"], "key distance"),
+                             (axes[1], keys["jsd"], "JSD"), (axes[2], attention["jsd"], "JSD")):
+        note_if_flat(ax, values, what)
     figure.suptitle(f"adversarial keys and attention, {keys['task'].iloc[0]}", fontsize="medium")
     figure.tight_layout()
     save_figure(figure, path)

@@ -49,6 +49,15 @@ def note(ax: Axes, text: str, **kwargs) -> None:
             bbox={"facecolor": "white", "alpha": 0.85, "edgecolor": "0.6"}, **kwargs)
 
 
+def note_if_flat(ax: Axes, values, what: str) -> None:
+    """`note` on panel `ax` that `what` is the same everywhere, where `values` (what the panel
+    draws) are all equal."""
+    values = np.asarray(values, dtype=float)
+    values = values[np.isfinite(values)]
+    if len(values) and not np.ptp(values):
+        note(ax, f"{what}: {values[0]:.3g} everywhere")
+
+
 def _panel_name(ax: Axes, index: int) -> str:
     title = ax.get_title() or ax.get_title(loc="left") or ax.get_ylabel()
     return f"panel {index}" + (f" ({' '.join(title.split())!r})" if title else "")

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from attnlab.analyses.trees import Tree, planted_pair
-from attnlab.report.figures import note, save_figure
+from attnlab.report.figures import note, note_if_flat, save_figure
 
 # The planted pair is marked in a colour no map of these views uses: attribution is red
 # (positive) to blue (negative), attention grey, tree nodes blue and orange.
@@ -112,7 +112,8 @@ def plot_tree_sizes(trees: pd.DataFrame, path: str | os.PathLike) -> None:
         rows = (trees["correct"] == correct).to_numpy()
         if rows.any():
             axes[1].scatter(x[rows], edges[rows], s=9, color=colour, label=str(correct))
-    axes[1].legend(title="correct", fontsize=8)
+    axes[1].legend(title="correct", fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    note_if_flat(axes[1], edges, "flow edges per tree")
     axes[1].set_xlabel("tokens in the example")
     axes[1].set_ylabel("flow edges")
     figure.suptitle(f"attribution trees of {len(trees)} dev examples: median "
