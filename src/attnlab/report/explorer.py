@@ -197,7 +197,9 @@ function tree(svg, ex, layer) {{
   ex.tokens.forEach((t, p) => el(svg, "text", {{x: 0, y: 0,
     class: planted.has(p) ? "planted" : "",
     transform: `translate(${{X(p) + 4}},${{Y(0) + 14}}) rotate(60)`}}, t));
-  if (!ex.edges.length) el(svg, "text", {{x: left, y: top}}, "no flow edge above tau");
+  if (!ex.edges.length) {{
+    el(svg, "text", {{x: left + 60, y: top + dy / 2}}, "no flow edge above tau");
+  }}
 }}
 
 function draw() {{
