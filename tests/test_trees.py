@@ -23,6 +23,7 @@ from attnlab.engine.attribution import Attribution
 from attnlab.engine.dump_rows import example_row, text_columns
 from attnlab.engine.models import load_classifier
 from attnlab.job import Job
+from attnlab.report.figures import save_figure
 from attnlab.report.flow_figures import plot_tree, plot_tree_sizes
 from attnlab.stages import trees as trees_stage
 
@@ -330,3 +331,38 @@ def test_merging_is_the_identity_on_the_synthetic_word_level_tokenizer(pair_task
     by_word = example_row(result, 0, CFG, word_ids=list(range(7)))
     for name in PAIR_COLUMNS:
         assert by_word[f"word_{name}"] == by_token[name], name
+
+
+def test_the_tree_figure_draws_every_edge_at_the_layer_of_the_edges_table(tmp_path, monkeypatch):
+    """The figure and edges.parquet agree on each flow edge's layer: its arrow ends at its key
+    on the row of that layer and is labelled with it (the old figure left the layer to be read
+    off the two rows an arrow spans, its query's and its key's)."""
+    drawn = {}
+
+    def keep(figure, path):
+        drawn[path.name] = figure
+        save_figure(figure, path)
+
+    monkeypatch.setattr("attnlab.report.flow_figures.save_figure", keep)
+    rows = pd.DataFrame([{**row, "tokens": [f"w{p}" for p in range(row["n_tokens"])],
+                          "label": 0, "pred": 0, "planted_i": None, "planted_j": None}
+                         for row, _ in _rows(0.1)])
+    edges, table = trees.tree_tables(rows, 4, 0.25, "layer")
+    flow = edges[edges["kind"] == "flow"]
+    assert len(flow) >= 4  # the check covers several edges of several layers
+    assert flow["layer"].nunique() >= 2
+    for _, row in rows.iterrows():
+        tree = trees.tree_from_dump(row, 4, 0.25, "layer")
+        plot_tree(row, tree, 4, ["a", "b", "c"], 0.25, None, tmp_path / f"tree_{row['idx']}.png")
+        ax = drawn[f"tree_{row['idx']}.png"].axes[0]
+        labels = {text.get_gid(): text for text in ax.texts if text.get_gid()}
+        arrows = [text.xy for text in ax.texts if text.arrow_patch is not None]
+        for _, edge in flow[flow["example"] == row["idx"]].iterrows():
+            layer, key = edge["layer"], edge["to"]
+            label = labels[f"edge-layer {layer} {edge['from']} {key}"]
+            assert label.get_text() == str(layer) and label.xy == (key, layer)
+            assert (key, layer) in arrows
+        # the y axis names the rows by the layer that reads them
+        assert [t.get_text() for t in ax.get_yticklabels()] == [
+            "read in layer 0", "read in layer 1", "read in layer 2", "read in layer 3",
+            "root [CLS]"]

@@ -50,12 +50,14 @@ def test_html_section_colours_every_token_of_every_layer_and_embeds_its_figures(
     rows = re.findall(r"<tr><th>layer (\d)</th>(.*?)</tr>", html)
     assert [layer for layer, _ in rows] == ["1", "0"]  # the last layer on top
     assert all(cells.count("<td") == 4 for _, cells in rows)
-    # colour strength is |flow| over the example's largest |flow| (4); negative is red
-    assert 'background:rgba(0, 150, 60, 0.500)" title="layer 0, position 1: 2"' in html
-    assert 'background:rgba(200, 30, 30, 0.250)" title="layer 0, position 2: -1"' in html
+    # colour strength is |flow| over the example's largest |flow| (4); positive is red, negative
+    # blue, as in the attribution heatmaps
+    assert 'background:rgba(214, 39, 40, 0.500)" title="layer 0, position 1: 2"' in html
+    assert 'background:rgba(31, 119, 180, 0.250)" title="layer 0, position 2: -1"' in html
     assert html.count("class=planted") == 2 * 2  # two planted tokens in two layers
     assert html.count('src="data:image/png;base64,') == 1
-    assert not re.search(r'(src|href)="(?!data:)', html)  # nothing loaded from elsewhere
+    # nothing loaded from elsewhere; the one link is to the explorer beside the page
+    assert not re.search(r'(src|href)="(?!data:|explorer.html")', html)
 
 
 def test_no_sampled_example_gives_an_empty_page_without_loading_the_model(tmp_path, pair_task):
@@ -73,7 +75,7 @@ def test_no_sampled_example_gives_an_empty_page_without_loading_the_model(tmp_pa
         inputs={"parts": [str(tmp_path / "part.parquet")], "model": str(tmp_path / "model"),
                 "dev": str(tmp_path / "dev.parquet"), "tree_figures": str(tmp_path / "trees")},
         outputs={"views": str(out)}))
-    assert [p.name for p in out.iterdir()] == ["index.html"]
+    assert sorted(p.name for p in out.iterdir()) == ["explorer.html", "index.html"]
     page = (out / "index.html").read_text()
     assert "<h1>attribution flow through the tokens: task syn_mnli</h1>" in page
     assert "<section>" not in page

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
@@ -386,6 +387,32 @@ def test_tiny_config_runs_end_to_end(tiny_run):
     # the shards of all tasks read back as one dataset
     attributions = pd.read_parquet(results / "attributions")
     assert set(attributions["task"].astype(str)) == set(TINY["tasks"])
+
+
+@pytest.mark.slow
+def test_no_figure_check_warned_and_each_explorer_holds_the_sampled_examples(tiny_run):
+    """Every figure of the run passed the figure checks (a failed one is a WARNING of logger
+    attnlab.report.figures in its job's log); the explorer holds the examples the page shows,
+    within the size docs/outputs.md states for the tiny run."""
+    logs = list((tiny_run.results / "logs").rglob("*.log"))
+    assert any(log.parent.name == "example_views" for log in logs)  # the logs are there to read
+    warned = [line for log in logs for line in log.read_text().splitlines()
+              if "attnlab.report.figures" in line]
+    assert warned == []
+    for task in TINY["tasks"]:
+        folder = tiny_run.results / "views" / task
+        page = (folder / "explorer.html").read_text()
+        data = json.loads(re.search(r'<script id="data" type="application/json">(.*?)</script>',
+                                    page, re.S).group(1).replace("<\\/", "</"))
+        shown = sorted(int(p.stem.removeprefix("heatmap_")) for p in folder.glob("heatmap_*.png"))
+        assert [e["idx"] for e in data["examples"]] == shown
+        layers, heads = TINY["model"]["scratch"]["layers"], TINY["model"]["scratch"]["heads"]
+        for example in data["examples"]:
+            n = len(example["tokens"])
+            assert np.shape(example["attribution"]) == (layers, heads, n, n)
+            # attention rows sum to 1, in hundredths
+            np.testing.assert_allclose(np.sum(example["attention"], axis=-1), 100, atol=n)
+        assert len(page.encode()) < 40_000
 
 
 @pytest.mark.slow

@@ -56,10 +56,12 @@ rule example_views:
             patterns=["{page}.html"],
             caption="../report/example_views.rst",
             category="Information flow",
-            labels={"task": "{task}", "output": "attribution flow per token"},
+            # index: the attribution flow per token; explorer: any example, layer and head
+            labels={"task": "{task}", "output": "example views: {page}"},
         ),
     params:
-        **config_paths("trees.examples", "trees.example_idx", "trees.heatmap_layer", *ENGINE,
+        **config_paths("trees.examples", "trees.example_idx", "trees.heatmap_layer", "trees.tau",
+                       "trees.normalise", *ENGINE,
                        "attribution.target", *MODEL_JOB),
         task=task_spec,
         seed=run_seed,

@@ -51,7 +51,8 @@ rule attack_eval:
     params:
         **config_paths("triggers.top", "triggers.random_draws", "triggers.batch_size",
                        *MODEL_JOB),
-        task=task_spec,
+        # the data settings too: the figure names a synthetic task's planted triggers
+        task=task_data,
         seed=run_seed,
         code=code_version("stages.attack_eval"),
     log:

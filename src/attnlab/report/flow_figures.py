@@ -14,9 +14,21 @@ import numpy as np
 import pandas as pd
 
 from attnlab.analyses.trees import Tree, planted_pair
-from attnlab.report.figures import save_figure
+from attnlab.report.figures import note, note_if_flat, save_figure
 
-PLANTED_COLOUR = "tab:red"
+# The planted pair is marked in a colour no map of these views uses: attribution is red
+# (positive) to blue (negative), attention grey, tree nodes blue and orange.
+PLANTED_COLOUR = "tab:green"
+ATTENTION_CMAP = "Greys"
+ATTRIBUTION_CMAP = "RdBu_r"
+# Per-example figures grow with the tokens up to this many inches a side (the figure checks'
+# pixel bounds), their labels shrinking to fit.
+MAX_SIDE_INCHES = 13.5
+
+
+def _token_fontsize(n_tokens: int, inches: float) -> float:
+    """A tick label size at which n_tokens labels fit side by side in `inches`."""
+    return max(3.0, min(8.0, 0.75 * 72 * inches / max(n_tokens, 1)))
 
 
 def _class_name(label_names: list[str], index: int) -> str:
@@ -33,14 +45,18 @@ def _mark_planted(labels, planted: tuple[int, int] | None) -> None:
 def plot_tree(row: pd.Series, tree: Tree, n_layers: int, label_names: list[str], tau: float,
               planted: tuple[int, int] | None, path: str | os.PathLike) -> None:
     """One example's (dump row's) attribution tree as a layered graph: x = token position,
-    y = the layer in which a node joined the tree (the top node at the last layer, the root
-    [CLS] above it). Edge width grows with the normalised score; planted tokens are red."""
+    y = the layer in which a node is read: a flow edge of layer l (query i reads key j, as in
+    the edges table) ends at its key j on the row "layer l" and is labelled l, and the top
+    node sits on the last layer's row, where the root [CLS] reads it. Edge width grows with
+    the normalised score; planted tokens are green."""
     tokens = list(row["tokens"])
     n = len(tokens)
     height = {tree.top: n_layers - 1} if tree.top is not None else {}
     for layer, _, j, _ in tree.edges:
         height[j] = layer
-    figure, ax = plt.subplots(figsize=(max(6.0, 0.5 * n), 1.2 + 0.9 * (n_layers + 1)))
+    width = min(max(6.0, 0.5 * n), MAX_SIDE_INCHES)
+    fontsize = _token_fontsize(n, width)
+    figure, ax = plt.subplots(figsize=(width, 1.2 + 0.9 * (n_layers + 1)))
     for layer in range(n_layers):
         ax.axhline(layer, color="0.92", lw=0.8, zorder=0)
     for root, j in tree.root_edges():  # [CLS] reads every node in the last layer
@@ -52,24 +68,29 @@ def plot_tree(row: pd.Series, tree: Tree, n_layers: int, label_names: list[str],
                                 "lw": 0.8 + 2.5 * min(score, 1.0),
                                 "connectionstyle": "arc3,rad=0.35" if same_level else "arc3",
                                 "shrinkA": 6, "shrinkB": 6})
+        # the edge's layer, written beside its key end: a reader of the drawing need not
+        # infer it from which rows the arrow spans
+        ax.annotate(str(layer), xy=(j, layer), xytext=(7, -9), textcoords="offset points",
+                    fontsize=7, color="tab:blue", gid=f"edge-layer {layer} {i} {j}")
     for j, y in height.items():
         top = j == tree.top
         ax.scatter([j], [y], s=110 if top else 70, zorder=3,
                    color="tab:orange" if top else "tab:blue", edgecolor="black", lw=0.6)
         ax.annotate(tokens[j], (j, y), xytext=(0, 8), textcoords="offset points",
-                    ha="center", fontsize=8)
+                    ha="center", fontsize=fontsize)
     ax.scatter([0], [n_layers], s=110, marker="s", color="0.3", zorder=3)
     ax.annotate("[CLS] (root)", (0, n_layers), xytext=(0, 8), textcoords="offset points",
                 ha="left", fontsize=8)
-    ax.set_xticks(range(n), tokens, rotation=90, fontsize=8)
+    ax.set_xticks(range(n), tokens, rotation=90, fontsize=fontsize)
     _mark_planted(ax.get_xticklabels(), planted)
-    ax.set_yticks(range(n_layers + 1), [f"layer {layer}" for layer in range(n_layers)] + ["root"])
+    ax.set_yticks(range(n_layers + 1),
+                  [f"read in layer {layer}" for layer in range(n_layers)] + ["root [CLS]"])
     ax.set_xlim(-0.7, n - 0.3)
     ax.set_ylim(-0.6, n_layers + 0.7)
     ax.set_title(f"example {row['idx']}: gold {_class_name(label_names, int(row['label']))}, "
                  f"predicted {_class_name(label_names, int(row['pred']))}; "
                  f"{len(tree.edges)} flow edge{'' if len(tree.edges) == 1 else 's'} above "
-                 f"tau = {tau}", fontsize=9)
+                 f"tau = {tau} (arrow: query reads key, labelled by its layer)", fontsize=9)
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
     save_figure(figure, path)
@@ -91,7 +112,8 @@ def plot_tree_sizes(trees: pd.DataFrame, path: str | os.PathLike) -> None:
         rows = (trees["correct"] == correct).to_numpy()
         if rows.any():
             axes[1].scatter(x[rows], edges[rows], s=9, color=colour, label=str(correct))
-    axes[1].legend(title="correct", fontsize=8)
+    axes[1].legend(title="correct", fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    note_if_flat(axes[1], edges, "flow edges per tree")
     axes[1].set_xlabel("tokens in the example")
     axes[1].set_ylabel("flow edges")
     figure.suptitle(f"attribution trees of {len(trees)} dev examples: median "
@@ -104,46 +126,53 @@ def plot_tree_sizes(trees: pd.DataFrame, path: str | os.PathLike) -> None:
 def plot_heatmaps(row: pd.Series, attention: np.ndarray, attribution: np.ndarray, layer: int,
                   label_names: list[str], planted: tuple[int, int] | None,
                   path: str | os.PathLike) -> None:
-    """The paper's motivating figure for one example and layer: attention next to attribution,
-    for the head holding the layer's largest attribution and for all heads together.
+    """The paper's motivating figure for one example and layer: attention (grey) next to
+    attribution (red positive, blue negative), for the head holding the layer's largest
+    attribution and for all heads together; every panel names its layer.
 
-    attention, attribution: (H, n, n) of that layer.
+    attention, attribution: (L, H, n, n), every layer; `layer` is the one drawn.
     """
     tokens = list(row["tokens"])
+    attention, attribution = attention[layer], attribution[layer]
     head = int(attribution.reshape(len(attribution), -1).max(axis=1).argmax())
     panels = [
-        (attention[head], f"attention, head {head}", "Blues", False),
-        (attribution[head], f"attribution, head {head}", "RdBu_r", True),
-        (attention.mean(axis=0), "attention, mean of the heads", "Blues", False),
-        (attribution.sum(axis=0), "attribution, sum of the heads", "RdBu_r", True),
+        (attention[head], f"attention, layer {layer}, head {head}", ATTENTION_CMAP, False),
+        (attribution[head], f"attribution, layer {layer}, head {head}", ATTRIBUTION_CMAP, True),
+        (attention.mean(axis=0), f"attention, layer {layer}, mean of the heads",
+         ATTENTION_CMAP, False),
+        (attribution.sum(axis=0), f"attribution, layer {layer}, sum of the heads",
+         ATTRIBUTION_CMAP, True),
     ]
-    size = max(3.5, 0.28 * len(tokens))
+    size = min(max(3.5, 0.28 * len(tokens)), (MAX_SIDE_INCHES - 1.5) / 2)
+    fontsize = _token_fontsize(len(tokens), size)
     figure, axes = plt.subplots(2, 2, figsize=(2 * size + 1.5, 2 * size + 1.2))
     for ax, (matrix, title, cmap, centred) in zip(axes.flat, panels, strict=True):
         limit = np.abs(matrix).max() or 1.0
         image = ax.imshow(matrix, cmap=cmap, vmin=-limit if centred else 0, vmax=limit)
-        ax.set_xticks(range(len(tokens)), tokens, rotation=90, fontsize=7)
-        ax.set_yticks(range(len(tokens)), tokens, fontsize=7)
+        ax.set_xticks(range(len(tokens)), tokens, rotation=90, fontsize=fontsize)
+        ax.set_yticks(range(len(tokens)), tokens, fontsize=fontsize)
         _mark_planted(ax.get_xticklabels(), planted)
         _mark_planted(ax.get_yticklabels(), planted)
         ax.set_xlabel("key (read)", fontsize=8)
         ax.set_ylabel("query (reads)", fontsize=8)
         ax.set_title(title, fontsize=9)
+        if not np.ptp(matrix):
+            note(ax, f"every entry {matrix.flat[0]:.3g}", fontsize=8)
         figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    planted_note = "; planted pair in green" if planted is not None else ""
     figure.suptitle(f"example {row['idx']}, layer {layer}: gold "
                     f"{_class_name(label_names, int(row['label']))}, predicted "
-                    f"{_class_name(label_names, int(row['pred']))}", fontsize=10)
+                    f"{_class_name(label_names, int(row['pred']))}{planted_note}", fontsize=10)
     figure.tight_layout()
     save_figure(figure, path)
 
 
 def _colour(value: float, scale: float) -> str:
-    """Green for positive flow, red for negative, stronger with |value| / scale."""
+    """Red for positive flow, blue for negative (as the attribution heatmaps), stronger with
+    |value| / scale."""
     alpha = min(abs(value) / scale, 1.0) if scale > 0 else 0.0
-    rgb = "0, 150, 60" if value >= 0 else "200, 30, 30"
+    rgb = "214, 39, 40" if value >= 0 else "31, 119, 180"
     return f"rgba({rgb}, {alpha:.3f})"
-
-
 def _image(path: Path) -> str:
     data = base64.b64encode(path.read_bytes()).decode("ascii")
     return f'<img src="data:image/png;base64,{data}" alt="{html.escape(path.name)}">'
@@ -182,16 +211,18 @@ body {{ font-family: sans-serif; margin: 2em; }}
 table {{ border-collapse: collapse; margin: 0.5em 0 1em; }}
 td, th {{ padding: 0.25em 0.4em; border: 1px solid #ddd; font-family: monospace; }}
 th {{ text-align: right; font-weight: normal; color: #555; }}
-td.planted {{ outline: 2px solid #d62728; }}
+td.planted {{ outline: 2px solid #2ca02c; }}
 img {{ max-width: 100%; display: block; margin: 0.5em 0; }}
 section {{ border-top: 1px solid #aaa; margin-top: 2em; }}
 </style></head><body>
 <h1>{title}</h1>
 <p>Each token is coloured by the attribution flowing through it in each layer: the sum of the
 head-summed attribution of every interaction it takes part in, as the reading query or as the
-read key (its interaction with itself left out). Green is positive, red negative; the colour
-scale is each example's largest absolute value, and hovering a token shows its value. Tokens
-of the planted pair (synthetic tasks) are outlined in red.</p>{words}
+read key (its interaction with itself left out). Red is positive, blue negative, as in the
+attribution heatmaps; the colour scale is each example's largest absolute value, and hovering a
+token shows its value. Tokens of the planted pair (synthetic tasks) are outlined in green.
+<a href="explorer.html">The explorer</a> shows any example's attention, attribution and tree
+for any layer and head.</p>{words}
 {sections}
 </body></html>
 """

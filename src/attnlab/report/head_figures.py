@@ -10,7 +10,14 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from attnlab.report.figures import save_figure
+from attnlab.report.figures import note_if_flat, save_figure
+
+
+def _note_flat_tasks(grid: sns.FacetGrid, curves: pd.DataFrame) -> None:
+    """A task whose accuracy no pruning changes says so on its panel."""
+    for task, ax in grid.axes_dict.items():
+        note_if_flat(ax, curves.loc[curves["task"] == task, "accuracy"],
+                     "accuracy, whatever is pruned")
 
 
 def plot_per_layer(curves: pd.DataFrame, path: str | os.PathLike) -> None:
@@ -19,6 +26,7 @@ def plot_per_layer(curves: pd.DataFrame, path: str | os.PathLike) -> None:
     grid = sns.relplot(data=curves, x="k", y="accuracy", hue="pruned", col="task", kind="line",
                        marker="o", height=3.2, facet_kws={"sharey": False})
     grid.set_axis_labels("heads pruned in every layer (k)", "accuracy")
+    _note_flat_tasks(grid, curves)
     save_figure(grid.figure, path)
 
 
@@ -29,6 +37,7 @@ def plot_global(curves: pd.DataFrame, path: str | os.PathLike) -> None:
                        kind="line", marker="o", errorbar="sd", height=3.2,
                        facet_kws={"sharey": False})
     grid.set_axis_labels("heads pruned, lowest importance first (%)", "accuracy")
+    _note_flat_tasks(grid, curves)
     save_figure(grid.figure, path)
 
 

@@ -9,7 +9,11 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
-from attnlab.report.figures import save_figure
+from attnlab.report.figures import note, save_figure
+
+# A share of tokens whose own input is their largest contributor this high in every layer is
+# a flat row of bars: the panel says so in words.
+FLAT_SHARE = 0.95
 
 
 def plot_effective_attention(
@@ -20,9 +24,11 @@ def plot_effective_attention(
     examples), d_v marked; then, per token category, the mean raw and effective attention mass
     on it per head, over the sequences longer than d_v (all when none is)."""
     categories = list(dict.fromkeys(mass["category"]))
-    panels = 2 + len(categories)
-    figure, axes = plt.subplots(1, panels, squeeze=False, figsize=(4.2 * panels, 3.6))
-    axes = axes[0]
+    # the two line panels side by side, then one full-width row per category: every head's
+    # bars need the width, and the figure stays within the figure checks' bounds
+    layout = [["pearson_r", "relative_change"], *([c, c] for c in categories)]
+    figure, named = plt.subplot_mosaic(layout, figsize=(11, 3.4 * (1 + len(categories))))
+    axes = [named["pearson_r"], named["relative_change"], *(named[c] for c in categories)]
     by_length = (("pearson_r", "Pearson r(A, A_eff)", "raw vs effective attention"),
                  ("relative_change", "||A - A_eff||_F / ||A||_F",
                   "non-identifiable part of A"))
@@ -31,7 +37,9 @@ def plot_effective_attention(
                      palette="viridis", errorbar=None, ax=ax)
         ax.axvline(d_v, color="grey", linestyle="--", label=f"d_v = {d_v}")
         ax.set(xlabel="sequence length (tokens)", ylabel=label, title=title)
-        ax.legend(fontsize="small", title="layer")
+    # one legend for both line panels, right of the second: inside, it covers lines
+    axes[0].get_legend().remove()
+    axes[1].legend(fontsize="small", title="layer", loc="upper left", bbox_to_anchor=(1.0, 1.0))
     long_ = mass[mass["length"] > d_v]
     which = f"sequences > {d_v} tokens" if len(long_) else f"all sequences (none > {d_v})"
     data = long_ if len(long_) else mass
@@ -45,7 +53,7 @@ def plot_effective_attention(
                title=f"attention to {category}\n({which})")
         ax.tick_params(axis="x", labelrotation=90, labelsize="small")
         ax.axhline(0, color="black", linewidth=0.5)
-    axes[2].legend(fontsize="small", loc="lower right", framealpha=0.9)
+    axes[2].legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))  # off the bars
     figure.tight_layout()
     save_figure(figure, path)
 
@@ -58,7 +66,7 @@ def plot_token_identifiability(rates: pd.DataFrame, path: str | os.PathLike) -> 
     ax.set(xlabel="layer (0 = input embeddings)", ylabel="tokens identified (share)",
            title=f"token identifiability, {rates['task'].iloc[0]}", ylim=(-0.02, 1.02))
     ax.set_xticks(sorted(rates["layer"].unique()))
-    ax.legend(fontsize="small")
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))  # off the lines
     figure.tight_layout()
     save_figure(figure, path)
 
@@ -74,6 +82,13 @@ def plot_token_mixing(
     sns.barplot(data=share, x="layer", y="top_is_self", color="tab:blue", ax=axes[0])
     axes[0].set(ylim=(0, 1.05), ylabel="share of tokens", xlabel="layer",
                 title="own input is the largest contributor")
+    if share["top_is_self"].min() >= FLAT_SHARE:
+        # bars all at about 1 say one thing; say it in words
+        lowest = share["top_is_self"].min()
+        who = ("every token keeps its" if lowest == 1
+               else f"at least {lowest:.0%} of the tokens keep their")
+        note(axes[0], f"in every layer, {who} own input\nas the largest contributor "
+                      "(the next panel shows by how much)", fontsize=8)
     sns.boxplot(data=tokens, x="layer", y="self_contribution", color="tab:orange",
                 showfliers=False, ax=axes[1])
     axes[1].set(ylabel="contribution of own input", xlabel="layer",

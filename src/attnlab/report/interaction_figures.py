@@ -7,9 +7,10 @@ import os
 import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
+from matplotlib.ticker import MaxNLocator
 
 from attnlab.analyses.interaction_eval import ALL, ANY, MEASURES, RANDOM
-from attnlab.report.figures import save_figure
+from attnlab.report.figures import note, save_figure
 
 
 def plot_ground_truth(summary: pd.DataFrame, task: str, path: str | os.PathLike) -> None:
@@ -40,6 +41,10 @@ def plot_ground_truth(summary: pd.DataFrame, task: str, path: str | os.PathLike)
     save_figure(figure, path)
 
 
+# The share of the deletion figure's width left of its legend.
+LEGEND_SPLIT = 0.78
+
+
 def plot_deletion(curves: pd.DataFrame, task: str, path: str | os.PathLike) -> None:
     """Mean drop of F and mean total variation against the number of deleted edges (every
     layer at once), one line per method, the random order dashed; the trained model above, the
@@ -66,11 +71,13 @@ def plot_deletion(curves: pd.DataFrame, task: str, path: str | os.PathLike) -> N
             if row == len(models) - 1:
                 ax.set_xlabel("edges deleted per layer (top k)")
     handles, labels = axes[0, 0].get_legend_handles_labels()
-    figure.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5),
-                  fontsize="small", title="method")
     figure.suptitle(f"{task}: edge deletion, every layer at once "
                     f"({every['idx'].nunique()} examples)")
-    figure.tight_layout()
+    # the legend gets a column of its own right of the panels, which tight_layout keeps free
+    # (a figure legend is no part of its layout, so the panels would otherwise run under it)
+    figure.tight_layout(rect=(0, 0, LEGEND_SPLIT, 1))
+    figure.legend(handles, labels, loc="center left", bbox_to_anchor=(LEGEND_SPLIT, 0.5),
+                  fontsize="small", title="method")
     save_figure(figure, path)
 
 
@@ -94,9 +101,15 @@ def plot_leaderboard(table: pd.DataFrame, task: str, path: str | os.PathLike) ->
                         xerr=[rows["mean"] - rows["low"], rows["high"] - rows["mean"]],
                         fmt="o", color="C0" if model == "trained" else "C3",
                         markerfacecolor=face, label=model, capsize=2)
+        shown = table[(table["measure"] == measure) & table["method"].isin(y)]
+        if shown["mean"].isna().all():
+            note(ax, "no example to measure it on")
         what, higher = MEASURES[measure]
         ax.set_title(measure + ("" if higher else "\n(lower is better)"), fontsize="medium")
         ax.grid(axis="x", alpha=0.3)
+        # a third of the figure's width holds four tick labels; more print over each other
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=4))
+        ax.tick_params(axis="x", labelsize="small")
     for row in axes:
         row[0].set_yticks(range(len(order)), order)
     axes[0, -1].legend(loc="center left", bbox_to_anchor=(1.0, 0.5))

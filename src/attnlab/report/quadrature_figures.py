@@ -6,8 +6,23 @@ import os
 from typing import Any
 
 import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from attnlab.report.figures import save_figure
+from attnlab.report.figures import note, save_figure
+
+
+def _few_log_ticks(ax: Axes) -> None:
+    """Labels on powers of ten only, and none on the minor ticks: over less than a decade
+    matplotlib labels the minor ticks too, and they print over each other."""
+    for axis in (ax.xaxis, ax.yaxis):
+        if axis.get_scale() != "log":
+            continue
+        axis.set_major_locator(LogLocator(base=10, numticks=6))
+        axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:.0e}".replace(
+            "e-0", "e-").replace("e+0", "e")))
+        axis.set_minor_formatter(NullFormatter())
 
 
 def plot_study(reports: dict[str, dict[str, Any]], path: str | os.PathLike) -> None:
@@ -27,11 +42,21 @@ def plot_study(reports: dict[str, dict[str, Any]], path: str | os.PathLike) -> N
                 ax.annotate(name, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
         # a log scale without a point fails to draw
         scale = "log" if row[0].collections else "linear"
+        if not row[0].collections:
+            note(row[0], f"no layer to compare: none changes F by more than "
+                         f"{report['min_delta']:g}\nwhen its attention is zeroed")
         row[0].set(xscale=scale, yscale=scale, title=f"{task}: per-head maximum",
                    xlabel="gradient evaluations per (example, layer)",
                    ylabel="relative error, median")
         row[1].axhline(report["tolerance"], color="grey", linestyle="--", linewidth=1)
+        errors = np.array([entry["completeness_abs_error"]["p99"]
+                           for entry in report["rules"].values()])
+        # a model whose every layer is exact to float rounding: the rules' errors are one
+        if np.ptp(errors) <= 1e-9 * np.abs(errors).max():
+            note(row[1], f"every rule's error is {errors[0]:.2g}: they do not differ here")
         row[1].set(xscale="log", yscale="log", title=f"{task}: completeness",
                    xlabel="seconds per example (attribute job)", ylabel="absolute error, p99")
+        for ax in row:
+            _few_log_ticks(ax)
     figure.tight_layout()
     save_figure(figure, path)

@@ -11,16 +11,29 @@ import seaborn as sns
 from attnlab.report.figures import save_figure
 
 
-def plot_attack(summary: pd.DataFrame, path: str | os.PathLike) -> None:
-    """Accuracy on the examples of the other classes before and after inserting each mined
-    trigger, and after inserting random tokens at the same positions.
+def _planted_line(planted: dict[str, str] | None) -> str:
+    if not planted:
+        return "no planted trigger (not a synthetic task with triggers)"
+    return "planted triggers: " + "; ".join(f"{name} = {words}" for name, words in planted.items())
 
-    summary: one row per trigger with columns trigger, before, trigger_after, random_after.
+
+def plot_attack(summary: pd.DataFrame, task: str, planted: dict[str, str] | None,
+                path: str | os.PathLike) -> None:
+    """Accuracy on the examples of the other classes before and after inserting each mined
+    trigger, and after inserting random tokens at the same positions; the title names the task
+    and the planted trigger of each class (synthetic tasks), and a mined trigger that is its
+    class's planted one is labelled in green.
+
+    summary: one row per trigger with columns trigger ("<class> #<rank>: <words>"),
+    trigger_class, before, trigger_after, random_after.
+    planted: class name -> its planted trigger's words, joined by a space; None without.
     """
+    title = f"{task}: attack with the mined triggers\n{_planted_line(planted)}"
     if summary.empty:  # no pattern passed the mining's filters
         figure, ax = plt.subplots(figsize=(5.0, 2.0))
         ax.text(0.5, 0.5, "no triggers were mined", ha="center", va="center")
         ax.set_axis_off()
+        figure.suptitle(title, fontsize=9)
         save_figure(figure, path)
         return
     long = summary.melt(id_vars="trigger", value_vars=["before", "trigger_after", "random_after"],
@@ -33,9 +46,14 @@ def plot_attack(summary: pd.DataFrame, path: str | os.PathLike) -> None:
     ax.set_ylim(0, 1.05)
     ax.set_xlabel("")
     ax.set_ylabel("accuracy on the other classes")
-    ax.tick_params(axis="x", labelrotation=30, labelsize=8)
+    # upright labels: slanted ones run into their neighbours
+    ax.tick_params(axis="x", labelrotation=90, labelsize=8)
     for label in ax.get_xticklabels():
-        label.set_horizontalalignment("right")
+        name, _, words = label.get_text().partition(" #")
+        if planted and set(words.partition(": ")[2].split()) == set(planted.get(name, "").split()):
+            label.set_color("tab:green")
+            label.set_fontweight("bold")
+    ax.set_title(title, fontsize=9)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # clear of the bars
     figure.tight_layout()
     save_figure(figure, path)

@@ -10,6 +10,7 @@ import pandas as pd
 
 from attnlab.analyses import attack
 from attnlab.analyses.claims import claims_frame, log_claims
+from attnlab.analyses.triggers import planted_triggers
 from attnlab.data.dumps import read_dump, word_level
 from attnlab.model_job import ModelJob
 from attnlab.report.trigger_figures import plot_attack
@@ -33,7 +34,9 @@ def run(job: ModelJob) -> None:
     summary = attack.other_class_summary(table, list(job.spec.label_names))
     claims = claims_frame(attack.attack_claims(summary, mined, cfg.top))
     job.write_tables({"table": table, "claims": claims})
-    plot_attack(summary, job.outputs["figure"])
+    planted = {job.spec.label_names[c]: " ".join(sorted(words)) for c, words in
+               planted_triggers(job.settings.task, job.tokenizer).items()}
+    plot_attack(summary, job.task, planted or None, job.outputs["figure"])
     for row in summary.itertuples():
         log.info("%s: other classes %.3f -> %.3f (random tokens %.3f)", row.trigger, row.before,
                  row.trigger_after, row.random_after)

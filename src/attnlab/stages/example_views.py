@@ -1,7 +1,7 @@
 """Rule example_views: the sampled examples of a task (those whose trees rule trees drew)
 attributed again, drawn as attention-vs-attribution heatmaps, and one HTML page that colours
 every word (a token, or the pieces of a word the tokenizer split, merged), layer by layer, by
-the attribution flowing through it."""
+the attribution flowing through it, and the explorer of these examples (any layer and head)."""
 
 from __future__ import annotations
 
@@ -9,19 +9,21 @@ import logging
 from pathlib import Path
 
 from attnlab.analyses import views
-from attnlab.analyses.trees import planted_pair, sample_examples
+from attnlab.analyses.trees import planted_pair, sample_examples, tree_from_dump
 from attnlab.data.dumps import has_words, read_task_dump, word_row
 from attnlab.engine.examples import encoded_frame
 from attnlab.model_job import ModelJob
 from attnlab.plumbing.outputs import atomic_path
+from attnlab.report.explorer import example_data, explorer_page
 from attnlab.report.flow_figures import example_section, flow_page, plot_heatmaps
 
 log = logging.getLogger(__name__)
 
 
 def run(job: ModelJob) -> None:
-    """Writes the folder views as a whole: heatmap_<idx>.png of every sampled example and
-    index.html, with every figure (the tree figures of rule trees too) embedded."""
+    """Writes the folder views as a whole: heatmap_<idx>.png of every sampled example,
+    index.html, with every figure (the tree figures of rule trees too) embedded, and
+    explorer.html."""
     cfg = job.settings.trees
     dump, _ = read_task_dump(job.paths("parts"))
     chosen = sample_examples(dump["idx"].tolist(), cfg.examples, list(cfg.example_idx),
@@ -33,7 +35,7 @@ def run(job: ModelJob) -> None:
         encoded = encoded_frame(dev.loc[rows["idx"]], job.spec, job.tokenizer, job.settings.model)
         result = views.attribute_again(job.model, encoded, job.settings.attribution, job.device)
     label_names = list(job.spec.label_names)
-    sections = []
+    sections, explored = [], []
     with atomic_path(job.outputs["views"]) as folder:
         folder.mkdir()
         for b, row in rows.iterrows():
@@ -46,12 +48,17 @@ def run(job: ModelJob) -> None:
             log.info("example %d: recomputed per-head maxima differ from the dump by at most "
                      "%.2g; heatmaps of layer %d", row["idx"], gap, layer)
             heatmap = folder / f"heatmap_{row['idx']}.png"
-            plot_heatmaps(shown, attention[layer], attr[layer], layer, label_names,
-                          planted_pair(shown), heatmap)
+            plot_heatmaps(shown, attention, attr, layer, label_names, planted_pair(shown),
+                          heatmap)
             tree = Path(job.inputs["tree_figures"]) / f"tree_{row['idx']}.png"
             sections.append(example_section(shown, views.token_flow(attr.sum(axis=1)),
                                             label_names, [heatmap, tree]))
+            # the tree as rule trees draws it: from the dump row, over words
+            explored.append(example_data(shown, attention, attr, tree_from_dump(
+                shown, len(attr), cfg.tau, cfg.normalise), label_names))
         page = flow_page(f"attribution flow through the tokens: task {job.task}", sections,
                          merged_words=any(has_words(row) for _, row in rows.iterrows()))
         (folder / "index.html").write_text(page)
+        (folder / "explorer.html").write_text(
+            explorer_page(f"explorer: task {job.task}", explored))
     log.info("views of %d examples (idx %s)", len(rows), chosen)
