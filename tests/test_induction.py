@@ -1,0 +1,64 @@
+"""The planted induction task: its ground truth, its encoding, and a decoder that learns it."""
+
+import pandas as pd
+import pytest
+import torch
+
+from attnlab.data import induction
+from attnlab.data.tasks import DataError
+from attnlab.data.tokenization import build_causal_tokenizer
+from attnlab.engine import next_token
+from attnlab.engine.next_token import PromptSpec
+
+SPEC = PromptSpec("induction")
+
+
+def test_same_seed_same_frame_and_different_seed_different():
+    first = induction.generate(50, seed=3)
+    pd.testing.assert_frame_equal(first, induction.generate(50, seed=3))
+    assert not first.equals(induction.generate(50, seed=4))
+    assert list(first.columns) == induction.COLUMNS
+
+
+def test_ground_truth_positions_are_the_planted_a_and_b():
+    frame = induction.generate(500, seed=0)
+    for row in frame.itertuples():
+        words = row.text.split(" ")
+        a, b = words[row.gt_previous], words[row.gt_induction]
+        # "... A B ... A": the last word is A, B follows its only earlier occurrence
+        assert words[-1] == a and b == row.target
+        assert row.gt_induction == row.gt_previous + 1
+        assert words.count(a) == 2 and words.count(b) == 1
+        # everything from the repeat on copies the segment starting gt_previous - k back
+        repeat = words[row.repeat_start :]
+        start = row.gt_previous - (len(repeat) - 1)
+        assert words[start : row.gt_previous + 1] == repeat
+        # every word outside the repeat is distinct: no other earlier A, no ambiguous B
+        assert len(set(words[: row.repeat_start])) == row.repeat_start
+
+
+def test_encoding_puts_target_after_the_query_and_maps_word_positions_to_tokens():
+    frame = induction.generate(40, seed=1)
+    tokenizer = build_causal_tokenizer(induction.words())
+    data = next_token.encode_prompts(frame, SPEC, tokenizer, max_length=32)
+    rows = torch.arange(len(frame))
+    # <s> comes first, so word w is token w + 1
+    assert (data["input_ids"][:, 0] == tokenizer.bos_token_id).all()
+    lengths = torch.tensor([len(text.split(" ")) for text in frame["text"]])
+    assert data["query"].tolist() == lengths.tolist()
+    assert tokenizer.convert_ids_to_tokens(data["target"].tolist()) == frame["target"].tolist()
+    assert (data["input_ids"][rows, data["query"]] ==
+            data["input_ids"][rows, torch.tensor(frame["gt_previous"]) + 1]).all()
+    assert next_token.token_positions(frame, SPEC, tokenizer, "gt_induction") == [
+        p + 1 for p in frame["gt_induction"]]
+    assert data["train_from"].tolist() == [p + 1 for p in frame["repeat_start"]]
+
+
+def test_prompts_too_long_or_without_a_target_are_refused_in_one_line():
+    frame = induction.generate(5, seed=1)
+    tokenizer = build_causal_tokenizer(induction.words())
+    with pytest.raises(DataError, match="more than model.max_length=8"):
+        next_token.encode_prompts(frame, SPEC, tokenizer, max_length=8)
+    with pytest.raises(DataError, match="column 'target' row 2 is not a non-empty text"):
+        next_token.validate_prompts(frame.assign(target=["v1", "v2", " ", "v3", "v4"]), SPEC,
+                                    "prompts.csv")
