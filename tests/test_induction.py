@@ -5,10 +5,10 @@ import pytest
 import torch
 
 from attnlab.data import induction
+from attnlab.data.prompts import PromptSpec, validate_prompts
 from attnlab.data.tasks import DataError
 from attnlab.data.tokenization import build_causal_tokenizer
 from attnlab.engine import next_token
-from attnlab.engine.next_token import PromptSpec
 
 SPEC = PromptSpec("induction")
 
@@ -60,7 +60,7 @@ def test_prompts_too_long_or_without_a_target_are_refused_in_one_line():
     with pytest.raises(DataError, match="more than model.max_length=8"):
         next_token.encode_prompts(frame, SPEC, tokenizer, max_length=8)
     with pytest.raises(DataError, match="column 'target' row 2 is not a non-empty text"):
-        next_token.validate_prompts(frame.assign(target=["v1", "v2", " ", "v3", "v4"]), SPEC,
+        validate_prompts(frame.assign(target=["v1", "v2", " ", "v3", "v4"]), SPEC,
                                     "prompts.csv")
 
 
@@ -89,3 +89,39 @@ def test_a_tiny_decoder_learns_induction_on_held_out_sequences(induction_model):
     # trained here reaches 1.0 after its phase change (Olsson et al. 2022), on unseen sequences
     assert metrics["dev_accuracy"] >= 0.9, metrics
     assert metrics["train_loss"] < INDUCTION_TRAINING["stop_loss"]
+
+
+def _induction_config(**changes):
+    import copy
+
+    import yaml
+
+    from attnlab.plumbing.config import validate_config
+
+    config = yaml.safe_load(open("config/induction.yaml"))
+    for path, value in changes.items():
+        *parents, key = path.split(".")
+        section = config
+        for name in parents:
+            section = section[name]
+        section[key] = copy.deepcopy(value)
+    return validate_config(config)
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"model.scratch.family": "bert"},
+     "model.scratch.family: 'bert' cannot learn next_token tasks; use gpt2 or llama"),
+    ({"tasks.induction.synthetic.kind": "pair2"},
+     "tasks.induction.synthetic.kind: 'pair2' does not make next_token tasks"),
+    ({"tasks.other": {"source": "synthetic", "synthetic": {"kind": "single2"},
+                      "text_fields": ["sentence"], "label_names": ["negative", "positive"]}},
+     "tasks: the tasks are of different kinds"),
+])
+def test_a_config_that_mixes_decoders_and_classifiers_stops_the_dry_run_in_one_line(
+        changes, message):
+    from attnlab.plumbing.errors import ConfigError
+    from attnlab.plumbing.preflight import check_config
+
+    check_config(_induction_config(), None)  # the shipped config passes
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        check_config(_induction_config(**changes), None)

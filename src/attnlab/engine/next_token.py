@@ -10,50 +10,14 @@ positions of every token are those of the example alone.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from attnlab.data.prompts import PromptSpec
 from attnlab.data.tasks import DataError
-from attnlab.plumbing.errors import ConfigError
-
-# word-position columns of the planted induction task (attnlab.data.induction)
-GROUND_TRUTH = ("gt_induction", "gt_previous")
-
-
-@dataclass(frozen=True)
-class PromptSpec:
-    """A next-token task: its name and the columns of its prompt and target."""
-
-    name: str
-    prompt_field: str = "text"
-    target_field: str = "target"
-
-    @classmethod
-    def from_config(cls, name: str, cfg: dict[str, Any]) -> PromptSpec:
-        """Build from one entry of config["tasks"] (kind next_token)."""
-        if len(cfg["text_fields"]) != 1:
-            raise ConfigError(f"tasks.{name}.text_fields: a next-token task has one prompt "
-                              f"column, got {cfg['text_fields']}")
-        return cls(name, cfg["text_fields"][0], cfg.get("target_field", "target"))
-
-
-def validate_prompts(df: pd.DataFrame, spec: PromptSpec, where: str) -> pd.DataFrame:
-    """Check that `df` has text prompts and targets; `where` names its origin in errors."""
-    if df.empty:
-        raise DataError(f"{where}: empty split (no rows)")
-    for column in (spec.prompt_field, spec.target_field):
-        if column not in df.columns:
-            raise DataError(f"{where}: missing column {column!r} (columns are "
-                            f"{', '.join(map(str, df.columns))})")
-        bad = ~df[column].map(lambda value: isinstance(value, str) and value.strip() != "")
-        if bad.any():
-            row = int(bad.to_numpy().nonzero()[0][0])
-            raise DataError(f"{where}: column {column!r} row {row} is not a non-empty text")
-    return df
 
 
 def encode_prompts(
@@ -151,3 +115,15 @@ def accuracy(model: PreTrainedModel, data: dict[str, torch.Tensor], batch_size: 
              device: torch.device | str, **forward: Any) -> float:
     """Next-token accuracy: the share of examples whose argmax next token is their target."""
     return float(correct(model, data, batch_size, device, **forward).float().mean())
+
+
+def prompt_inputs(data: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The prompts alone, as the attribution engine and `models.logits` take a decoder's
+    examples: the target token becomes padding (the model reads the last real token, the
+    query; the ids there stay, masked out) and `labels` are the targets."""
+    index = torch.arange(data["input_ids"].shape[1])
+    real = index[None, :] <= data["query"][:, None]
+    width = int(data["query"].max()) + 1
+    return {"input_ids": data["input_ids"][:, :width],
+            "attention_mask": (data["attention_mask"].bool() & real).long()[:, :width],
+            "labels": data["target"]}

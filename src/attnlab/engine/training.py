@@ -32,6 +32,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from attnlab.data.prompts import PromptSpec
 from attnlab.data.tasks import TaskSpec, split_texts
 from attnlab.data.tokenization import (
     build_causal_tokenizer,
@@ -43,11 +44,11 @@ from attnlab.data.tokenization import (
 from attnlab.engine import next_token
 from attnlab.engine.examples import encode
 from attnlab.engine.models import align_labels
-from attnlab.engine.next_token import PromptSpec, encode_prompts
+from attnlab.engine.next_token import encode_prompts
 from attnlab.plumbing.device import device_name, out_of_memory_names
 from attnlab.plumbing.errors import ConfigError
 from attnlab.plumbing.outputs import atomic_path
-from attnlab.plumbing.preflight import checkpoint_shape
+from attnlab.plumbing.preflight import DECODER_FAMILIES, checkpoint_shape
 
 log = logging.getLogger(__name__)
 
@@ -379,8 +380,7 @@ def pretrain(
         "device": device_name(device), "seconds": round(time.monotonic() - started, 1)})
 
 
-# model.scratch.family of a decoder language model built from scratch
-CAUSAL_FAMILIES = ("gpt2", "llama")
+CAUSAL_FAMILIES = DECODER_FAMILIES  # model.scratch.family of a decoder built from scratch
 
 
 def causal_config(model_cfg: dict[str, Any], tokenizer: PreTrainedTokenizerBase):
