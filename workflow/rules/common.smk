@@ -78,7 +78,8 @@ MODEL_JOB = ("model.max_length", "model.truncate", "device", "precision")
 # The settings of every stage that attributes: the attribution engine's
 # (attnlab.engine.attribution.engine_options reads exactly these).
 ENGINE = tuple(f"attribution.{key}" for key in
-               ("quadrature", "steps", "tolerance", "max_steps", "scan_steps", "batch_size"))
+               ("quadrature", "steps", "tolerance", "max_steps", "scan_steps", "batch_size",
+                "score"))
 # Rules that run a model declare `gpu=GPU`: one GPU is requested (from SLURM, or from the
 # local `gpu` limit of profiles/local) unless the config pins the CPU. Memory and run time
 # depend on the scale of the configuration and the machine, so they live in the profiles.
