@@ -125,3 +125,29 @@ def test_a_config_that_mixes_decoders_and_classifiers_stops_the_dry_run_in_one_l
     check_config(_induction_config(), None)  # the shipped config passes
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
         check_config(_induction_config(**changes), None)
+
+
+def test_attattr_finds_the_planted_mechanism_on_the_trained_model(induction_model):
+    from attnlab.analyses.induction import induction_analysis
+    from attnlab.engine import models
+
+    dev = induction.generate(100, seed=1)
+    model, tokenizer = models.prepare_model(induction_model.model), induction_model.tokenizer
+    data = next_token.encode_prompts(dev, SPEC, tokenizer, max_length=32)
+    truth = {column: torch.tensor(next_token.token_positions(dev, SPEC, tokenizer, column))
+             for column in ("gt_induction", "gt_previous")}
+    # a fixed rule of 20 nodes: the analysis compares where edges point, not their last digit
+    engine = {"quadrature_rule": "riemann_right", "steps": 20, "score": "probability"}
+    result = induction_analysis(model, next_token.prompt_inputs(data),
+                                induction=truth["gt_induction"], previous=truth["gt_previous"],
+                                engine=engine)
+    # every claim holds on this seed (observed: AttAttr finds B in 1.0 of the examples,
+    # attention in 0.98, rollout in 0.97; masking AttAttr's top two heads costs 0.66 accuracy,
+    # the worst other pair 0.05); the claims' own thresholds carry the margins
+    assert (result.claims["verdict"] == "holds").all(), result.claims.to_string()
+    assert result.summary["share_attattr"] >= 0.9
+    heads = result.heads
+    assert heads["previous_token_head"].sum() >= 1 and heads["induction_head"].sum() >= 1
+    # the previous-token head reads from the layer below the induction heads
+    assert heads.loc[heads["previous_token_head"], "layer"].max() < heads.loc[
+        heads["induction_head"], "layer"].min()

@@ -19,7 +19,9 @@ from typing import Any
 from attnlab.plumbing.errors import ConfigError
 
 # The families attnlab.engine.models supports (its FAMILIES; a test keeps the two equal).
-MODEL_TYPES = ("bert", "roberta", "electra", "distilbert", "bart")
+MODEL_TYPES = ("bert", "roberta", "electra", "distilbert", "bart", "gpt2", "llama", "qwen2")
+# the decoder language models among them: they learn next_token tasks, the others classification
+DECODER_TYPES = ("gpt2", "llama", "qwen2")
 # model.scratch.family of a decoder language model (attnlab.engine.training.CAUSAL_FAMILIES)
 DECODER_FAMILIES = ("gpt2", "llama")
 # config.json keys of the layer count, heads per layer and hidden size, by family
@@ -42,6 +44,7 @@ class ModelShape:
     heads: int
     hidden: int
     positions: int | None  # the longest input it can take (None: no limit known)
+    model_type: str = "bert"
 
 
 def checkpoint_shape(path: str | Path) -> ModelShape:
@@ -74,7 +77,7 @@ def checkpoint_shape(path: str | Path) -> ModelShape:
         raise ConfigError(f"model.pretrained: {config_file} has no {', '.join(missing)}")
     layers, heads, hidden = (cfg[key] for key in keys)
     positions = cfg.get("n_positions" if model_type == "gpt2" else "max_position_embeddings")
-    return ModelShape(layers, heads, hidden, positions)
+    return ModelShape(layers, heads, hidden, positions, model_type)
 
 
 def safetensors_damage(path: Path) -> str | None:
@@ -245,6 +248,12 @@ def check_config(config: dict[str, Any], pretrained: str | None) -> None:
     shape = model_shape(config["model"], pretrained)
     if shape is None:
         return
+    decoder = task_kind(config) == "next_token"
+    if config["model"]["source"] != "scratch" and (shape.model_type in DECODER_TYPES) != decoder:
+        fitting = [t for t in MODEL_TYPES if (t in DECODER_TYPES) == decoder]
+        raise ConfigError(f"model.pretrained: a {shape.model_type!r} model cannot do "
+                          f"{task_kind(config)} tasks; they need "
+                          f"{'a decoder' if decoder else 'an encoder'} ({', '.join(fitting)})")
     if shape.positions is not None and config["model"]["max_length"] > shape.positions:
         raise ConfigError(f"model.max_length: {config['model']['max_length']} is more than the "
                           f"{shape.positions} positions the model has")
