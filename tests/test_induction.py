@@ -1,5 +1,7 @@
 """The planted induction task: its ground truth, its encoding, and a decoder that learns it."""
 
+import json
+
 import pandas as pd
 import pytest
 import torch
@@ -64,29 +66,50 @@ def test_prompts_too_long_or_without_a_target_are_refused_in_one_line():
                                     "prompts.csv")
 
 
-# The induction config's model and training (config/induction.yaml), on fewer examples: the
-# test trains in about 30 s on one core.
+# The induction config's model and training (config/induction.yaml), on fewer examples.
 INDUCTION_MODEL = {"source": "scratch", "max_length": 32, "scratch": {
     "family": "llama", "layers": 2, "heads": 4, "hidden": 64, "intermediate": 64,
     "dropout": 0.0}}
-INDUCTION_TRAINING = {"epochs": 8, "batch_size": 64, "learning_rate": 3e-3, "warmup": 0.05,
+INDUCTION_TRAINING = {"epochs": 20, "batch_size": 64, "learning_rate": 3e-3, "warmup": 0.05,
                       "weight_decay": 0.01, "stop_loss": 0.05}
 
 
-@pytest.fixture(scope="module")
-def induction_model():
+def _trained(seed: int):
+    """The induction config's decoder trained with `seed`: about 10 s on one free core."""
     from attnlab.engine import training
 
     return training.train_language_model(
         induction.generate(3000, seed=0), induction.generate(300, seed=1), spec=SPEC,
         model_cfg=INDUCTION_MODEL, train_cfg=INDUCTION_TRAINING, device=torch.device("cpu"),
-        seed=0)
+        seed=seed)
+
+
+def _analysed(trained, n: int = 100):
+    """The induction analysis of `trained` on the first n dev examples."""
+    from attnlab.analyses.induction import induction_analysis
+    from attnlab.engine import models
+
+    dev = induction.generate(n, seed=1)
+    model, tokenizer = models.prepare_model(trained.model), trained.tokenizer
+    data = next_token.encode_prompts(dev, SPEC, tokenizer, max_length=32)
+    truth = {column: torch.tensor(next_token.token_positions(dev, SPEC, tokenizer, column))
+             for column in ("gt_induction", "gt_previous")}
+    # a fixed rule of 20 nodes: the analysis compares where edges point, not their last digit
+    engine = {"quadrature_rule": "riemann_right", "steps": 20, "score": "probability"}
+    return induction_analysis(model, next_token.prompt_inputs(data),
+                              induction=truth["gt_induction"], previous=truth["gt_previous"],
+                              engine=engine)
+
+
+@pytest.fixture(scope="module")
+def induction_model():
+    return _trained(seed=0)
 
 
 def test_a_tiny_decoder_learns_induction_on_held_out_sequences(induction_model):
     metrics = induction_model.metrics
-    # by chance (a word of the prompt, say) it is right well under half the time; the model
-    # trained here reaches 1.0 after its phase change (Olsson et al. 2022), on unseen sequences
+    # before its phase change (Olsson et al. 2022) it is right at most 0.4-0.6 of the time
+    # (guessing a word of the prompt); after it, 1.0 on unseen sequences
     assert metrics["dev_accuracy"] >= 0.9, metrics
     assert metrics["train_loss"] < INDUCTION_TRAINING["stop_loss"]
 
@@ -128,19 +151,7 @@ def test_a_config_that_mixes_decoders_and_classifiers_stops_the_dry_run_in_one_l
 
 
 def test_attattr_finds_the_planted_mechanism_on_the_trained_model(induction_model):
-    from attnlab.analyses.induction import induction_analysis
-    from attnlab.engine import models
-
-    dev = induction.generate(100, seed=1)
-    model, tokenizer = models.prepare_model(induction_model.model), induction_model.tokenizer
-    data = next_token.encode_prompts(dev, SPEC, tokenizer, max_length=32)
-    truth = {column: torch.tensor(next_token.token_positions(dev, SPEC, tokenizer, column))
-             for column in ("gt_induction", "gt_previous")}
-    # a fixed rule of 20 nodes: the analysis compares where edges point, not their last digit
-    engine = {"quadrature_rule": "riemann_right", "steps": 20, "score": "probability"}
-    result = induction_analysis(model, next_token.prompt_inputs(data),
-                                induction=truth["gt_induction"], previous=truth["gt_previous"],
-                                engine=engine)
+    result = _analysed(induction_model)
     # every claim holds on this seed (observed: AttAttr finds B in 1.0 of the examples,
     # attention in 0.98, rollout in 0.97; masking AttAttr's top two heads costs 0.66 accuracy,
     # the worst other pair 0.05); the claims' own thresholds carry the margins
@@ -151,3 +162,43 @@ def test_attattr_finds_the_planted_mechanism_on_the_trained_model(induction_mode
     # the previous-token head reads from the layer below the induction heads
     assert heads.loc[heads["previous_token_head"], "layer"].max() < heads.loc[
         heads["induction_head"], "layer"].min()
+
+
+@pytest.mark.slow
+def test_the_induction_config_runs_through_the_snakemake_command_line(tmp_path):
+    """config/induction.yaml with fewer dev examples, through the real CLI: prepare_data,
+    finetune (training the decoder), induction, the run summary and the claims page. About
+    60 s on one free core."""
+    import yaml
+    from test_workflow import snakemake
+
+    config = yaml.safe_load(open("config/induction.yaml"))
+    config["name"] = "tiny_induction"
+    config["tasks"]["induction"]["synthetic"]["n_dev"] = 60
+    config["induction"]["examples"] = 60
+    configfile = tmp_path / "config.yaml"
+    configfile.write_text(yaml.safe_dump(config))
+    args = ("--cores", "2", "--configfile", str(configfile), "--directory", str(tmp_path))
+    planned = snakemake("-n", *args).stdout
+    # the classification stages are left out by the config's kind, not run and failed
+    for rule in ("attribute", "head_importance", "trees", "mine_triggers"):
+        assert f"rule {rule}:" not in planned
+    snakemake(*args, timeout=600)
+    results = tmp_path / "results" / "tiny_induction"
+    metrics = json.loads((results / "finetune/induction/metrics.json").read_text())
+    assert metrics["dev_accuracy"] >= 0.9, metrics  # observed 1.0 (the seed of the config)
+    claims = pd.read_parquet(results / "induction/induction/claims.parquet")
+    assert len(claims) == 5 and (claims["verdict"] == "holds").all(), claims.to_string()
+    assert (results / "report/claims.html").is_file()
+    assert (results / "report/run_summary.html").is_file()
+
+
+@pytest.mark.slow
+def test_the_induction_claims_hold_on_four_of_five_seeds():
+    """Seeds 0-4 of the induction config's training: about 1 minute on one free core."""
+    held = {}
+    for seed in range(5):
+        trained = _trained(seed)
+        claims = _analysed(trained).claims
+        held[seed] = (trained.metrics["dev_accuracy"], list(claims["verdict"]))
+    assert sum(all(v == "holds" for v in verdicts) for _, verdicts in held.values()) >= 4, held
