@@ -11,6 +11,7 @@ from attnlab.analyses.claims import log_claims
 from attnlab.data.prompts import PromptSpec, validate_prompts
 from attnlab.engine import attribution, next_token
 from attnlab.model_job import ModelJob
+from attnlab.plumbing.device import attribution_batch_size
 
 
 def run(job: ModelJob) -> None:
@@ -23,10 +24,13 @@ def run(job: ModelJob) -> None:
     data = next_token.encode_prompts(dev, spec, tokenizer, job.settings.model.max_length)
     truth = {column: torch.tensor(next_token.token_positions(dev, spec, tokenizer, column))
              for column in ("gt_induction", "gt_previous")}
+    inputs = {k: v.to(job.device) for k, v in next_token.prompt_inputs(data).items()}
+    engine = attribution.engine_options(job.settings.attribution)
+    engine["batch_size"] = attribution_batch_size(engine["batch_size"], job.model.config,
+                                                  inputs["input_ids"].shape[1], job.device)
     result = induction.induction_analysis(
-        job.model, {k: v.to(job.device) for k, v in next_token.prompt_inputs(data).items()},
-        induction=truth["gt_induction"], previous=truth["gt_previous"],
-        engine=attribution.engine_options(job.settings.attribution))
+        job.model, inputs, induction=truth["gt_induction"], previous=truth["gt_previous"],
+        engine=engine)
     job.write_tables({"edges": result.edges, "heads": result.heads, "claims": result.claims})
     job.write_json("summary", {**result.summary, "examples": len(dev)})
     log_claims(result.claims, job.task)
