@@ -251,8 +251,8 @@ def check_config(config: dict[str, Any], pretrained: str | None) -> None:
     decoder = task_kind(config) == "next_token"
     if config["model"]["source"] != "scratch" and (shape.model_type in DECODER_TYPES) != decoder:
         fitting = [t for t in MODEL_TYPES if (t in DECODER_TYPES) == decoder]
-        raise ConfigError(f"model.pretrained: a {shape.model_type!r} model cannot do "
-                          f"{task_kind(config)} tasks; they need "
+        raise ConfigError(f"model.pretrained: {pretrained} is a {shape.model_type!r} model, "
+                          f"which cannot do {task_kind(config)} tasks; they need "
                           f"{'a decoder' if decoder else 'an encoder'} ({', '.join(fitting)})")
     if shape.positions is not None and config["model"]["max_length"] > shape.positions:
         raise ConfigError(f"model.max_length: {config['model']['max_length']} is more than the "
