@@ -188,7 +188,7 @@ def test_the_induction_config_runs_through_the_snakemake_command_line(tmp_path):
     metrics = json.loads((results / "finetune/induction/metrics.json").read_text())
     assert metrics["dev_accuracy"] >= 0.9, metrics  # observed 1.0 (the seed of the config)
     claims = pd.read_parquet(results / "induction/induction/claims.parquet")
-    assert len(claims) == 5 and (claims["verdict"] == "holds").all(), claims.to_string()
+    assert len(claims) == 7 and (claims["verdict"] == "holds").all(), claims.to_string()
     assert (results / "report/claims.html").is_file()
     assert (results / "report/run_summary.html").is_file()
 

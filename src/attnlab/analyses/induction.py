@@ -8,6 +8,9 @@ to hold "A came before me". So:
   truth is B's first position. Each method's map is summed over heads, its strongest edge
   taken over every layer (rollout: its last layer, the whole stack's mixing), the query's edge
   to itself left out (every method gives the residual stream's own token a large share).
+* The path: the first step, a previous-token head at B reading A in layer 0, is the first edge
+  of the attribution tree (Hao et al. 2021) below the induction edge. Is a method's strongest
+  layer-0 edge (over all its query rows, heads summed) the edge from B to A?
 * Heads: an induction head puts on average at least half of its attention at the query on B,
   a previous-token head at least half of its attention at B on A; AttAttr ranks the heads by
   their mean maximal attribution (Hao et al. 2021's head importance). Are its top two heads
@@ -45,10 +48,18 @@ MECHANISM_SCORE = 0.5
 
 
 class InductionResult(NamedTuple):
-    edges: pd.DataFrame  # one row per example: its query, B's position, each method's top key
+    # one row per example: its query, B's position, each method's top key at the query and
+    # whether its strongest layer-0 edge is B reading A
+    edges: pd.DataFrame
     heads: pd.DataFrame  # one row per head: its scores, AttAttr rank, mechanism membership
     claims: pd.DataFrame
     summary: dict[str, float]  # accuracy, the masking drops and each method's share
+
+
+def top_edge(scores: np.ndarray) -> tuple[int, int]:
+    """(query, key) of the strongest edge of (n, n) scores."""
+    query, key = np.unravel_index(np.argmax(scores), scores.shape)
+    return int(query), int(key)
 
 
 def top_keys(scores: np.ndarray, query: int) -> int:
@@ -98,11 +109,15 @@ def induction_analysis(
         probs = attention[i, :, :, :n, :n]
         maps = {"attattr": attr[i, :, :, :n, :n].sum(axis=1), "attention": probs.sum(axis=1),
                 "rollout": rollout(head_mean(probs))[-1:]}
+        step = (int(induction[i]), int(previous[i]))
         rows.append({"example": i, "query": query, "induction": int(induction[i]),
-                     **{f"top_{name}": top_keys(scores, query) for name, scores in maps.items()}})
+                     **{f"top_{name}": top_keys(scores, query) for name, scores in maps.items()},
+                     **{f"path_{name}": top_edge(maps[name][0]) == step
+                        for name in ("attattr", "attention")}})
     edges = pd.DataFrame(rows)
     shares = {name: float((edges[f"top_{name}"] == edges["induction"]).mean())
               for name in METHODS}
+    path = {name: float(edges[f"path_{name}"].mean()) for name in ("attattr", "attention")}
 
     n_ex = len(lengths)
     picks = np.arange(n_ex)
@@ -142,6 +157,12 @@ def induction_analysis(
         claim(STAGE, "AttAttr's strongest edge finds B at least as often as rollout's",
               "share AttAttr - share rollout", shares["attattr"] - shares["rollout"],
               shares["attattr"] >= shares["rollout"]),
+        claim(STAGE, "AttAttr's strongest layer-0 edge is B's first position reading A (the "
+              "previous-token step)", "share of examples", path["attattr"],
+              path["attattr"] >= EDGE_SHARE),
+        claim(STAGE, "AttAttr's strongest layer-0 edge is that step more often than raw "
+              "attention's", "share AttAttr - share attention",
+              path["attattr"] - path["attention"], path["attattr"] > path["attention"]),
         claim(STAGE, "AttAttr's top two heads are induction or previous-token heads",
               "mechanism heads among AttAttr's top two", found, found == MECHANISM_HEADS),
         claim(STAGE, "Masking AttAttr's top two heads costs more next-token accuracy than "
@@ -150,5 +171,6 @@ def induction_analysis(
     ]
     summary = {"accuracy": full, "top_heads_drop": top_drop,
                "other_pairs_mean_drop": float(np.mean(other_drops)), **{
-                   f"share_{name}": share for name, share in shares.items()}}
+                   f"share_{name}": share for name, share in shares.items()}, **{
+                   f"path_share_{name}": share for name, share in path.items()}}
     return InductionResult(edges, heads, claims_frame(claims), summary)
