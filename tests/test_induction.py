@@ -204,33 +204,17 @@ def test_the_induction_claims_hold_on_four_of_five_seeds():
     assert sum(all(v == "holds" for v in verdicts) for _, verdicts in held.values()) >= 4, held
 
 
-def test_your_own_decoder_and_prompt_file_go_through_the_same_stages(induction_model, tmp_path):
-    """A checkpoint saved by save_pretrained and a CSV of prompts with their own column names,
-    as config/induction.yaml's comment says to point it at them: rules prepare_data, finetune
-    (a `finetuned` model is evaluated, not trained) and induction, run as their jobs."""
-    import yaml
-
+def _run_stages(config: dict, checkpoint, out_dir) -> dict:
+    """Rules prepare_data, finetune and induction of the configuration's one task, run as
+    their jobs (after the dry run's checks); returns the output paths by file name."""
     from attnlab.model_job import ModelJob
     from attnlab.plumbing.config import validate_config
     from attnlab.plumbing.preflight import check_config
     from attnlab.stages import finetune, prepare_data
     from attnlab.stages import induction as induction_stage
 
-    checkpoint = tmp_path / "my-decoder"
-    induction_model.save(checkpoint)
-    rows = induction.generate(40, seed=9).rename(columns={"text": "prompt", "target": "next"})
-    for split in ("train", "dev"):
-        rows.to_csv(tmp_path / f"{split}.csv", index=False)
-    config = yaml.safe_load(open("config/induction.yaml"))
-    config["tasks"] = {"mine": {
-        "kind": "next_token", "source": "local", "text_fields": ["prompt"],
-        "target_field": "next",
-        "local": {"train": str(tmp_path / "train.csv"), "dev": str(tmp_path / "dev.csv")}}}
-    config["model"] = {"source": "finetuned", "pretrained": str(checkpoint), "max_length": 32}
-    config["device"] = "cpu"
-    config["induction"]["examples"] = 40
     check_config(validate_config(config), str(checkpoint))
-    out = {name: tmp_path / "out" / name for name in (
+    out = {name: out_dir / name for name in (
         "train.parquet", "dev.parquet", "summary.json", "model", "metrics.json",
         "edges.parquet", "heads.parquet", "claims.parquet", "induction.json")}
     jobs = [
@@ -245,11 +229,64 @@ def test_your_own_decoder_and_prompt_file_go_through_the_same_stages(induction_m
     ]
     for stage, inputs, outputs in jobs:
         stage.run(ModelJob.from_config(
-            stage.__name__.rsplit(".", 1)[1], config, task="mine",
+            stage.__name__.rsplit(".", 1)[1], config, task=next(iter(config["tasks"])),
             inputs={k: str(v) if not isinstance(v, list) else v for k, v in inputs.items()},
             outputs={k: str(v) for k, v in outputs.items()}))
+    return out
+
+
+def test_your_own_decoder_and_prompt_file_go_through_the_same_stages(induction_model, tmp_path):
+    """A checkpoint saved by save_pretrained and a CSV of prompts with their own column names,
+    as config/induction.yaml's comment says to point it at them: rules prepare_data, finetune
+    (a `finetuned` model is evaluated, not trained) and induction, run as their jobs."""
+    import yaml
+
+    checkpoint = tmp_path / "my-decoder"
+    induction_model.save(checkpoint)
+    rows = induction.generate(40, seed=9).rename(columns={"text": "prompt", "target": "next"})
+    for split in ("train", "dev"):
+        rows.to_csv(tmp_path / f"{split}.csv", index=False)
+    config = yaml.safe_load(open("config/induction.yaml"))
+    config["tasks"] = {"mine": {
+        "kind": "next_token", "source": "local", "text_fields": ["prompt"],
+        "target_field": "next",
+        "local": {"train": str(tmp_path / "train.csv"), "dev": str(tmp_path / "dev.csv")}}}
+    config["model"] = {"source": "finetuned", "pretrained": str(checkpoint), "max_length": 32}
+    config["device"] = "cpu"
+    config["induction"]["examples"] = 40
+    out = _run_stages(config, checkpoint, tmp_path / "out")
     metrics = json.loads(out["metrics.json"].read_text())
     # the trained model, evaluated as published on sequences it never saw
     assert metrics["steps"] == 0 and metrics["dev_accuracy"] >= 0.9, metrics
     claims = pd.read_parquet(out["claims.parquet"])
     assert claims.loc[0, "value"] >= 0.9, claims.to_string()  # AttAttr finds B
+
+
+def test_a_gpt2_checkpoint_is_trained_further_and_analysed(tmp_path):
+    """A GPT-2 saved by save_pretrained (untrained, tiny) with model.source: pretrained: one
+    epoch of next-token training from it, then the induction analysis, through the jobs."""
+    import yaml
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from attnlab.data.tokenization import build_causal_tokenizer
+
+    checkpoint = tmp_path / "gpt2"
+    tokenizer = build_causal_tokenizer(induction.words())
+    torch.manual_seed(0)
+    GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_positions=32, n_embd=16, n_layer=2,
+                               n_head=2)).save_pretrained(checkpoint)
+    tokenizer.save_pretrained(checkpoint)
+    config = yaml.safe_load(open("config/induction.yaml"))
+    config["tasks"]["induction"]["synthetic"].update(n_train=128, n_dev=30)
+    config["model"] = {"source": "pretrained", "pretrained": str(checkpoint), "max_length": 32}
+    config["finetune"]["epochs"] = 1
+    config["device"] = "cpu"
+    config["induction"]["examples"] = 30
+    out = _run_stages(config, checkpoint, tmp_path / "out")
+    metrics = json.loads(out["metrics.json"].read_text())
+    assert metrics["steps"] == 2 and 0.0 <= metrics["dev_accuracy"] <= 1.0, metrics
+    # the analysis runs whatever the model learned: every claim has a verdict, and the heads
+    # table has one row per head of the 2 x 2
+    claims = pd.read_parquet(out["claims.parquet"])
+    assert len(claims) == 7 and claims["verdict"].isin(["holds", "does not hold"]).all()
+    assert len(pd.read_parquet(out["heads.parquet"])) == 4
