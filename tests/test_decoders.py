@@ -1,5 +1,6 @@
-"""Decoder language models (GPT-2, Llama, Qwen2) in the engine: attribution of the next token's
-probability at the last real token, checked against an independent reference written here."""
+"""Decoder language models (GPT-2, Llama, Qwen2, Mistral) in the engine: attribution of the
+next token's probability at the last real token, checked against an independent reference
+written here."""
 
 from __future__ import annotations
 
@@ -23,13 +24,19 @@ _scaling: dict = {}
 
 
 def _reference_attention(module, query, key, value, attention_mask, scaling=None, **kwargs):
-    """Plain eager attention of one unpadded example, its causal mask built here (the mask the
-    model passes is ignored), with layer `_scaling["layer"]`'s probabilities times α."""
+    """Plain eager attention of one unpadded example, its causal mask (and sliding window, as
+    the module's config sets it) built here (the mask the model passes is ignored), with layer
+    `_scaling["layer"]`'s probabilities times α."""
     groups = query.shape[1] // key.shape[1]
     key, value = (t.repeat_interleave(groups, dim=1) for t in (key, value))
     n = query.shape[-2]
     scores = query @ key.transpose(-1, -2) * scaling
     future = torch.ones(n, n, dtype=torch.bool).triu(1)
+    # Qwen2's module says whether its layer slides; Mistral's config holds its window
+    window = (module.sliding_window if hasattr(module, "sliding_window")
+              else getattr(module.config, "sliding_window", None))
+    if window is not None:  # key j is seen from query i when i − j < window
+        future |= torch.ones(n, n, dtype=torch.bool).tril(-window)
     probs = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
     if module.layer_idx == _scaling.get("layer"):
         probs = (probs.detach() * _scaling["alpha"]).requires_grad_(True)

@@ -8,10 +8,10 @@ runs from its embeddings like the others (for analyses of hidden states), but it
 reads the decoder: as a classifier it is always run whole.
 
 Two kinds of model: encoder classifiers (the head reads the first token, <s> or [CLS]) and
-decoder language models (GPT-2, Llama, Qwen2: causal attention, pre-LN). A decoder's "class"
-is the next token: its logits are the next-token logits at the example's last real token
-(`read_positions`), whichever side the batch is padded on, and its position ids count real
-tokens only, so that an example gives the same numbers alone and in a padded batch.
+decoder language models (GPT-2, Llama, Qwen2, Mistral: causal attention, pre-LN). A decoder's
+"class" is the next token: its logits are the next-token logits at the example's last real
+token (`read_positions`), whichever side the batch is padded on, and its position ids count
+real tokens only, so that an example gives the same numbers alone and in a padded batch.
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def _gpt2_embeddings(model: PreTrainedModel, inputs: dict[str, torch.Tensor]) ->
 
 
 def _token_embeddings(model: PreTrainedModel, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-    # Llama and Qwen2: positions enter each layer as rotary embeddings (`layer_inputs`)
+    # Llama, Qwen2, Mistral: positions enter each layer as rotary embeddings (`layer_inputs`)
     return model.model.embed_tokens(inputs["input_ids"])
 
 
@@ -154,6 +154,8 @@ FAMILIES: dict[str, Family] = {
                     None, None, None, causal=True),
     "qwen2": Family("model", "layers", "self_attn", _token_embeddings, _norm_head, "lm_head",
                     None, None, None, causal=True),
+    "mistral": Family("model", "layers", "self_attn", _token_embeddings, _norm_head, "lm_head",
+                      None, None, None, causal=True),
 }
 
 
@@ -228,9 +230,9 @@ def load_classifier(
 def load_causal_lm(
     name_or_path: str | Path, device: torch.device | str = "cpu"
 ) -> tuple[PreTrainedModel, object]:
-    """A decoder language model (GPT-2, Llama, Qwen2) and its tokenizer from a hub id or local
-    directory, ready to analyse. A tokenizer without a padding token (GPT-2's) pads with its
-    end-of-text token: padding is masked, and either side gives the same numbers."""
+    """A decoder language model (GPT-2, Llama, Qwen2, Mistral) and its tokenizer from a hub id
+    or local directory, ready to analyse. A tokenizer without a padding token (GPT-2's) pads
+    with its end-of-text token: padding is masked, and either side gives the same numbers."""
     local = Path(name_or_path).is_dir()
     try:
         model = AutoModelForCausalLM.from_pretrained(str(name_or_path), local_files_only=local)
@@ -325,9 +327,11 @@ def layer_inputs(
             config=config, inputs_embeds=hidden, attention_mask=attention_mask)
         return LayerInputs({"full_attention": mask}, ("full_attention",) * n_layers)
     position_ids = positions(attention_mask)
-    # Qwen2 may give some layers a sliding window; causality comes from the mask alone (the
+    # Qwen2 names each layer's type (some may attend within a sliding window); Mistral's
+    # layers all slide when its config sets a window. Causality comes from the mask alone (the
     # attention function applies no is_causal), so every layer gets one.
-    types = tuple(getattr(config, "layer_types", None) or ("full_attention",) * n_layers)
+    every = "sliding_attention" if getattr(config, "sliding_window", None) else "full_attention"
+    types = tuple(getattr(config, "layer_types", None) or (every,) * n_layers)
     build = {"full_attention": create_causal_mask,
              "sliding_attention": create_sliding_window_causal_mask}
     masks = {kind: build[kind](config=config, inputs_embeds=hidden,
