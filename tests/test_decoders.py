@@ -232,3 +232,13 @@ def test_unsupported_decoder_family_is_refused_in_one_line(tmp_path):
 def test_norm_based_methods_refuse_pre_ln_decoders():
     with pytest.raises(models.UnsupportedModelError, match="pre-LN"):
         models.attention_sublayer(tiny_causal_lm("llama"), 0)
+
+
+def test_a_decoder_family_is_not_loaded_as_a_classifier(tmp_path):
+    """A GPT-2 checkpoint given to load_classifier (its GPT2ForSequenceClassification is not
+    supported: the family's head is the next-token one): refused in one line."""
+    tiny_causal_lm("gpt2", dtype=torch.float32).save_pretrained(tmp_path)
+    _word_tokenizer().save_pretrained(tmp_path)
+    with pytest.raises(models.UnsupportedModelError) as error:
+        models.load_classifier(tmp_path)
+    assert "\n" not in str(error.value) and "load_causal_lm" in str(error.value)

@@ -107,8 +107,8 @@ def positions(attention_mask: torch.Tensor) -> torch.Tensor:
 
 
 def read_positions(model: PreTrainedModel, attention_mask: torch.Tensor) -> torch.Tensor:
-    """(B,) the position each example's output is read from: a decoder's last real token
-    (left or right padding alike), an encoder classifier's first (`classified_position`)."""
+    """(B,) the position each example's output is read from, by `classify` and `logits`: a
+    decoder's last real token (left or right padding alike), an encoder classifier's first."""
     if not family_of(model).causal:
         return torch.zeros(len(attention_mask), dtype=torch.long, device=attention_mask.device)
     index = torch.arange(attention_mask.shape[1], device=attention_mask.device)
@@ -222,7 +222,10 @@ def load_classifier(
         )
     except (OSError, SafetensorError) as err:  # missing, unreadable or cut-short files
         raise AttnlabError(f"{name_or_path}: the model cannot be loaded ({err})") from err
-    family_of(model)  # refuse before any other work
+    if family_of(model).causal:  # refuse before any other work
+        raise UnsupportedModelError(
+            f"{name_or_path}: {model.config.model_type!r} is a decoder language model family; "
+            f"its classifier is not supported (load the language model with load_causal_lm)")
     tokenizer = AutoTokenizer.from_pretrained(str(name_or_path), local_files_only=local)
     return prepare_model(model).to(device), tokenizer
 
@@ -404,5 +407,8 @@ def logits(
     if not family_of(model).causal:
         return model(**model_inputs, attnlab=intervention).logits
     mask = model_inputs["attention_mask"]
-    out = model(**model_inputs, position_ids=positions(mask), attnlab=intervention).logits
-    return out[torch.arange(len(out), device=out.device), read_positions(model, mask)]
+    # the vocabulary projection only at the positions read (not B x S x vocabulary)
+    keep, column = read_positions(model, mask).unique(return_inverse=True)
+    out = model(**model_inputs, position_ids=positions(mask), logits_to_keep=keep,
+                attnlab=intervention).logits
+    return out[torch.arange(len(out), device=out.device), column]

@@ -18,7 +18,8 @@ from typing import Any
 
 from attnlab.plumbing.errors import ConfigError
 
-# The families attnlab.engine.models supports (its FAMILIES; a test keeps the two equal).
+# The classifier families attnlab.engine.models supports (its FAMILIES that are not decoder
+# language models; a test keeps the two equal).
 MODEL_TYPES = ("bert", "roberta", "electra", "distilbert", "bart")
 # config.json keys of the layer count, heads per layer and hidden size, by family
 SIZE_KEYS = {
