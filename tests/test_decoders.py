@@ -17,6 +17,7 @@ from transformers.masking_utils import AttentionMaskInterface, eager_mask
 from attnlab.engine import models
 from attnlab.engine.attribution import attribute, quadrature
 from attnlab.engine.intervention import Intervention
+from attnlab.plumbing.errors import AttnlabError
 
 REFERENCE = "attnlab_test_reference"
 # the reference attention's state: the layer to scale, its factor α, and the scaled leaf
@@ -242,3 +243,11 @@ def test_a_decoder_family_is_not_loaded_as_a_classifier(tmp_path):
     with pytest.raises(models.UnsupportedModelError) as error:
         models.load_classifier(tmp_path)
     assert "\n" not in str(error.value) and "load_causal_lm" in str(error.value)
+
+
+def test_a_missing_causal_lm_is_one_line(tmp_path):
+    """Neither a local directory nor a hub id this offline machine holds: one line naming it."""
+    with pytest.raises(AttnlabError) as error:
+        models.load_causal_lm("nobody/no-such-decoder")
+    assert "\n" not in str(error.value)
+    assert str(error.value).startswith("nobody/no-such-decoder: the model cannot be loaded")

@@ -211,23 +211,31 @@ def prepare_model(model: PreTrainedModel) -> PreTrainedModel:
     return model.eval()
 
 
+def _from_pretrained(auto_class: type, name_or_path: str | Path) -> PreTrainedModel:
+    """A model from a hub id or local directory, or one line saying why it cannot be loaded."""
+    try:
+        return auto_class.from_pretrained(
+            str(name_or_path), local_files_only=Path(name_or_path).is_dir())
+    except (OSError, SafetensorError) as err:  # missing, unreadable or cut-short files
+        reason = " ".join(str(err).split())  # one line: the hub's messages span several
+        raise AttnlabError(f"{name_or_path}: the model cannot be loaded ({reason})") from err
+
+
+def _tokenizer(name_or_path: str | Path):
+    return AutoTokenizer.from_pretrained(
+        str(name_or_path), local_files_only=Path(name_or_path).is_dir())
+
+
 def load_classifier(
     name_or_path: str | Path, device: torch.device | str = "cpu"
 ) -> tuple[PreTrainedModel, object]:
     """A classifier and its tokenizer from a hub id or local directory, ready to analyse."""
-    local = Path(name_or_path).is_dir()
-    try:
-        model = AutoModelForSequenceClassification.from_pretrained(
-            str(name_or_path), local_files_only=local
-        )
-    except (OSError, SafetensorError) as err:  # missing, unreadable or cut-short files
-        raise AttnlabError(f"{name_or_path}: the model cannot be loaded ({err})") from err
+    model = _from_pretrained(AutoModelForSequenceClassification, name_or_path)
     if family_of(model).causal:  # refuse before any other work
         raise UnsupportedModelError(
             f"{name_or_path}: {model.config.model_type!r} is a decoder language model family; "
             f"its classifier is not supported (load the language model with load_causal_lm)")
-    tokenizer = AutoTokenizer.from_pretrained(str(name_or_path), local_files_only=local)
-    return prepare_model(model).to(device), tokenizer
+    return prepare_model(model).to(device), _tokenizer(name_or_path)
 
 
 def load_causal_lm(
@@ -236,15 +244,11 @@ def load_causal_lm(
     """A decoder language model (GPT-2, Llama, Qwen2, Mistral) and its tokenizer from a hub id
     or local directory, ready to analyse. A tokenizer without a padding token (GPT-2's) pads
     with its end-of-text token: padding is masked, and either side gives the same numbers."""
-    local = Path(name_or_path).is_dir()
-    try:
-        model = AutoModelForCausalLM.from_pretrained(str(name_or_path), local_files_only=local)
-    except (OSError, SafetensorError) as err:  # missing, unreadable or cut-short files
-        raise AttnlabError(f"{name_or_path}: the model cannot be loaded ({err})") from err
+    model = _from_pretrained(AutoModelForCausalLM, name_or_path)
     if not family_of(model).causal:  # refuse before any other work
         raise UnsupportedModelError(f"{name_or_path}: {model.config.model_type!r} is not a "
                                     f"decoder language model family")
-    tokenizer = AutoTokenizer.from_pretrained(str(name_or_path), local_files_only=local)
+    tokenizer = _tokenizer(name_or_path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return prepare_model(model).to(device), tokenizer
