@@ -1,5 +1,6 @@
-"""Decoder language models (GPT-2, Llama, Qwen2) in the engine: attribution of the next token's
-probability at the last real token, checked against an independent reference written here."""
+"""Decoder language models (GPT-2, Llama, Qwen2, Mistral) in the engine: attribution of the
+next token's probability at the last real token, checked against an independent reference
+written here."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from transformers.masking_utils import AttentionMaskInterface, eager_mask
 from attnlab.engine import models
 from attnlab.engine.attribution import attribute, quadrature
 from attnlab.engine.intervention import Intervention
+from attnlab.plumbing.errors import AttnlabError
 
 REFERENCE = "attnlab_test_reference"
 # the reference attention's state: the layer to scale, its factor α, and the scaled leaf
@@ -23,13 +25,19 @@ _scaling: dict = {}
 
 
 def _reference_attention(module, query, key, value, attention_mask, scaling=None, **kwargs):
-    """Plain eager attention of one unpadded example, its causal mask built here (the mask the
-    model passes is ignored), with layer `_scaling["layer"]`'s probabilities times α."""
+    """Plain eager attention of one unpadded example, its causal mask (and sliding window, as
+    the module's config sets it) built here (the mask the model passes is ignored), with layer
+    `_scaling["layer"]`'s probabilities times α."""
     groups = query.shape[1] // key.shape[1]
     key, value = (t.repeat_interleave(groups, dim=1) for t in (key, value))
     n = query.shape[-2]
     scores = query @ key.transpose(-1, -2) * scaling
     future = torch.ones(n, n, dtype=torch.bool).triu(1)
+    # Qwen2's module says whether its layer slides; Mistral's config holds its window
+    window = (module.sliding_window if hasattr(module, "sliding_window")
+              else getattr(module.config, "sliding_window", None))
+    if window is not None:  # key j is seen from query i when i − j < window
+        future |= torch.ones(n, n, dtype=torch.bool).tril(-window)
     probs = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
     if module.layer_idx == _scaling.get("layer"):
         probs = (probs.detach() * _scaling["alpha"]).requires_grad_(True)
@@ -225,3 +233,21 @@ def test_unsupported_decoder_family_is_refused_in_one_line(tmp_path):
 def test_norm_based_methods_refuse_pre_ln_decoders():
     with pytest.raises(models.UnsupportedModelError, match="pre-LN"):
         models.attention_sublayer(tiny_causal_lm("llama"), 0)
+
+
+def test_a_decoder_family_is_not_loaded_as_a_classifier(tmp_path):
+    """A GPT-2 checkpoint given to load_classifier (its GPT2ForSequenceClassification is not
+    supported: the family's head is the next-token one): refused in one line."""
+    tiny_causal_lm("gpt2", dtype=torch.float32).save_pretrained(tmp_path)
+    _word_tokenizer().save_pretrained(tmp_path)
+    with pytest.raises(models.UnsupportedModelError) as error:
+        models.load_classifier(tmp_path)
+    assert "\n" not in str(error.value) and "load_causal_lm" in str(error.value)
+
+
+def test_a_missing_causal_lm_is_one_line(tmp_path):
+    """Neither a local directory nor a hub id this offline machine holds: one line naming it."""
+    with pytest.raises(AttnlabError) as error:
+        models.load_causal_lm("nobody/no-such-decoder")
+    assert "\n" not in str(error.value)
+    assert str(error.value).startswith("nobody/no-such-decoder: the model cannot be loaded")

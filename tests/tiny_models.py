@@ -21,6 +21,8 @@ from transformers import (
     GPTNeoForCausalLM,
     LlamaConfig,
     LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
     RobertaConfig,
@@ -85,12 +87,15 @@ def tiny_batch(family: str, lengths=(9, 6, 8), seed: int = 0) -> dict[str, torch
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
-CAUSAL_FAMILIES = ("gpt2", "llama", "qwen2")
+CAUSAL_FAMILIES = ("gpt2", "llama", "qwen2", "mistral")
+# a window of 3 tokens, shorter than the prompts: Mistral's layers and Qwen2's second layer
+# attend only to the last 3 tokens (themselves included)
+WINDOW = 3
 
 
 def _causal_config(family: str):
-    # 4 query heads; Llama and Qwen2 share 2 key/value heads between them (grouped-query
-    # attention, as their large checkpoints do)
+    # 4 query heads; Llama, Qwen2 and Mistral share 2 key/value heads between them
+    # (grouped-query attention, as their large checkpoints do)
     common = {"vocab_size": VOCAB, "num_hidden_layers": 2, "num_attention_heads": 4,
               "hidden_size": 32, "intermediate_size": 48, "max_position_embeddings": 64,
               "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
@@ -102,8 +107,13 @@ def _causal_config(family: str):
     if family == "llama":  # attention and MLP biases on, so that every bias is exercised
         return LlamaForCausalLM, LlamaConfig(num_key_value_heads=2, attention_bias=True,
                                              mlp_bias=True, **common)
-    if family == "qwen2":  # q, k, v biases are Qwen2's own
-        return Qwen2ForCausalLM, Qwen2Config(num_key_value_heads=2, **common)
+    if family == "qwen2":  # q, k, v biases are Qwen2's own; layer 0 full, layer 1 sliding
+        return Qwen2ForCausalLM, Qwen2Config(num_key_value_heads=2, use_sliding_window=True,
+                                             sliding_window=WINDOW, max_window_layers=1,
+                                             **common)
+    if family == "mistral":
+        return MistralForCausalLM, MistralConfig(num_key_value_heads=2, sliding_window=WINDOW,
+                                                 **common)
     if family == "gpt_neo":
         return GPTNeoForCausalLM, GPTNeoConfig(hidden_size=32, num_layers=2, num_heads=4,
                                                attention_types=[[["global"], 2]],

@@ -8,10 +8,10 @@ runs from its embeddings like the others (for analyses of hidden states), but it
 reads the decoder: as a classifier it is always run whole.
 
 Two kinds of model: encoder classifiers (the head reads the first token, <s> or [CLS]) and
-decoder language models (GPT-2, Llama, Qwen2: causal attention, pre-LN). A decoder's "class"
-is the next token: its logits are the next-token logits at the example's last real token
-(`read_positions`), whichever side the batch is padded on, and its position ids count real
-tokens only, so that an example gives the same numbers alone and in a padded batch.
+decoder language models (GPT-2, Llama, Qwen2, Mistral: causal attention, pre-LN). A decoder's
+"class" is the next token: its logits are the next-token logits at the example's last real
+token (`read_positions`), whichever side the batch is padded on, and its position ids count
+real tokens only, so that an example gives the same numbers alone and in a padded batch.
 """
 
 from __future__ import annotations
@@ -107,8 +107,8 @@ def positions(attention_mask: torch.Tensor) -> torch.Tensor:
 
 
 def read_positions(model: PreTrainedModel, attention_mask: torch.Tensor) -> torch.Tensor:
-    """(B,) the position each example's output is read from: a decoder's last real token
-    (left or right padding alike), an encoder classifier's first (`classified_position`)."""
+    """(B,) the position each example's output is read from, by `classify` and `logits`: a
+    decoder's last real token (left or right padding alike), an encoder classifier's first."""
     if not family_of(model).causal:
         return torch.zeros(len(attention_mask), dtype=torch.long, device=attention_mask.device)
     index = torch.arange(attention_mask.shape[1], device=attention_mask.device)
@@ -122,7 +122,7 @@ def _gpt2_embeddings(model: PreTrainedModel, inputs: dict[str, torch.Tensor]) ->
 
 
 def _token_embeddings(model: PreTrainedModel, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-    # Llama and Qwen2: positions enter each layer as rotary embeddings (`layer_inputs`)
+    # Llama, Qwen2, Mistral: positions enter each layer as rotary embeddings (`layer_inputs`)
     return model.model.embed_tokens(inputs["input_ids"])
 
 
@@ -154,6 +154,8 @@ FAMILIES: dict[str, Family] = {
                     None, None, None, causal=True),
     "qwen2": Family("model", "layers", "self_attn", _token_embeddings, _norm_head, "lm_head",
                     None, None, None, causal=True),
+    "mistral": Family("model", "layers", "self_attn", _token_embeddings, _norm_head, "lm_head",
+                      None, None, None, causal=True),
 }
 
 
@@ -209,37 +211,44 @@ def prepare_model(model: PreTrainedModel) -> PreTrainedModel:
     return model.eval()
 
 
+def _from_pretrained(auto_class: type, name_or_path: str | Path) -> PreTrainedModel:
+    """A model from a hub id or local directory, or one line saying why it cannot be loaded."""
+    try:
+        return auto_class.from_pretrained(
+            str(name_or_path), local_files_only=Path(name_or_path).is_dir())
+    except (OSError, SafetensorError) as err:  # missing, unreadable or cut-short files
+        reason = " ".join(str(err).split())  # one line: the hub's messages span several
+        raise AttnlabError(f"{name_or_path}: the model cannot be loaded ({reason})") from err
+
+
+def _tokenizer(name_or_path: str | Path):
+    return AutoTokenizer.from_pretrained(
+        str(name_or_path), local_files_only=Path(name_or_path).is_dir())
+
+
 def load_classifier(
     name_or_path: str | Path, device: torch.device | str = "cpu"
 ) -> tuple[PreTrainedModel, object]:
     """A classifier and its tokenizer from a hub id or local directory, ready to analyse."""
-    local = Path(name_or_path).is_dir()
-    try:
-        model = AutoModelForSequenceClassification.from_pretrained(
-            str(name_or_path), local_files_only=local
-        )
-    except (OSError, SafetensorError) as err:  # missing, unreadable or cut-short files
-        raise AttnlabError(f"{name_or_path}: the model cannot be loaded ({err})") from err
-    family_of(model)  # refuse before any other work
-    tokenizer = AutoTokenizer.from_pretrained(str(name_or_path), local_files_only=local)
-    return prepare_model(model).to(device), tokenizer
+    model = _from_pretrained(AutoModelForSequenceClassification, name_or_path)
+    if family_of(model).causal:  # refuse before any other work
+        raise UnsupportedModelError(
+            f"{name_or_path}: {model.config.model_type!r} is a decoder language model family; "
+            f"its classifier is not supported (load the language model with load_causal_lm)")
+    return prepare_model(model).to(device), _tokenizer(name_or_path)
 
 
 def load_causal_lm(
     name_or_path: str | Path, device: torch.device | str = "cpu"
 ) -> tuple[PreTrainedModel, object]:
-    """A decoder language model (GPT-2, Llama, Qwen2) and its tokenizer from a hub id or local
-    directory, ready to analyse. A tokenizer without a padding token (GPT-2's) pads with its
-    end-of-text token: padding is masked, and either side gives the same numbers."""
-    local = Path(name_or_path).is_dir()
-    try:
-        model = AutoModelForCausalLM.from_pretrained(str(name_or_path), local_files_only=local)
-    except (OSError, SafetensorError) as err:  # missing, unreadable or cut-short files
-        raise AttnlabError(f"{name_or_path}: the model cannot be loaded ({err})") from err
+    """A decoder language model (GPT-2, Llama, Qwen2, Mistral) and its tokenizer from a hub id
+    or local directory, ready to analyse. A tokenizer without a padding token (GPT-2's) pads
+    with its end-of-text token: padding is masked, and either side gives the same numbers."""
+    model = _from_pretrained(AutoModelForCausalLM, name_or_path)
     if not family_of(model).causal:  # refuse before any other work
         raise UnsupportedModelError(f"{name_or_path}: {model.config.model_type!r} is not a "
                                     f"decoder language model family")
-    tokenizer = AutoTokenizer.from_pretrained(str(name_or_path), local_files_only=local)
+    tokenizer = _tokenizer(name_or_path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return prepare_model(model).to(device), tokenizer
@@ -325,9 +334,11 @@ def layer_inputs(
             config=config, inputs_embeds=hidden, attention_mask=attention_mask)
         return LayerInputs({"full_attention": mask}, ("full_attention",) * n_layers)
     position_ids = positions(attention_mask)
-    # Qwen2 may give some layers a sliding window; causality comes from the mask alone (the
+    # Qwen2 names each layer's type (some may attend within a sliding window); Mistral's
+    # layers all slide when its config sets a window. Causality comes from the mask alone (the
     # attention function applies no is_causal), so every layer gets one.
-    types = tuple(getattr(config, "layer_types", None) or ("full_attention",) * n_layers)
+    every = "sliding_attention" if getattr(config, "sliding_window", None) else "full_attention"
+    types = tuple(getattr(config, "layer_types", None) or (every,) * n_layers)
     build = {"full_attention": create_causal_mask,
              "sliding_attention": create_sliding_window_causal_mask}
     masks = {kind: build[kind](config=config, inputs_embeds=hidden,
@@ -400,5 +411,8 @@ def logits(
     if not family_of(model).causal:
         return model(**model_inputs, attnlab=intervention).logits
     mask = model_inputs["attention_mask"]
-    out = model(**model_inputs, position_ids=positions(mask), attnlab=intervention).logits
-    return out[torch.arange(len(out), device=out.device), read_positions(model, mask)]
+    # the vocabulary projection only at the positions read (not B x S x vocabulary)
+    keep, column = read_positions(model, mask).unique(return_inverse=True)
+    out = model(**model_inputs, position_ids=positions(mask), logits_to_keep=keep,
+                attnlab=intervention).logits
+    return out[torch.arange(len(out), device=out.device), column]

@@ -18,10 +18,12 @@ from typing import Any
 
 from attnlab.plumbing.errors import ConfigError
 
-# The families attnlab.engine.models supports (its FAMILIES; a test keeps the two equal).
-MODEL_TYPES = ("bert", "roberta", "electra", "distilbert", "bart", "gpt2", "llama", "qwen2")
-# the decoder language models among them: they learn next_token tasks, the others classification
-DECODER_TYPES = ("gpt2", "llama", "qwen2")
+# The classifier families attnlab.engine.models supports (its FAMILIES that are not decoder
+# language models; a test keeps the two equal).
+MODEL_TYPES = ("bert", "roberta", "electra", "distilbert", "bart")
+# The decoder language models it supports (its other FAMILIES; tests/test_induction.py keeps the
+# two equal): they learn next_token tasks, the classifiers classification tasks.
+DECODER_TYPES = ("gpt2", "llama", "qwen2", "mistral")
 # model.scratch.family of a decoder language model (attnlab.engine.training.CAUSAL_FAMILIES)
 DECODER_FAMILIES = ("gpt2", "llama")
 # config.json keys of the layer count, heads per layer and hidden size, by family
@@ -58,10 +60,11 @@ def checkpoint_shape(path: str | Path) -> ModelShape:
     except (ValueError, UnicodeDecodeError) as err:
         raise ConfigError(f"model.pretrained: {config_file} is not valid JSON ({err})") from None
     model_type = cfg.get("model_type")
-    if model_type not in MODEL_TYPES:
+    if model_type not in MODEL_TYPES + DECODER_TYPES:
         raise ConfigError(
             f"model.pretrained: {path} is a {model_type!r} model, a family whose attention "
-            f"cannot be intervened on; supported families: {', '.join(MODEL_TYPES)}"
+            f"cannot be intervened on; supported families: "
+            f"{', '.join(MODEL_TYPES + DECODER_TYPES)}"
         )
     if not any(next(Path(path).glob(pattern), None) for pattern in WEIGHTS):
         raise ConfigError(f"model.pretrained: {path} has no weights (model.safetensors or "
@@ -250,7 +253,7 @@ def check_config(config: dict[str, Any], pretrained: str | None) -> None:
         return
     decoder = task_kind(config) == "next_token"
     if config["model"]["source"] != "scratch" and (shape.model_type in DECODER_TYPES) != decoder:
-        fitting = [t for t in MODEL_TYPES if (t in DECODER_TYPES) == decoder]
+        fitting = DECODER_TYPES if decoder else MODEL_TYPES
         raise ConfigError(f"model.pretrained: {pretrained} is a {shape.model_type!r} model, "
                           f"which cannot do {task_kind(config)} tasks; they need "
                           f"{'a decoder' if decoder else 'an encoder'} ({', '.join(fitting)})")
