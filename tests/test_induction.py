@@ -75,7 +75,7 @@ INDUCTION_TRAINING = {"epochs": 20, "batch_size": 64, "learning_rate": 3e-3, "wa
 
 
 def _trained(seed: int):
-    """The induction config's decoder trained with `seed`: about 10 s on one free core."""
+    """The induction config's decoder trained with `seed`: about 5 s on a free machine."""
     from attnlab.engine import training
 
     return training.train_language_model(
@@ -168,7 +168,7 @@ def test_attattr_finds_the_planted_mechanism_on_the_trained_model(induction_mode
 def test_the_induction_config_runs_through_the_snakemake_command_line(tmp_path):
     """config/induction.yaml with fewer dev examples, through the real CLI: prepare_data,
     finetune (training the decoder), induction, the run summary and the claims page. About
-    60 s on one free core."""
+    20 s on a free machine."""
     import yaml
     from test_workflow import snakemake
 
@@ -195,7 +195,7 @@ def test_the_induction_config_runs_through_the_snakemake_command_line(tmp_path):
 
 @pytest.mark.slow
 def test_the_induction_claims_hold_on_four_of_five_seeds():
-    """Seeds 0-4 of the induction config's training: about 1 minute on one free core."""
+    """Seeds 0-4 of the induction config's training: about 30 s on a free machine."""
     held = {}
     for seed in range(5):
         trained = _trained(seed)
