@@ -48,8 +48,8 @@ from attnlab.data.tasks import TaskSpec
 from attnlab.engine import models
 from attnlab.engine.attribution import (
     _Runner,
+    _score,
     _softmax,
-    _target_probability,
     attribute,
     engine_options,
     quadrature,
@@ -252,7 +252,7 @@ def naive_attribute(model, one: Batch, steps: int) -> torch.Tensor:
         integral = torch.zeros_like(capture.probs[layer][0], dtype=torch.float64)
         for alpha, weight in zip(nodes.tolist(), weights.tolist(), strict=True):
             intervention = Intervention(scale_layer=layer, scale=torch.tensor([alpha]))
-            f = _target_probability(models.logits(model, inputs, intervention), one["labels"])
+            f = _score(models.logits(model, inputs, intervention), one["labels"], "probability")
             (grad,) = torch.autograd.grad(f.sum(), intervention.scaled)
             integral += weight * grad[0].double()
         attr.append(capture.probs[layer][0].double() * integral)

@@ -93,7 +93,7 @@ def test_default_config_dry_runs(tmp_path):
         ("attribution", "quadratur", "riemann_left",
          "config error at attribution: unknown key 'quadratur' (allowed here: batch_size, "
          "edge_min_fraction, keep_full, max_edges_per_layer, max_examples, max_steps, "
-         "quadrature, scan_steps, shards, steps, study_examples, study_panels, target, "
+         "quadrature, scan_steps, score, shards, steps, study_examples, study_panels, target, "
          "tolerance, top_pairs)"),
         ("attribution", "edge_min_fraction", 1.5,
          "config error at attribution.edge_min_fraction: 1.5 is out of range "

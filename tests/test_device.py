@@ -7,7 +7,7 @@ import logging
 
 import pytest
 import torch
-from tiny_models import tiny_batch, tiny_classifier
+from tiny_models import CAUSAL_FAMILIES, tiny_batch, tiny_causal_lm, tiny_classifier, tiny_prompts
 from transformers import BertConfig
 
 from attnlab.engine import models
@@ -81,7 +81,9 @@ GPU, GIB = torch.device("cuda"), 2**30
 def saved_bytes_per_row(model, tokens: int, rows: int = 3) -> float:
     """What autograd keeps for the backward pass of one attribution row at layer 0 (every
     layer after the scaled one runs with grad), counted storage by storage."""
-    batch = tiny_batch("bert", lengths=(tokens,) * rows)
+    family = model.config.model_type
+    batch = (tiny_prompts(lengths=(tokens,) * rows) if family in CAUSAL_FAMILIES
+             else tiny_batch(family, lengths=(tokens,) * rows))
     runner = _Runner(model, {k: v for k, v in batch.items() if k != "labels"})
     saved = {}
 
@@ -97,8 +99,10 @@ def saved_bytes_per_row(model, tokens: int, rows: int = 3) -> float:
 
 
 @pytest.mark.parametrize("tokens", [8, 24])
-def test_row_estimate_covers_what_autograd_keeps_without_doubling_it(tokens):
-    model = models.prepare_model(tiny_classifier("bert"))
+@pytest.mark.parametrize("family", ["bert", *CAUSAL_FAMILIES])
+def test_row_estimate_covers_what_autograd_keeps_without_doubling_it(family, tokens):
+    model = models.prepare_model(tiny_classifier(family) if family == "bert"
+                                 else tiny_causal_lm(family, dtype=torch.float32))
     kept = saved_bytes_per_row(model, tokens)
     # examples_per_row=0: the row's own part, which includes one layer's temporaries on top
     estimate = attribution_row_bytes(EncoderShape.of(model.config), tokens, examples_per_row=0)

@@ -192,7 +192,7 @@ def test_a_learned_linear_map_undoes_a_rotation_the_identity_cannot():
 def _finite_difference_norms(model, example, h=1e-5):
     """‖∂e^l_j/∂x_i‖_F² from central differences of every input component, all at once."""
     x = models.embed(model, example).detach()
-    mask = models.layer_mask(model, x, example["attention_mask"])
+    mask = models.layer_inputs(model, x, example["attention_mask"])
     n, d = x.shape[1:]
     steps = h * torch.eye(n * d, dtype=x.dtype).view(n * d, n, d)
     outs = []
@@ -212,7 +212,7 @@ def _reverse_mode_norms(model, example):
     """The former computation, kept as the reference: one-hot cotangents at every output
     component (j, a) of every layer, one backward pass per layer back to x."""
     x = models.embed(model, example).detach().requires_grad_(True)
-    mask = models.layer_mask(model, x, example["attention_mask"])
+    mask = models.layer_inputs(model, x, example["attention_mask"])
     n, d = x.shape[1:]
     cotangents = torch.eye(n * d, dtype=x.dtype).view(n * d, 1, n, d)
     hidden, per_layer = x, []

@@ -47,8 +47,9 @@ def test_split_forward_equals_whole_forward(family):
     batch = _inputs(tiny_batch(family))
     with torch.no_grad():
         hidden = models.embed(model, batch)
-        mask = models.layer_mask(model, hidden, batch["attention_mask"])
-        split = models.classify(model, models.run_layers(model, hidden, mask, 0))
+        mask = models.layer_inputs(model, hidden, batch["attention_mask"])
+        split = models.classify(model, models.run_layers(model, hidden, mask, 0),
+                                batch["attention_mask"])
         assert torch.equal(split, models.logits(model, batch))
 
 

@@ -2,7 +2,8 @@
 
 The public API, importable from the package itself::
 
-    from attnlab import load_classifier, encoded_examples, attribute, tree_from_matrix
+    from attnlab import load_classifier, load_causal_lm, encoded_examples, attribute
+    from attnlab import tree_from_matrix
 
 and a workflow stage without Snakemake, through the job its rule's script would build::
 
@@ -28,6 +29,7 @@ _EXPORTS = {
     "attribute": "engine.attribution",
     "Attribution": "engine.attribution",
     "load_classifier": "engine.models",
+    "load_causal_lm": "engine.models",
     "encoded_examples": "engine.examples",
     "load_config": "plumbing.config",
     "validate_config": "plumbing.config",

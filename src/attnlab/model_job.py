@@ -32,6 +32,8 @@ class ModelJob(Job):
 
     @cached_property
     def _classifier(self) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+        if self.settings.get("task", {}).get("kind") == "next_token":
+            return models.load_causal_lm(self.inputs["model"], self.device)
         return models.load_classifier(self.inputs["model"], self.device)
 
     @property

@@ -6,7 +6,7 @@ from snakemake.io import strip_wildcard_constraints
 from attnlab.plumbing.config import validate_config
 from attnlab.plumbing.errors import ConfigError, stop
 from attnlab.plumbing.code_version import code_version
-from attnlab.plumbing.preflight import HUB_ID, check_config
+from attnlab.plumbing.preflight import HUB_ID, check_config, task_kind
 from attnlab.plumbing.plan_warnings import gpu_visible, hub_warnings, no_gpu_warning
 
 
@@ -42,6 +42,7 @@ try:
     validate_config(config)
     PRETRAINED = pretrained_model()
     check_config(config, PRETRAINED)
+    KIND = task_kind(config)
     FINDINGS = findings_files()
 except ConfigError as err:
     stop(err, "config error at ")
@@ -78,7 +79,8 @@ MODEL_JOB = ("model.max_length", "model.truncate", "device", "precision")
 # The settings of every stage that attributes: the attribution engine's
 # (attnlab.engine.attribution.engine_options reads exactly these).
 ENGINE = tuple(f"attribution.{key}" for key in
-               ("quadrature", "steps", "tolerance", "max_steps", "scan_steps", "batch_size"))
+               ("quadrature", "steps", "tolerance", "max_steps", "scan_steps", "batch_size",
+                "score"))
 # Rules that run a model declare `gpu=GPU`: one GPU is requested (from SLURM, or from the
 # local `gpu` limit of profiles/local) unless the config pins the CPU. Memory and run time
 # depend on the scale of the configuration and the machine, so they live in the profiles.
@@ -108,9 +110,29 @@ def task_data(wildcards):
     return {k: v for k, v in config["tasks"][wildcards.task].items() if k != "finetune"}
 
 
+# The rules of a next_token configuration (a decoder language model): every other stage reads
+# a classifier, so it is left out, its outputs neither requested nor gathered by the report.
+NEXT_TOKEN_RULES = ("download_data", "download_model", "prepare_data", "finetune", "induction",
+                    "run_summary", "claims", "all")
+# the rules of next_token configurations only
+DECODER_ONLY_RULES = ("induction",)
+
+
 def columns_of(task):
-    """What the stages after prepare_data use of a task: its columns and class names."""
-    return {key: config["tasks"][task][key] for key in ("text_fields", "label_names", "label_field")}
+    """What the stages after prepare_data use of a task: its columns and class names (a
+    next_token task: its kind, prompt column and target column)."""
+    if KIND == "next_token":
+        keys = ("kind", "text_fields", "target_field")
+    else:
+        keys = ("text_fields", "label_names", "label_field")
+    return {key: config["tasks"][task].get(key) for key in keys}
+
+
+def kinds_rules():
+    """The rules this configuration's kind of task runs."""
+    if KIND == "next_token":
+        return [rule for rule in workflow.rules if rule.name in NEXT_TOKEN_RULES]
+    return [rule for rule in workflow.rules if rule.name not in DECODER_ONLY_RULES]
 
 
 def task_spec(wildcards):
@@ -162,7 +184,7 @@ def for_this_run(pattern):
 # called `claims` (patterns with the wildcards name, task and shard only). These run when the DAG
 # is built, after every rule file is included.
 def benchmarks_by_rule(wildcards):
-    return {rule.name: for_this_run(rule.benchmark) for rule in workflow.rules if rule.benchmark}
+    return {rule.name: for_this_run(rule.benchmark) for rule in kinds_rules() if rule.benchmark}
 
 
 def warn_about_the_plan():
@@ -170,7 +192,7 @@ def warn_about_the_plan():
     no GPU on this machine, with the plan's estimated CPU time, and a hub that cannot serve an
     id the configuration names (attnlab.plumbing.plan_warnings). Called once all rules are
     defined, whose jobs are their benchmark files, one per job (benchmarks_by_rule)."""
-    jobs = {rule.name: len(for_this_run(rule.benchmark)) for rule in workflow.rules
+    jobs = {rule.name: len(for_this_run(rule.benchmark)) for rule in kinds_rules()
             if rule.benchmark}
     for line in [no_gpu_warning(config, jobs, gpu=gpu_visible()), *hub_warnings(config)]:
         if line:
@@ -178,5 +200,5 @@ def warn_about_the_plan():
 
 
 def claims_tables(wildcards):
-    return [path for rule in workflow.rules if "claims" in rule.output.keys()
+    return [path for rule in kinds_rules() if "claims" in rule.output.keys()
             for path in for_this_run(rule.output.claims)]

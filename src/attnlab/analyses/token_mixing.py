@@ -47,7 +47,7 @@ PAPER_NOT_SELF = 0.30
 
 
 def _tangent_norms(
-    model: PreTrainedModel, x: torch.Tensor, mask: torch.Tensor | None
+    model: PreTrainedModel, x: torch.Tensor, context: models.LayerInputs
 ) -> Callable[[torch.Tensor], torch.Tensor]:
     """A function from a batch of tangents (B, 1, n, d) at the input embeddings x (1, n, d) to
     the squared norms ‖(∂e^l_j/∂x) u‖² of their images, (B, L, n) indexed [b, l − 1, j]."""
@@ -56,7 +56,7 @@ def _tangent_norms(
     def states(hidden: torch.Tensor) -> torch.Tensor:  # x -> (L, n, d): e^1..e^L
         out = []
         for layer in range(layers):
-            hidden = models.run_layers(model, hidden, mask, layer, layer + 1)
+            hidden = models.run_layers(model, hidden, context, layer, layer + 1)
             out.append(hidden[0])
         return torch.stack(out)
 
@@ -81,12 +81,12 @@ def squared_jacobian_norms(
     `tangent_batch` products share one batched forward pass."""
     with torch.no_grad():
         x = models.embed(model, example)
-        mask = models.layer_mask(model, x, example["attention_mask"])
+        context = models.layer_inputs(model, x, example["attention_mask"])
     n, d = x.shape[1:]
     per_token = d if probes is None else probes  # products per input token i
     token_of_row = torch.arange(n).repeat_interleave(per_token)
     generator = torch.Generator().manual_seed(seed)
-    image_norms = _tangent_norms(model, x, mask)
+    image_norms = _tangent_norms(model, x, context)
     layers = models.num_layers(model)
     total = torch.zeros(layers, n, n, dtype=torch.float64)
     total_sq = torch.zeros(layers, n, n, dtype=torch.float64)

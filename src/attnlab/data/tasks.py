@@ -135,7 +135,7 @@ def _synthetic_splits(spec: TaskSpec, cfg: dict, seed: int) -> tuple[pd.DataFram
     return train.rename(columns=names), dev.rename(columns=names)
 
 
-def _read_local(path: str, encoding: str, key: str) -> pd.DataFrame:
+def read_local(path: str, encoding: str, key: str) -> pd.DataFrame:
     """The rows of a local file; `encoding` is that of a text file (CSV, JSON), read from the
     config key `key`."""
     suffix = Path(path).suffix.lower()
@@ -245,7 +245,7 @@ def read_task(
         origins = (local["train"], local["dev"])
         # the schema's default: a config read without it (the library's tests) is UTF-8 too
         encoding = local.get("encoding", "utf-8")
-        train, dev = (_read_local(path, encoding, f"tasks.{name}.local.encoding")
+        train, dev = (read_local(path, encoding, f"tasks.{name}.local.encoding")
                       for path in origins)
     elif source == "mix":
         if files is None or parts is None:

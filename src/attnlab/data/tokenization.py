@@ -12,11 +12,14 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from transformers import BertTokenizer, PreTrainedTokenizerBase
+from transformers import BertTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from attnlab.data.tasks import DataError, TaskSpec, split_texts
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+# a scratch decoder's: padding, unknown words, and the beginning of every sequence (a token
+# every position can attend to, which heads with nothing to read use)
+CAUSAL_SPECIAL_TOKENS = ("<pad>", "<unk>", "<s>")
 
 
 def build_tokenizer(words: list[str]) -> PreTrainedTokenizerBase:
@@ -25,6 +28,22 @@ def build_tokenizer(words: list[str]) -> PreTrainedTokenizerBase:
     for token in (*SPECIAL_TOKENS, *(w.lower() for w in words)):
         vocab.setdefault(token, len(vocab))
     return BertTokenizer(vocab=vocab)
+
+
+def build_causal_tokenizer(words: list[str]) -> PreTrainedTokenizerFast:
+    """A word-level tokenizer for a decoder built from scratch: words split at whitespace, one
+    id each (after CAUSAL_SPECIAL_TOKENS), every sequence starting with <s>."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    vocab: dict[str, int] = {}
+    for token in (*CAUSAL_SPECIAL_TOKENS, *words):
+        vocab.setdefault(token, len(vocab))
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    backend.post_processor = processors.TemplateProcessing(
+        single="<s> $A", special_tokens=[("<s>", vocab["<s>"])])
+    return PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", pad_token="<pad>",
+                                   unk_token="<unk>")
 
 
 def training_words(df: pd.DataFrame, spec: TaskSpec) -> list[str]:

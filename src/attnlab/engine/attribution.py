@@ -2,13 +2,16 @@
 
     Attr_h(A^l) = A^l_h ⊙ ∫_0^1 ∂F(α A^l) / ∂A^l_h dα
 
-F is the softmax probability of the target class; only layer l's probabilities are scaled
-(all heads jointly, rows not renormalised). The integral is a quadrature over nodes α_k with
-weights w_k: a fixed rule (`riemann_right`, the paper's α_k = k/m; `riemann_left`, the
-official code's k = 0..m−1; `gauss_legendre`) or the adaptive rule below. The engine batches
-scaled copies of several examples into one forward pass (at most `batch_size` rows), and for
-encoder-only families starts each copy from the cached hidden state entering layer l instead
-of recomputing the layers below it, in a pass only as wide as its longest example.
+F is the softmax probability of the target class (or its log, `score`); for a decoder language
+model the class is the token after the example's last real token (models.read_positions).
+Only layer l's probabilities are scaled (all heads jointly, rows not renormalised; a decoder's
+causal mask stays: the entries above the diagonal are zero at every α). The integral is a
+quadrature over nodes α_k with weights w_k: a fixed rule (`riemann_right`, the paper's
+α_k = k/m; `riemann_left`, the official code's k = 0..m−1; `gauss_legendre`) or the adaptive
+rule below. The engine batches scaled copies of several examples into one forward pass (at
+most `batch_size` rows), and (every family but BART's classifier) starts each copy from the
+cached hidden state entering layer l instead of recomputing the layers below it, in a pass
+only as wide as its longest example.
 
 The adaptive rule rests on two exact facts. Completeness holds on every sub-interval,
 Σ_h,i,j A ⊙ ∫_a^b ∂F/∂(αA) dα = F(bA) − F(aA), so every panel of the integral has its own
@@ -44,6 +47,7 @@ from attnlab.engine.intervention import Intervention
 FIXED_RULES = ("riemann_right", "riemann_left", "gauss_legendre")
 QUADRATURES = ("adaptive", *FIXED_RULES)
 TARGETS = ("gold", "pred")
+SCORES = ("probability", "log_probability")
 PANEL_NODES = 3  # Gauss–Legendre nodes per panel of the adaptive rule
 # A forward pass runs as wide as its widest row; a pass is cut short rather than spend more than
 # this share of its tokens on padding. On MiniLM and 8 real sentences (6 to 58 tokens) at 64 rows
@@ -89,8 +93,8 @@ class Attribution:
 
     attr: torch.Tensor  # (B, L, H, S, S)
     attention: torch.Tensor  # (B, L, H, S, S)
-    probs: torch.Tensor  # (B, C) class probabilities of the unmodified model
-    target: torch.Tensor  # (B,) the class F is the probability of
+    probs: torch.Tensor  # (B, C) class (a decoder: next-token) probabilities, unmodified model
+    target: torch.Tensor  # (B,) the class F is the probability (or log-probability) of
     f_full: torch.Tensor  # (B,) F(A)
     f_zero: torch.Tensor  # (B, L) F with layer l's attention scaled by 0
     nodes: torch.Tensor  # (B, L) gradient evaluations spent on the integral
@@ -102,20 +106,24 @@ class Attribution:
         return self.residual.abs() / delta.abs().clamp_min(1e-12)
 
 
-def _target_probability(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    return _softmax(logits).gather(1, target[:, None]).squeeze(1)
+def _score(logits: torch.Tensor, target: torch.Tensor, score: str) -> torch.Tensor:
+    """F: the target's probability or log-probability, one per row of (B, C) logits."""
+    # At least float32: half-precision probabilities lose the small differences F(αA) makes.
+    dtype = torch.promote_types(logits.dtype, torch.float32)
+    normalise = torch.log_softmax if score == "log_probability" else torch.softmax
+    return normalise(logits, dim=-1, dtype=dtype).gather(1, target[:, None]).squeeze(1)
 
 
 def _softmax(logits: torch.Tensor) -> torch.Tensor:
-    # At least float32: half-precision probabilities lose the small differences F(αA) makes.
     return torch.softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))
 
 
 class _Runner:
     """Forward passes of copies of the batch's examples with layer l's attention scaled."""
 
-    def __init__(self, model: PreTrainedModel, inputs: dict[str, torch.Tensor]):
-        self.model = model
+    def __init__(self, model: PreTrainedModel, inputs: dict[str, torch.Tensor],
+                 score: str = "probability"):
+        self.model, self.score = model, score
         self.inputs = {k: v for k, v in inputs.items() if k != "labels"}
         self.split = models.family_of(model).split
         real = self.inputs["attention_mask"].bool()
@@ -126,12 +134,13 @@ class _Runner:
         with torch.no_grad():
             if self.split:
                 hidden = models.embed(model, self.inputs)
-                self.mask = models.layer_mask(model, hidden, self.inputs["attention_mask"])
+                self.context = models.layer_inputs(model, hidden, self.inputs["attention_mask"])
                 self.hidden_in = [hidden]  # hidden state entering each layer
                 for layer in range(models.num_layers(model)):
-                    hidden = models.run_layers(model, hidden, self.mask, layer, layer + 1, capture)
+                    hidden = models.run_layers(model, hidden, self.context, layer, layer + 1,
+                                               capture)
                     self.hidden_in.append(hidden)
-                self.logits = models.classify(model, hidden)
+                self.logits = models.classify(model, hidden, self.inputs["attention_mask"])
             else:
                 self.logits = models.logits(model, self.inputs, capture)
         self.attention = torch.stack([capture.probs[i] for i in sorted(capture.probs)], dim=1)
@@ -139,7 +148,8 @@ class _Runner:
     def target_probability(
         self, layer: int, rows: torch.Tensor, alphas: torch.Tensor, target: torch.Tensor
     ) -> tuple[torch.Tensor, Intervention]:
-        """F for example copies `rows` with layer `layer` scaled by `alphas` (one per row)."""
+        """F (the score: probability or log-probability) for example copies `rows` with layer
+        `layer` scaled by `alphas` (one per row)."""
         intervention = Intervention(scale_layer=layer, scale=alphas)
         if self.split:
             # A pass runs only as wide as its rows' last real token: its rows are copies of
@@ -147,15 +157,15 @@ class _Runner:
             # token. The positions cut off are padding of every row, which no real token attends
             # to, so F and the gradients at the real tokens are unchanged.
             width = int(self.widths[rows.cpu()].max())
-            mask = None if self.mask is None else self.mask[rows][..., :width, :width]
-            hidden = models.run_layers(
-                self.model, self.hidden_in[layer][rows, :width], mask, layer, None, intervention
-            )
-            out = models.classify(self.model, hidden)
+            hidden = models.run_layers(self.model, self.hidden_in[layer][rows, :width],
+                                       self.context.select(rows, width), layer, None,
+                                       intervention)
+            out = models.classify(self.model, hidden,
+                                  self.inputs["attention_mask"][rows, :width])
         else:
             rows_inputs = {k: v[rows] for k, v in self.inputs.items()}
             out = models.logits(self.model, rows_inputs, intervention)
-        return _target_probability(out, target[rows]), intervention
+        return _score(out, target[rows], self.score), intervention
 
     def passes(self, rows: torch.Tensor, batch_size: int) -> list[torch.Tensor]:
         """Indices into `rows`, one forward pass each: rows in order of their examples' length,
@@ -300,7 +310,8 @@ def engine_options(cfg: Mapping[str, Any]) -> dict[str, Any]:
     `Settings`) sets: the one place its engine keys (the workflow's ENGINE) become arguments."""
     return {"quadrature_rule": cfg["quadrature"], "steps": cfg["steps"],
             "batch_size": cfg["batch_size"], "tolerance": cfg["tolerance"],
-            "max_steps": cfg["max_steps"], "scan_steps": cfg["scan_steps"]}
+            "max_steps": cfg["max_steps"], "scan_steps": cfg["scan_steps"],
+            "score": cfg["score"]}
 
 
 def attribute(
@@ -314,11 +325,15 @@ def attribute(
     tolerance: float = 1e-3,
     max_steps: int = 120,
     scan_steps: int = 8,
+    score: str = "probability",
 ) -> Attribution:
     """Attr_h(A^l) for every layer l and head h of every example in `inputs`.
 
     `inputs` is a tokenized batch (input_ids, attention_mask, optional token_type_ids, and
-    `labels` when target is "gold"). `target`: "gold", "pred" or a tensor of class indices.
+    `labels` when target is "gold"). `target`: "gold", "pred" or a tensor of class indices;
+    for a decoder language model the class is the next token's id after each example's last
+    real token (`labels` = the token ids to predict, one per example), padded on either side.
+    `score`: F is the target's "probability" (the paper) or its "log_probability".
     `quadrature_rule`: a name of QUADRATURES or a fixed rule's own (nodes, weights) on [0, 1].
     `steps` is the number of nodes of a named fixed rule; `tolerance` (absolute, in units of F),
     `max_steps` (gradient nodes per example and layer) and `scan_steps` (forward-only points
@@ -334,7 +349,9 @@ def attribute(
         fixed_rule = quadrature(quadrature_rule, steps)
     else:
         fixed_rule = quadrature_rule
-    runner = _Runner(model, inputs)
+    if score not in SCORES:
+        raise ValueError(f"attribution.score: {score!r} is not one of {', '.join(SCORES)}")
+    runner = _Runner(model, inputs, score)
     device = runner.logits.device
     if isinstance(target, str):
         if target not in TARGETS:
@@ -342,7 +359,7 @@ def attribute(
         target = inputs["labels"] if target == "gold" else runner.logits.argmax(-1)
     target = target.to(device)
     n_examples, n_layers = runner.attention.shape[:2]
-    f_full = _target_probability(runner.logits, target)
+    f_full = _score(runner.logits, target, score)
     everyone = torch.arange(n_examples, device=device)
     real = inputs["attention_mask"].to(device=device, dtype=runner.attention.dtype)
     real_pairs = (real[:, :, None] * real[:, None, :])[:, None, None]

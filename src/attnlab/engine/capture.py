@@ -42,7 +42,7 @@ def capture(model: PreTrainedModel, inputs: dict[str, torch.Tensor], target: int
     with torch.no_grad():
         if models.family_of(model).split:
             states = models.hidden_states(model, inputs, seen)
-            logits = models.classify(model, states[-1])
+            logits = models.classify(model, states[-1], inputs["attention_mask"])
         else:  # BART: its classifier reads the decoder; the encoder states are for the norms
             logits = models.logits(model, inputs, seen)
             states = models.hidden_states(model, inputs)

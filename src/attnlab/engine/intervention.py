@@ -107,6 +107,10 @@ def attention_forward(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Eager attention, op for op as transformers' own, with the intervention applied."""
     layer = getattr(module, LAYER_ATTRIBUTE, None)
+    # grouped-query attention (Llama, Qwen2, Mistral): a key/value head serves several queries
+    groups = getattr(module, "num_key_value_groups", 1)
+    if groups > 1:  # (a copy otherwise would change the bits of the stock computation)
+        key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
     active = attnlab is not None and layer is not None
     if active:
         key = attnlab.map_keys(layer, key)

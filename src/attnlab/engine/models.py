@@ -1,12 +1,17 @@
 """Model families the intervention point supports, and the pieces the engines need of them.
 
 A family says where its analysed attention modules are, how to compute the hidden states
-entering the first of them (the input embeddings x = e^0), and, for encoder-only stacks, how
-to run the model in three parts (embeddings, the layer stack, the classification head) so
-that the attribution engine can start from a cached hidden state at layer l instead of
-recomputing every layer below it. BART's encoder runs from its embeddings like the others
-(for analyses of hidden states), but its classifier reads the decoder: as a classifier it is
-always run whole.
+entering the first of them (the input embeddings x = e^0), and how to run the model in three
+parts (embeddings, the layer stack, the head) so that the attribution engine can start from a
+cached hidden state at layer l instead of recomputing every layer below it. BART's encoder
+runs from its embeddings like the others (for analyses of hidden states), but its classifier
+reads the decoder: as a classifier it is always run whole.
+
+Two kinds of model: encoder classifiers (the head reads the first token, <s> or [CLS]) and
+decoder language models (GPT-2, Llama, Qwen2, Mistral: causal attention, pre-LN). A decoder's
+"class" is the next token: its logits are the next-token logits at the example's last real
+token (`read_positions`), whichever side the batch is padded on, and its position ids count
+real tokens only, so that an example gives the same numbers alone and in a padded batch.
 """
 
 from __future__ import annotations
@@ -19,8 +24,17 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError
 from torch import nn
-from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreTrainedModel
-from transformers.masking_utils import create_bidirectional_mask
+from transformers import (
+    AutoModelForCausalLM,
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    PreTrainedModel,
+)
+from transformers.masking_utils import (
+    create_bidirectional_mask,
+    create_causal_mask,
+    create_sliding_window_causal_mask,
+)
 
 from attnlab.engine.intervention import ATTN_IMPLEMENTATION, LAYER_ATTRIBUTE, Intervention
 from attnlab.plumbing.errors import AttnlabError, ConfigError
@@ -38,17 +52,20 @@ class Family:
     layers: str  # dotted path, inside the base model, of the layer list
     attention: str  # dotted path, inside one layer, of its self-attention module
     embed: Callable[[PreTrainedModel, dict[str, torch.Tensor]], torch.Tensor]  # inputs -> e^0
-    head: Callable[[PreTrainedModel, torch.Tensor], torch.Tensor] | None  # hidden -> logits
-    output: str  # dotted path, inside the classifier, of its last layer (one row per class)
+    # hidden -> logits: for encoders the last layer's (B, S, d); for decoders the (B, d) at the
+    # read position, before the final norm
+    head: Callable[[PreTrainedModel, torch.Tensor], torch.Tensor] | None
+    output: str  # dotted path, inside the model, of its last layer (one row per class/token)
     # dotted paths, inside one layer, of the attention's output projection W_O and of the layer
-    # norm after its residual connection (every family here is post-LN): the norm-based
-    # interaction methods decompose the attention sublayer with them
-    out_proj: str
-    attention_norm: str
+    # norm after its residual connection (post-LN encoders): the norm-based interaction methods
+    # decompose the attention sublayer with them; None for the pre-LN decoders
+    out_proj: str | None
+    attention_norm: str | None
     # dotted path, inside one layer, of the layer norm after the feed-forward sublayer's
     # residual connection (GlobEnc decomposes it too)
-    output_norm: str
+    output_norm: str | None
     split: bool = True  # can the model be run from a cached hidden state at layer l?
+    causal: bool = False  # a decoder language model (causal mask, next-token head)
 
 
 def _embeddings(model: PreTrainedModel, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -83,6 +100,40 @@ def _distilbert_head(model: PreTrainedModel, hidden: torch.Tensor) -> torch.Tens
     return model.classifier(model.dropout(pooled))
 
 
+def positions(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position ids (B, S) that count real tokens only: a left-padded example's first real
+    token is at position 0, as when it is alone (padding gets 0 or its last token's id)."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp_min(0)
+
+
+def read_positions(model: PreTrainedModel, attention_mask: torch.Tensor) -> torch.Tensor:
+    """(B,) the position each example's output is read from, by `classify` and `logits`: a
+    decoder's last real token (left or right padding alike), an encoder classifier's first."""
+    if not family_of(model).causal:
+        return torch.zeros(len(attention_mask), dtype=torch.long, device=attention_mask.device)
+    index = torch.arange(attention_mask.shape[1], device=attention_mask.device)
+    return (index * attention_mask.bool()).amax(dim=1)
+
+
+def _gpt2_embeddings(model: PreTrainedModel, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+    # as GPT2Model.forward computes them (its dropout is off in eval mode)
+    base = model.transformer
+    return base.wte(inputs["input_ids"]) + base.wpe(positions(inputs["attention_mask"]))
+
+
+def _token_embeddings(model: PreTrainedModel, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+    # Llama, Qwen2, Mistral: positions enter each layer as rotary embeddings (`layer_inputs`)
+    return model.model.embed_tokens(inputs["input_ids"])
+
+
+def _gpt2_head(model: PreTrainedModel, hidden: torch.Tensor) -> torch.Tensor:
+    return model.lm_head(model.transformer.ln_f(hidden))
+
+
+def _norm_head(model: PreTrainedModel, hidden: torch.Tensor) -> torch.Tensor:
+    return model.lm_head(model.model.norm(hidden))
+
+
 BERT_SUBLAYER = ("attention.output.dense", "attention.output.LayerNorm", "output.LayerNorm")
 FAMILIES: dict[str, Family] = {
     "bert": Family("bert", "encoder.layer", "attention.self", _embeddings, _bert_head,
@@ -97,6 +148,14 @@ FAMILIES: dict[str, Family] = {
     "bart": Family("model", "encoder.layers", "self_attn", _bart_embeddings, None,
                    "classification_head.out_proj", "self_attn.out_proj", "self_attn_layer_norm",
                    "final_layer_norm", split=False),
+    "gpt2": Family("transformer", "h", "attn", _gpt2_embeddings, _gpt2_head, "lm_head",
+                   None, None, None, causal=True),
+    "llama": Family("model", "layers", "self_attn", _token_embeddings, _norm_head, "lm_head",
+                    None, None, None, causal=True),
+    "qwen2": Family("model", "layers", "self_attn", _token_embeddings, _norm_head, "lm_head",
+                    None, None, None, causal=True),
+    "mistral": Family("model", "layers", "self_attn", _token_embeddings, _norm_head, "lm_head",
+                      None, None, None, causal=True),
 }
 
 
@@ -119,14 +178,23 @@ def _get(obj: nn.Module, dotted: str) -> nn.Module:
 
 def attention_sublayer(model: PreTrainedModel, layer: int) -> tuple[nn.Linear, nn.LayerNorm]:
     """The output projection W_O of layer `layer`'s attention and the layer norm after it."""
-    family = family_of(model)
+    family = _post_ln(model)
     block = layer_stack(model)[layer]
     return _get(block, family.out_proj), _get(block, family.attention_norm)
 
 
 def output_norm(model: PreTrainedModel, layer: int) -> nn.LayerNorm:
     """The layer norm that closes layer `layer` (after the feed-forward sublayer)."""
-    return _get(layer_stack(model)[layer], family_of(model).output_norm)
+    return _get(layer_stack(model)[layer], _post_ln(model).output_norm)
+
+
+def _post_ln(model: PreTrainedModel) -> Family:
+    family = family_of(model)
+    if family.out_proj is None:
+        raise UnsupportedModelError(
+            f"model family {model.config.model_type!r} is pre-LN; the norm-based methods "
+            f"decompose post-LN encoders only")
+    return family
 
 
 def layer_stack(model: PreTrainedModel) -> nn.ModuleList:
@@ -143,19 +211,46 @@ def prepare_model(model: PreTrainedModel) -> PreTrainedModel:
     return model.eval()
 
 
+def _from_pretrained(auto_class: type, name_or_path: str | Path) -> PreTrainedModel:
+    """A model from a hub id or local directory, or one line saying why it cannot be loaded."""
+    try:
+        return auto_class.from_pretrained(
+            str(name_or_path), local_files_only=Path(name_or_path).is_dir())
+    except (OSError, SafetensorError) as err:  # missing, unreadable or cut-short files
+        reason = " ".join(str(err).split())  # one line: the hub's messages span several
+        raise AttnlabError(f"{name_or_path}: the model cannot be loaded ({reason})") from err
+
+
+def _tokenizer(name_or_path: str | Path):
+    return AutoTokenizer.from_pretrained(
+        str(name_or_path), local_files_only=Path(name_or_path).is_dir())
+
+
 def load_classifier(
     name_or_path: str | Path, device: torch.device | str = "cpu"
 ) -> tuple[PreTrainedModel, object]:
     """A classifier and its tokenizer from a hub id or local directory, ready to analyse."""
-    local = Path(name_or_path).is_dir()
-    try:
-        model = AutoModelForSequenceClassification.from_pretrained(
-            str(name_or_path), local_files_only=local
-        )
-    except (OSError, SafetensorError) as err:  # missing, unreadable or cut-short files
-        raise AttnlabError(f"{name_or_path}: the model cannot be loaded ({err})") from err
-    family_of(model)  # refuse before any other work
-    tokenizer = AutoTokenizer.from_pretrained(str(name_or_path), local_files_only=local)
+    model = _from_pretrained(AutoModelForSequenceClassification, name_or_path)
+    if family_of(model).causal:  # refuse before any other work
+        raise UnsupportedModelError(
+            f"{name_or_path}: {model.config.model_type!r} is a decoder language model family; "
+            f"its classifier is not supported (load the language model with load_causal_lm)")
+    return prepare_model(model).to(device), _tokenizer(name_or_path)
+
+
+def load_causal_lm(
+    name_or_path: str | Path, device: torch.device | str = "cpu"
+) -> tuple[PreTrainedModel, object]:
+    """A decoder language model (GPT-2, Llama, Qwen2, Mistral) and its tokenizer from a hub id
+    or local directory, ready to analyse. A tokenizer without a padding token (GPT-2's) pads
+    with its end-of-text token: padding is masked, and either side gives the same numbers."""
+    model = _from_pretrained(AutoModelForCausalLM, name_or_path)
+    if not family_of(model).causal:  # refuse before any other work
+        raise UnsupportedModelError(f"{name_or_path}: {model.config.model_type!r} is not a "
+                                    f"decoder language model family")
+    tokenizer = _tokenizer(name_or_path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
     return prepare_model(model).to(device), tokenizer
 
 
@@ -169,9 +264,11 @@ def untrained_copy(model: PreTrainedModel, seed: int) -> PreTrainedModel:
 
 
 def classified_position(model: PreTrainedModel, n_tokens: int) -> int:
-    """The position whose last hidden state the classifier reads, in an example of n_tokens
-    without padding: the first ([CLS], <s>); BART's classifier reads its last </s>."""
-    return 0 if family_of(model).split else n_tokens - 1
+    """The position whose last hidden state the head reads, in an example of n_tokens without
+    padding: the first ([CLS], <s>); BART's classifier reads its last </s>, a decoder its last
+    token (whose next token it predicts)."""
+    family = family_of(model)
+    return 0 if family.split and not family.causal else n_tokens - 1
 
 
 def align_labels(model: PreTrainedModel, label_names: Sequence[str]) -> PreTrainedModel:
@@ -210,24 +307,63 @@ def embed(model: PreTrainedModel, inputs: dict[str, torch.Tensor]) -> torch.Tens
     return family_of(model).embed(model, inputs)
 
 
-def layer_mask(model: PreTrainedModel, hidden: torch.Tensor, attention_mask: torch.Tensor):
-    """The 4-D additive mask the layers expect (built by the registered mask function)."""
-    return create_bidirectional_mask(
-        config=model.config, inputs_embeds=hidden, attention_mask=attention_mask
-    )
+@dataclass(frozen=True)
+class LayerInputs:
+    """What the layers take besides the hidden states, for one batch (`layer_inputs`)."""
+
+    masks: dict[str, torch.Tensor | None]  # 4-D additive mask per attention type
+    types: tuple[str, ...]  # each layer's attention type (a key of masks)
+    rotary: tuple[torch.Tensor, torch.Tensor] | None = None  # (cos, sin), rotary families
+
+    def select(self, rows: torch.Tensor, width: int) -> LayerInputs:
+        """The inputs of batch rows `rows`, cut to their first `width` positions."""
+        masks = {kind: None if mask is None else mask[rows][..., :width, :width]
+                 for kind, mask in self.masks.items()}
+        rotary = None if self.rotary is None else tuple(t[rows, :width] for t in self.rotary)
+        return LayerInputs(masks, self.types, rotary)
+
+
+def layer_inputs(
+    model: PreTrainedModel, hidden: torch.Tensor, attention_mask: torch.Tensor
+) -> LayerInputs:
+    """The masks (built by the registered mask function) and, for rotary families, the
+    position embeddings that the layers take, for hidden states (B, S, d) entering them."""
+    config, n_layers = model.config, num_layers(model)
+    if not family_of(model).causal:
+        mask = create_bidirectional_mask(
+            config=config, inputs_embeds=hidden, attention_mask=attention_mask)
+        return LayerInputs({"full_attention": mask}, ("full_attention",) * n_layers)
+    position_ids = positions(attention_mask)
+    # Qwen2 names each layer's type (some may attend within a sliding window); Mistral's
+    # layers all slide when its config sets a window. Causality comes from the mask alone (the
+    # attention function applies no is_causal), so every layer gets one.
+    every = "sliding_attention" if getattr(config, "sliding_window", None) else "full_attention"
+    types = tuple(getattr(config, "layer_types", None) or (every,) * n_layers)
+    build = {"full_attention": create_causal_mask,
+             "sliding_attention": create_sliding_window_causal_mask}
+    masks = {kind: build[kind](config=config, inputs_embeds=hidden,
+                               attention_mask=attention_mask, past_key_values=None,
+                               position_ids=position_ids, allow_is_causal_skip=False)
+             for kind in set(types)}
+    base = getattr(model, family_of(model).base)
+    rotary = base.rotary_emb(hidden, position_ids) if hasattr(base, "rotary_emb") else None
+    return LayerInputs(masks, types, rotary)
 
 
 def run_layers(
     model: PreTrainedModel,
     hidden: torch.Tensor,
-    mask: torch.Tensor | None,
+    inputs: LayerInputs,
     start: int,
     stop: int | None = None,
     intervention: Intervention | None = None,
 ) -> torch.Tensor:
     """Apply layers start..stop-1 to `hidden` (every family; BART: its encoder layers)."""
-    for layer in list(layer_stack(model))[start:stop]:
-        hidden = layer(hidden, mask, attnlab=intervention)
+    extra = {} if inputs.rotary is None else {"position_embeddings": inputs.rotary}
+    stack = layer_stack(model)
+    for index in range(len(stack))[start:stop]:
+        hidden = stack[index](hidden, attention_mask=inputs.masks[inputs.types[index]],
+                              attnlab=intervention, **extra)
     return hidden
 
 
@@ -238,9 +374,9 @@ def hidden_states(
 ) -> list[torch.Tensor]:
     """[e^0, e^1, ..., e^L]: the input embeddings and the output of every analysed layer."""
     states = [embed(model, inputs)]
-    mask = layer_mask(model, states[0], inputs["attention_mask"])
+    context = layer_inputs(model, states[0], inputs["attention_mask"])
     for layer in range(num_layers(model)):
-        states.append(run_layers(model, states[-1], mask, layer, layer + 1, intervention))
+        states.append(run_layers(model, states[-1], context, layer, layer + 1, intervention))
     return states
 
 
@@ -252,9 +388,16 @@ def check_layer(model: PreTrainedModel, layer: int, key: str) -> None:
                          f"layers (0..{n_layers - 1})")
 
 
-def classify(model: PreTrainedModel, hidden: torch.Tensor) -> torch.Tensor:
-    """Logits from the last layer's hidden states (encoder-only families)."""
-    return family_of(model).head(model, hidden)
+def classify(
+    model: PreTrainedModel, hidden: torch.Tensor, attention_mask: torch.Tensor
+) -> torch.Tensor:
+    """Logits (B, C) from the last layer's hidden states (B, S, d) (every family but BART's
+    classifier); a decoder's are the next-token logits at each example's last real token."""
+    family = family_of(model)
+    if family.causal:
+        rows = torch.arange(len(hidden), device=hidden.device)
+        hidden = hidden[rows, read_positions(model, attention_mask)]
+    return family.head(model, hidden)
 
 
 def logits(
@@ -262,6 +405,14 @@ def logits(
     inputs: dict[str, torch.Tensor],
     intervention: Intervention | None = None,
 ) -> torch.Tensor:
-    """A whole forward pass with an optional intervention."""
+    """A whole forward pass with an optional intervention: (B, C) logits (a decoder's for the
+    token after each example's last real token)."""
     model_inputs = {k: v for k, v in inputs.items() if k != "labels"}
-    return model(**model_inputs, attnlab=intervention).logits
+    if not family_of(model).causal:
+        return model(**model_inputs, attnlab=intervention).logits
+    mask = model_inputs["attention_mask"]
+    # the vocabulary projection only at the positions read (not B x S x vocabulary)
+    keep, column = read_positions(model, mask).unique(return_inverse=True)
+    out = model(**model_inputs, position_ids=positions(mask), logits_to_keep=keep,
+                attnlab=intervention).logits
+    return out[torch.arange(len(out), device=out.device), column]

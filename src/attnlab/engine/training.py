@@ -20,28 +20,35 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 from transformers import (
+    AutoModelForCausalLM,
     AutoModelForSequenceClassification,
     AutoTokenizer,
     BertConfig,
     BertForMaskedLM,
     BertForSequenceClassification,
+    GPT2Config,
+    LlamaConfig,
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
 
+from attnlab.data.prompts import PromptSpec
 from attnlab.data.tasks import TaskSpec, split_texts
 from attnlab.data.tokenization import (
+    build_causal_tokenizer,
     build_tokenizer,
     length_limit,
     model_tokenizer,
     training_words,
 )
+from attnlab.engine import next_token
 from attnlab.engine.examples import encode
 from attnlab.engine.models import align_labels
+from attnlab.engine.next_token import encode_prompts
 from attnlab.plumbing.device import device_name, out_of_memory_names
 from attnlab.plumbing.errors import ConfigError
 from attnlab.plumbing.outputs import atomic_path
-from attnlab.plumbing.preflight import checkpoint_shape
+from attnlab.plumbing.preflight import DECODER_FAMILIES, checkpoint_shape
 
 log = logging.getLogger(__name__)
 
@@ -371,3 +378,124 @@ def pretrain(
     return Trained(model, tokenizer, {
         "mlm_loss": epoch_loss / n, "epochs": epochs, "texts": n, "vocabulary": len(tokenizer),
         "device": device_name(device), "seconds": round(time.monotonic() - started, 1)})
+
+
+CAUSAL_FAMILIES = DECODER_FAMILIES  # model.scratch.family of a decoder built from scratch
+
+
+def causal_config(model_cfg: dict[str, Any], tokenizer: PreTrainedTokenizerBase):
+    """The decoder of model.scratch's family and sizes over `tokenizer`'s vocabulary: GPT-2
+    (learned absolute positions, GELU feed-forward) or Llama (rotary positions, gated SiLU
+    feed-forward, RMS norm)."""
+    size, family = model_cfg["scratch"], model_cfg["scratch"].get("family", "gpt2")
+    special = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.bos_token_id,
+               "pad_token_id": tokenizer.pad_token_id, "attn_implementation": "eager"}
+    dropout = size.get("dropout", 0.1)
+    if family == "gpt2":
+        return GPT2Config(vocab_size=len(tokenizer), n_positions=model_cfg["max_length"],
+                          n_embd=size["hidden"], n_layer=size["layers"], n_head=size["heads"],
+                          n_inner=size["intermediate"], resid_pdrop=dropout,
+                          embd_pdrop=dropout, attn_pdrop=dropout, **special)
+    if family == "llama":
+        return LlamaConfig(vocab_size=len(tokenizer), hidden_size=size["hidden"],
+                           intermediate_size=size["intermediate"],
+                           num_hidden_layers=size["layers"], num_attention_heads=size["heads"],
+                           num_key_value_heads=size["heads"],
+                           max_position_embeddings=model_cfg["max_length"],
+                           attention_dropout=dropout, **special)
+    raise ConfigError(f"model.scratch.family: {family!r} is not a decoder family "
+                      f"({', '.join(CAUSAL_FAMILIES)})")
+
+
+def _causal_model(spec: PromptSpec, model_cfg: dict[str, Any], train: pd.DataFrame):
+    if model_cfg["source"] == "scratch":
+        words = sorted({word for column in (spec.prompt_field, spec.target_field)
+                        for text in train[column] for word in text.split()})
+        tokenizer = build_causal_tokenizer(words)
+        return AutoModelForCausalLM.from_config(causal_config(model_cfg, tokenizer)), tokenizer
+    name = model_cfg["pretrained"]
+    checkpoint_shape(name)  # an unsupported family is refused before any training
+    model = AutoModelForCausalLM.from_pretrained(name, attn_implementation="eager")
+    tokenizer = AutoTokenizer.from_pretrained(name)
+    if tokenizer.pad_token_id is None:  # GPT-2's and Llama's tokenizers have none
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer
+
+
+def _next_token_loss(model: PreTrainedModel, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Cross-entropy of every next token from each example's `train_from` position to its
+    query (the target), the model reading all tokens but the last."""
+    inputs, following = batch["input_ids"][:, :-1], batch["input_ids"][:, 1:]
+    logits = model(input_ids=inputs, attention_mask=batch["attention_mask"][:, :-1]).logits
+    index = torch.arange(inputs.shape[1], device=inputs.device)
+    trained = ((index >= batch["train_from"][:, None])
+               & (index <= batch["query"][:, None]))
+    return torch.nn.functional.cross_entropy(logits[trained], following[trained])
+
+
+def train_language_model(
+    train: pd.DataFrame,
+    dev: pd.DataFrame,
+    *,
+    spec: PromptSpec,
+    model_cfg: dict[str, Any],
+    train_cfg: dict[str, Any],
+    device: torch.device,
+    seed: int,
+) -> Trained:
+    """Train a decoder language model on a next-token task and evaluate it on `dev`.
+
+    A scratch model (model.scratch.family: gpt2 or llama) gets a word-level vocabulary of the
+    training split's words; a pretrained checkpoint is trained further, and one of source
+    `finetuned` is only evaluated. The loss is the next-token cross-entropy from each
+    example's `train_from` position to its target (`attnlab.engine.next_token.encode_prompts`);
+    AdamW with linear warm-up and decay, gradient clipping, and the stop on
+    train_cfg["stop_loss"] as in `finetune`. The metric is next-token accuracy at the query:
+    dev_accuracy, the share of dev prompts whose argmax next token is the target."""
+    started = time.monotonic()
+    torch.manual_seed(seed)
+    model, tokenizer = _causal_model(spec, model_cfg, train)
+    model.to(device)
+    max_length = model_cfg["max_length"]
+    dev_data = encode_prompts(dev, spec, tokenizer, max_length)
+    batch_size = train_cfg["batch_size"]
+    result: dict[str, Any] = {"train_loss": None, "epochs": 0, "steps": 0, "n_train": 0}
+    if model_cfg["source"] != "finetuned":
+        train_data = encode_prompts(train, spec, tokenizer, max_length)
+        n_train, epochs = len(train_data["query"]), train_cfg["epochs"]
+        steps_per_epoch = math.ceil(n_train / batch_size)
+        total_steps = epochs * steps_per_epoch
+        decay = [p for p in model.parameters() if p.ndim >= 2]
+        no_decay = [p for p in model.parameters() if p.ndim < 2]
+        optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": train_cfg["weight_decay"]},
+             {"params": no_decay, "weight_decay": 0.0}], lr=train_cfg["learning_rate"])
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _linear_schedule(
+            max(1, round(train_cfg["warmup"] * total_steps)), total_steps))
+        shuffle = torch.Generator().manual_seed(seed)
+        log.info("%s: training a %s language model on %d prompts, %d epochs, device %s",
+                 spec.name, model.config.model_type, n_train, epochs, device)
+        for epoch in range(1, epochs + 1):
+            model.train()
+            epoch_loss = 0.0
+            order = torch.randperm(n_train, generator=shuffle)
+            for batch in next_token.batches(train_data, order, batch_size, device):
+                loss = _next_token_loss(model, batch)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad()
+                epoch_loss += loss.item() * len(batch["query"])
+            train_loss = epoch_loss / n_train
+            dev_accuracy = next_token.accuracy(model, dev_data, batch_size, device)
+            log.info("%s epoch %d/%d: train loss %.4f, dev next-token accuracy %.4f",
+                     spec.name, epoch, epochs, train_loss, dev_accuracy)
+            if train_cfg.get("stop_loss") is not None and train_loss < train_cfg["stop_loss"]:
+                break
+        result = {"train_loss": train_loss, "epochs": epoch, "steps": epoch * steps_per_epoch,
+                  "n_train": n_train}
+    return Trained(model.eval(), tokenizer, {
+        "dev_accuracy": next_token.accuracy(model, dev_data, batch_size, device),
+        **result, "n_dev": len(dev_data["query"]), "device": device_name(device),
+        "seconds": round(time.monotonic() - started, 1)})

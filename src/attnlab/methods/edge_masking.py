@@ -41,9 +41,9 @@ def masked_probabilities(
             else:
                 hidden = example.states[start].expand(count, -1, -1)
                 ones = torch.ones(hidden.shape[:2], dtype=torch.long, device=hidden.device)
-                mask = models.layer_mask(model, hidden, ones)
-                hidden = models.run_layers(model, hidden, mask, start, None, intervention)
-                logits = models.classify(model, hidden)
+                context = models.layer_inputs(model, hidden, ones)
+                hidden = models.run_layers(model, hidden, context, start, None, intervention)
+                logits = models.classify(model, hidden, ones)
             out.append(torch.softmax(logits.float(), dim=-1))
     return torch.cat(out)
 

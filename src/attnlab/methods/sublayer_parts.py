@@ -79,10 +79,10 @@ def output_norm_inputs(model: PreTrainedModel, captured: Captured) -> list[torch
     try:
         with torch.no_grad():
             first = captured.states[0]
-            mask = models.layer_mask(model, first, torch.ones(first.shape[:2], dtype=torch.long,
-                                                              device=first.device))
+            context = models.layer_inputs(model, first, torch.ones(
+                first.shape[:2], dtype=torch.long, device=first.device))
             for layer in range(len(captured.probs)):
-                models.run_layers(model, captured.states[layer], mask, layer, layer + 1)
+                models.run_layers(model, captured.states[layer], context, layer, layer + 1)
     finally:
         for hook in hooks:
             hook.remove()

@@ -35,8 +35,8 @@ def value_zeroing(model: PreTrainedModel, states: list[torch.Tensor]) -> torch.T
     out = []
     for layer in range(len(states) - 1):
         hidden = states[layer].expand(n, -1, -1)
-        mask = models.layer_mask(model, hidden, copies)
-        zeroed = models.run_layers(model, hidden, mask, layer, layer + 1,
+        context = models.layer_inputs(model, hidden, copies)
+        zeroed = models.run_layers(model, hidden, context, layer, layer + 1,
                                    Intervention(edge_mask={layer: keep[:, None, None, :]}))
         # zeroed[j, i] is x̃_i^{¬j}: transpose to [i, j]
         distance = (1 - cosine_similarity(zeroed, states[layer + 1], dim=-1)).clamp_min(0)

@@ -134,7 +134,15 @@ class EncoderShape:
     def of(cls, config) -> EncoderShape:
         """From a transformers config of a supported family. BART's classifier runs its
         decoder too (each decoder layer about one encoder layer's size again, with its
-        cross-attention): its layers count twice."""
+        cross-attention): its layers count twice. GPT-2's feed-forward is 4 d wide unless set;
+        Llama's, Qwen2's and Mistral's is gated (gate, up, their activation and product are
+        kept: twice a GELU feed-forward's two tensors), so it counts twice."""
+        if config.model_type == "gpt2":
+            return cls(config.n_layer, config.n_head, config.n_embd,
+                       config.n_inner or 4 * config.n_embd)
+        if config.model_type in ("llama", "qwen2", "mistral"):
+            return cls(config.num_hidden_layers, config.num_attention_heads, config.hidden_size,
+                       2 * config.intermediate_size)
         if config.model_type == "bart":
             return cls(config.encoder_layers + config.decoder_layers,
                        config.encoder_attention_heads, config.d_model, config.encoder_ffn_dim)

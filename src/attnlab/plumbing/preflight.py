@@ -18,12 +18,19 @@ from typing import Any
 
 from attnlab.plumbing.errors import ConfigError
 
-# The families attnlab.engine.models supports (its FAMILIES; a test keeps the two equal).
+# The classifier families attnlab.engine.models supports (its FAMILIES that are not decoder
+# language models; a test keeps the two equal).
 MODEL_TYPES = ("bert", "roberta", "electra", "distilbert", "bart")
+# The decoder language models it supports (its other FAMILIES; tests/test_induction.py keeps the
+# two equal): they learn next_token tasks, the classifiers classification tasks.
+DECODER_TYPES = ("gpt2", "llama", "qwen2", "mistral")
+# model.scratch.family of a decoder language model (attnlab.engine.training.CAUSAL_FAMILIES)
+DECODER_FAMILIES = ("gpt2", "llama")
 # config.json keys of the layer count, heads per layer and hidden size, by family
 SIZE_KEYS = {
     "distilbert": ("n_layers", "n_heads", "dim"),
     "bart": ("encoder_layers", "encoder_attention_heads", "d_model"),
+    "gpt2": ("n_layer", "n_head", "n_embd"),
 }
 BERT_SIZE_KEYS = ("num_hidden_layers", "num_attention_heads", "hidden_size")
 WEIGHTS = ("*.safetensors", "pytorch_model*.bin")
@@ -39,6 +46,7 @@ class ModelShape:
     heads: int
     hidden: int
     positions: int | None  # the longest input it can take (None: no limit known)
+    model_type: str = "bert"
 
 
 def checkpoint_shape(path: str | Path) -> ModelShape:
@@ -52,10 +60,11 @@ def checkpoint_shape(path: str | Path) -> ModelShape:
     except (ValueError, UnicodeDecodeError) as err:
         raise ConfigError(f"model.pretrained: {config_file} is not valid JSON ({err})") from None
     model_type = cfg.get("model_type")
-    if model_type not in MODEL_TYPES:
+    if model_type not in MODEL_TYPES + DECODER_TYPES:
         raise ConfigError(
             f"model.pretrained: {path} is a {model_type!r} model, a family whose attention "
-            f"cannot be intervened on; supported families: {', '.join(MODEL_TYPES)}"
+            f"cannot be intervened on; supported families: "
+            f"{', '.join(MODEL_TYPES + DECODER_TYPES)}"
         )
     if not any(next(Path(path).glob(pattern), None) for pattern in WEIGHTS):
         raise ConfigError(f"model.pretrained: {path} has no weights (model.safetensors or "
@@ -70,7 +79,8 @@ def checkpoint_shape(path: str | Path) -> ModelShape:
     if missing:
         raise ConfigError(f"model.pretrained: {config_file} has no {', '.join(missing)}")
     layers, heads, hidden = (cfg[key] for key in keys)
-    return ModelShape(layers, heads, hidden, cfg.get("max_position_embeddings"))
+    positions = cfg.get("n_positions" if model_type == "gpt2" else "max_position_embeddings")
+    return ModelShape(layers, heads, hidden, positions, model_type)
 
 
 def safetensors_damage(path: Path) -> str | None:
@@ -161,6 +171,37 @@ def _check_mix(config: dict[str, Any], name: str, task: dict[str, Any]) -> None:
                           f"({len(task['mix'])}), got {len(task['label_names'])}")
 
 
+def task_kind(config: dict[str, Any]) -> str:
+    """The kind of the configuration's tasks (classification or next_token), one for all."""
+    kinds = {name: task.get("kind", "classification") for name, task in config["tasks"].items()}
+    if len(set(kinds.values())) > 1:
+        raise ConfigError("tasks: the tasks are of different kinds ("
+                          + ", ".join(f"{name}: {kind}" for name, kind in kinds.items())
+                          + "); one configuration's tasks are all classification or all "
+                          "next_token")
+    return next(iter(kinds.values()))
+
+
+def _check_kind(config: dict[str, Any]) -> None:
+    """A next_token configuration needs a decoder, and a classification one an encoder."""
+    decoder = task_kind(config) == "next_token"
+    model = config["model"]
+    family = model["scratch"].get("family", "bert")
+    if model["source"] == "scratch" and (family != "bert") != decoder:
+        raise ConfigError(f"model.scratch.family: {family!r} cannot learn "
+                          f"{task_kind(config)} tasks; use "
+                          f"{' or '.join(DECODER_FAMILIES) if decoder else 'bert'}")
+    for name, task in config["tasks"].items():
+        if decoder and task["source"] not in ("synthetic", "local"):
+            raise ConfigError(f"tasks.{name}.source: {task['source']!r}; a next_token task's "
+                              "data is synthetic (induction) or local")
+        induction = task["source"] == "synthetic" and task["synthetic"]["kind"] == "induction"
+        if task["source"] == "synthetic" and induction != decoder:
+            raise ConfigError(f"tasks.{name}.synthetic.kind: {task['synthetic']['kind']!r} "
+                              f"does not make {task_kind(config)} tasks (induction makes "
+                              "next_token tasks, the others classification tasks)")
+
+
 def attributed_idx(config: dict[str, Any], task: dict[str, Any]) -> range | None:
     """The idx values of a task's attributed dev examples, where the config alone says them
     (synthetic tasks: idx 0..n_dev-1); None for data read from files."""
@@ -175,6 +216,7 @@ def check_config(config: dict[str, Any], pretrained: str | None) -> None:
     defaults filled in; `pretrained` is the local directory of model.pretrained (None for a
     scratch model). Raises `ConfigError`."""
     _check_tasks(config)
+    _check_kind(config)
     tasks = list(config["tasks"])
     heads = config["heads"]
     # task_correlation, part of every run, correlates the attribution importance
@@ -209,6 +251,12 @@ def check_config(config: dict[str, Any], pretrained: str | None) -> None:
     shape = model_shape(config["model"], pretrained)
     if shape is None:
         return
+    decoder = task_kind(config) == "next_token"
+    if config["model"]["source"] != "scratch" and (shape.model_type in DECODER_TYPES) != decoder:
+        fitting = DECODER_TYPES if decoder else MODEL_TYPES
+        raise ConfigError(f"model.pretrained: {pretrained} is a {shape.model_type!r} model, "
+                          f"which cannot do {task_kind(config)} tasks; they need "
+                          f"{'a decoder' if decoder else 'an encoder'} ({', '.join(fitting)})")
     if shape.positions is not None and config["model"]["max_length"] > shape.positions:
         raise ConfigError(f"model.max_length: {config['model']['max_length']} is more than the "
                           f"{shape.positions} positions the model has")

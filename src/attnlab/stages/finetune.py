@@ -3,27 +3,39 @@ the task, only evaluated) on its prepared splits."""
 
 from __future__ import annotations
 
+import pandas as pd
+
+from attnlab.data.prompts import PromptSpec, validate_prompts
 from attnlab.engine import training
 from attnlab.model_job import ModelJob
 
 
 def run(job: ModelJob) -> None:
-    """Writes the classifier with its tokenizer into the folder `model`, and its metrics (JSON:
-    dev accuracy, training loss, epochs, steps, device, seconds)."""
+    """Writes the classifier (a next_token task: the decoder language model) with its
+    tokenizer into the folder `model`, and its metrics (JSON: dev accuracy, training loss,
+    epochs, steps, device, seconds)."""
     device, precision = job.device, job.precision
     # the checkpoint is read from its local copy; the settings keep the name it was given
     model = {**job.settings.model, "pretrained": job.inputs["pretrained"] or None}
-    trained = training.finetune(
-        job.split("train"),
-        job.split("dev"),
-        spec=job.spec,
-        model_cfg=model,
-        train_cfg=job.settings.finetune,
-        device=device,
-        seed=job.settings.seed,
-        bf16=precision.bf16,
-        # the shared starting point of rule pretrain (none without model.pretrain)
-        start=job.inputs["start"] or None,
-    )
+    if job.settings.task.get("kind") == "next_token":
+        spec = PromptSpec.from_config(job.task, job.settings.task)
+        train, dev = (validate_prompts(pd.read_parquet(job.inputs[split]), spec,
+                                       job.inputs[split]) for split in ("train", "dev"))
+        trained = training.train_language_model(
+            train, dev, spec=spec, model_cfg=model, train_cfg=job.settings.finetune,
+            device=device, seed=job.settings.seed)
+    else:
+        trained = training.finetune(
+            job.split("train"),
+            job.split("dev"),
+            spec=job.spec,
+            model_cfg=model,
+            train_cfg=job.settings.finetune,
+            device=device,
+            seed=job.settings.seed,
+            bf16=precision.bf16,
+            # the shared starting point of rule pretrain (none without model.pretrain)
+            start=job.inputs["start"] or None,
+        )
     trained.save(job.outputs["model"])
     job.write_json("metrics", trained.metrics)

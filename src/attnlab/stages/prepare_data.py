@@ -3,6 +3,7 @@ against the model's tokenizer before any training."""
 
 from __future__ import annotations
 
+from attnlab.data.prompts import read_prompts, write_prompts
 from attnlab.data.tasks import TaskSpec, read_task, write_task
 from attnlab.data.tokenization import check_lengths, length_limit, model_tokenizer
 from attnlab.job import Job
@@ -12,6 +13,12 @@ def run(job: Job) -> None:
     """Writes the splits train and dev (Parquet) and the JSON summary of their rows and label
     counts; a bad split or an example too long for the model writes nothing."""
     task = job.settings.task
+    if task.get("kind") == "next_token":  # prompts and targets, tokenized when trained
+        _, train, dev = read_prompts(job.task, task, job.settings.seed)
+        job.write_json("summary", write_prompts(train=train, dev=dev,
+                                                train_out=job.outputs["train"],
+                                                dev_out=job.outputs["dev"]))
+        return
     # the tasks a mixed task takes its examples from, by name
     parts = {name: TaskSpec.from_config(name, spec) for name, spec in job.settings.parts.items()}
     # the downloaded files of a hub task, the prepared splits of a mixed task's tasks (a local

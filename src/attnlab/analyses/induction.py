@@ -1,0 +1,176 @@
+"""What attribution finds in a decoder trained on the planted induction task, against its truth.
+
+On "… A B … A" -> B (attnlab.data.induction) the mechanism is known (Olsson et al. 2022): an
+induction head at the last A reads B's first position, which a previous-token head at B made
+to hold "A came before me". So:
+
+* Edges: at the query (the last A), which key does a method's strongest edge point to? The
+  truth is B's first position. Each method's map is summed over heads, its strongest edge
+  taken over every layer (rollout: its last layer, the whole stack's mixing), the query's edge
+  to itself left out (every method gives the residual stream's own token a large share).
+* The path: the first step, a previous-token head at B reading A in layer 0, is the first edge
+  of the attribution tree (Hao et al. 2021) below the induction edge. Is a method's strongest
+  layer-0 edge (over all its query rows, heads summed) the edge from B to A?
+* Heads: an induction head puts on average at least half of its attention at the query on B,
+  a previous-token head at least half of its attention at B on A; AttAttr ranks the heads by
+  their mean maximal attribution (Hao et al. 2021's head importance). Are its top two heads
+  of these kinds, and does masking them cost more next-token accuracy than masking any two
+  other heads?
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, NamedTuple
+
+import numpy as np
+import pandas as pd
+import torch
+from transformers import PreTrainedModel
+
+from attnlab.analyses.claims import claim, claims_frame
+from attnlab.engine import attribution, models
+from attnlab.engine.intervention import Intervention
+from attnlab.methods.attention_graph import head_mean
+from attnlab.methods.rollout import rollout
+
+STAGE = "induction"
+METHODS = ("attattr", "attention", "rollout")
+# AttAttr's strongest edge at the query must point to B in at least 90 % of the examples: the
+# model is right on about all of them, and it can only be right by reading B
+EDGE_SHARE = 0.9
+# the two heads of the mechanism (an induction and a previous-token head)
+MECHANISM_HEADS = 2
+# a head is an induction (previous-token) head when on average it puts at least half of its
+# attention at the query on B (at B on A); the trained models' put 0.75-0.96 there, the other
+# heads at most 0.25
+MECHANISM_SCORE = 0.5
+
+
+class InductionResult(NamedTuple):
+    # one row per example: its query, B's position, each method's top key at the query and
+    # whether its strongest layer-0 edge is B reading A
+    edges: pd.DataFrame
+    heads: pd.DataFrame  # one row per head: its scores, AttAttr rank, mechanism membership
+    claims: pd.DataFrame
+    summary: dict[str, float]  # accuracy, the masking drops and each method's share
+
+
+def top_edge(scores: np.ndarray) -> tuple[int, int]:
+    """(query, key) of the strongest edge of (n, n) scores."""
+    query, key = np.unravel_index(np.argmax(scores), scores.shape)
+    return int(query), int(key)
+
+
+def top_keys(scores: np.ndarray, query: int) -> int:
+    """The key of the strongest edge at `query` over every layer of (L, n, n) scores, the
+    query's edge to itself left out."""
+    row = scores[:, query, :].copy()
+    row[:, query] = -np.inf
+    return int(np.unravel_index(np.argmax(row), row.shape)[1])
+
+
+def _accuracy(model: PreTrainedModel, inputs: dict[str, torch.Tensor],
+              head_mask: torch.Tensor | None = None) -> float:
+    with torch.no_grad():
+        logits = models.logits(model, inputs, Intervention(head_mask=head_mask))
+    return float((logits.argmax(-1).cpu() == inputs["labels"].cpu()).double().mean())
+
+
+def _mask(shape: tuple[int, int], heads: list[tuple[int, int]]) -> torch.Tensor:
+    mask = torch.ones(shape)
+    for layer, head in heads:
+        mask[layer, head] = 0.0
+    return mask
+
+
+def induction_analysis(
+    model: PreTrainedModel,
+    inputs: dict[str, torch.Tensor],
+    *,
+    induction: torch.Tensor,
+    previous: torch.Tensor,
+    engine: dict[str, Any],
+) -> InductionResult:
+    """The edges, heads and claims of the induction analysis (the module's docstring).
+
+    `inputs` are prompts as the attribution engine takes them (`next_token.prompt_inputs`:
+    right-padded, `labels` the target tokens); `induction` and `previous` are each example's
+    token positions of B's and A's first occurrence; `engine` the engine's options
+    (`attribution.engine_options`)."""
+    target = inputs["labels"]
+    result = attribution.attribute(model, inputs, target=target, **engine)
+    attr = result.attr.double().cpu().numpy()
+    attention = result.attention.double().cpu().numpy()
+    lengths = inputs["attention_mask"].sum(dim=1).tolist()
+    rows = []
+    for i, n in enumerate(lengths):
+        query = n - 1
+        probs = attention[i, :, :, :n, :n]
+        maps = {"attattr": attr[i, :, :, :n, :n].sum(axis=1), "attention": probs.sum(axis=1),
+                "rollout": rollout(head_mean(probs))[-1:]}
+        step = (int(induction[i]), int(previous[i]))
+        rows.append({"example": i, "query": query, "induction": int(induction[i]),
+                     **{f"top_{name}": top_keys(scores, query) for name, scores in maps.items()},
+                     **{f"path_{name}": top_edge(maps[name][0]) == step
+                        for name in ("attattr", "attention")}})
+    edges = pd.DataFrame(rows)
+    shares = {name: float((edges[f"top_{name}"] == edges["induction"]).mean())
+              for name in METHODS}
+    path = {name: float(edges[f"path_{name}"].mean()) for name in ("attattr", "attention")}
+
+    n_ex = len(lengths)
+    picks = np.arange(n_ex)
+    query = np.array(lengths) - 1
+    b, a = induction.numpy(), previous.numpy()
+    n_layers, n_heads = attention.shape[1:3]
+    heads = pd.DataFrame([
+        {"layer": layer, "head": head,
+         "induction_score": float(attention[picks, layer, head, query, b].mean()),
+         "previous_token_score": float(attention[picks, layer, head, b, a].mean()),
+         "attattr_importance": float(attr[:, layer, head].reshape(n_ex, -1).max(axis=1).mean())}
+        for layer in range(n_layers) for head in range(n_heads)])
+    heads["attattr_rank"] = heads["attattr_importance"].rank(ascending=False, method="first")
+    heads = heads.astype({"attattr_rank": "int64"})
+    heads["induction_head"] = heads["induction_score"] >= MECHANISM_SCORE
+    heads["previous_token_head"] = heads["previous_token_score"] >= MECHANISM_SCORE
+    top = heads.nsmallest(MECHANISM_HEADS, "attattr_rank")
+    top_heads = [(int(r.layer), int(r.head)) for r in top.itertuples()]
+    # of either kind: a model may grow two heads of one kind that do the same (seed 1's two
+    # previous-token heads), so one of each is not asked
+    found = int((top["induction_head"] | top["previous_token_head"]).sum())
+
+    shape = (n_layers, n_heads)
+    full = _accuracy(model, inputs)
+    top_drop = full - _accuracy(model, inputs, _mask(shape, top_heads))
+    others = [h for h in itertools.product(range(n_layers), range(n_heads)) if h not in top_heads]
+    other_drops = [full - _accuracy(model, inputs, _mask(shape, list(pair)))
+                   for pair in itertools.combinations(others, MECHANISM_HEADS)]
+    heads["in_attattr_top"] = [(r.layer, r.head) in top_heads for r in heads.itertuples()]
+
+    claims = [
+        claim(STAGE, "AttAttr's strongest edge at the second A points to B's first position",
+              "share of examples", shares["attattr"], shares["attattr"] >= EDGE_SHARE),
+        claim(STAGE, "AttAttr's strongest edge finds B at least as often as raw attention's",
+              "share AttAttr - share attention", shares["attattr"] - shares["attention"],
+              shares["attattr"] >= shares["attention"]),
+        claim(STAGE, "AttAttr's strongest edge finds B at least as often as rollout's",
+              "share AttAttr - share rollout", shares["attattr"] - shares["rollout"],
+              shares["attattr"] >= shares["rollout"]),
+        claim(STAGE, "AttAttr's strongest layer-0 edge is B's first position reading A (the "
+              "previous-token step)", "share of examples", path["attattr"],
+              path["attattr"] >= EDGE_SHARE),
+        claim(STAGE, "AttAttr's strongest layer-0 edge is that step more often than raw "
+              "attention's", "share AttAttr - share attention",
+              path["attattr"] - path["attention"], path["attattr"] > path["attention"]),
+        claim(STAGE, "AttAttr's top two heads are induction or previous-token heads",
+              "mechanism heads among AttAttr's top two", found, found == MECHANISM_HEADS),
+        claim(STAGE, "Masking AttAttr's top two heads costs more next-token accuracy than "
+              "masking any two other heads", "accuracy drop, top two - largest other pair",
+              top_drop - max(other_drops), top_drop > max(other_drops)),
+    ]
+    summary = {"accuracy": full, "top_heads_drop": top_drop,
+               "other_pairs_mean_drop": float(np.mean(other_drops)), **{
+                   f"share_{name}": share for name, share in shares.items()}, **{
+                   f"path_share_{name}": share for name, share in path.items()}}
+    return InductionResult(edges, heads, claims_frame(claims), summary)

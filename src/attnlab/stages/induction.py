@@ -1,0 +1,36 @@
+"""Rule induction: what attribution finds in a decoder on the planted induction task, against
+the task's ground truth (attnlab.analyses.induction)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import torch
+
+from attnlab.analyses import induction
+from attnlab.analyses.claims import log_claims
+from attnlab.data.prompts import PromptSpec, validate_prompts
+from attnlab.engine import attribution, next_token
+from attnlab.model_job import ModelJob
+from attnlab.plumbing.device import attribution_batch_size
+
+
+def run(job: ModelJob) -> None:
+    """Writes the tables edges, heads and claims and the JSON summary (next-token accuracy,
+    the masking drops, each method's share of examples whose top edge finds B)."""
+    spec = PromptSpec.from_config(job.task, job.settings.task)
+    dev = validate_prompts(pd.read_parquet(job.inputs["dev"]), spec, job.inputs["dev"])
+    dev = dev.iloc[: job.settings.induction.examples]
+    tokenizer = job.tokenizer
+    data = next_token.encode_prompts(dev, spec, tokenizer, job.settings.model.max_length)
+    truth = {column: torch.tensor(next_token.token_positions(dev, spec, tokenizer, column))
+             for column in ("gt_induction", "gt_previous")}
+    inputs = {k: v.to(job.device) for k, v in next_token.prompt_inputs(data).items()}
+    engine = attribution.engine_options(job.settings.attribution)
+    engine["batch_size"] = attribution_batch_size(engine["batch_size"], job.model.config,
+                                                  inputs["input_ids"].shape[1], job.device)
+    result = induction.induction_analysis(
+        job.model, inputs, induction=truth["gt_induction"], previous=truth["gt_previous"],
+        engine=engine)
+    job.write_tables({"edges": result.edges, "heads": result.heads, "claims": result.claims})
+    job.write_json("summary", {**result.summary, "examples": len(dev)})
+    log_claims(result.claims, job.task)

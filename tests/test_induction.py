@@ -1,0 +1,300 @@
+"""The planted induction task: its ground truth, its encoding, and a decoder that learns it."""
+
+import json
+
+import pandas as pd
+import pytest
+import torch
+
+from attnlab.data import induction
+from attnlab.data.prompts import PromptSpec, validate_prompts
+from attnlab.data.tasks import DataError
+from attnlab.data.tokenization import build_causal_tokenizer
+from attnlab.engine import next_token
+
+SPEC = PromptSpec("induction")
+
+
+def test_same_seed_same_frame_and_different_seed_different():
+    first = induction.generate(50, seed=3)
+    pd.testing.assert_frame_equal(first, induction.generate(50, seed=3))
+    assert not first.equals(induction.generate(50, seed=4))
+    assert list(first.columns) == induction.COLUMNS
+
+
+def test_ground_truth_positions_are_the_planted_a_and_b():
+    frame = induction.generate(500, seed=0)
+    for row in frame.itertuples():
+        words = row.text.split(" ")
+        a, b = words[row.gt_previous], words[row.gt_induction]
+        # "... A B ... A": the last word is A, B follows its only earlier occurrence
+        assert words[-1] == a and b == row.target
+        assert row.gt_induction == row.gt_previous + 1
+        assert words.count(a) == 2 and words.count(b) == 1
+        # everything from the repeat on copies the segment starting gt_previous - k back
+        repeat = words[row.repeat_start :]
+        start = row.gt_previous - (len(repeat) - 1)
+        assert words[start : row.gt_previous + 1] == repeat
+        # every word outside the repeat is distinct: no other earlier A, no ambiguous B
+        assert len(set(words[: row.repeat_start])) == row.repeat_start
+
+
+def test_encoding_puts_target_after_the_query_and_maps_word_positions_to_tokens():
+    frame = induction.generate(40, seed=1)
+    tokenizer = build_causal_tokenizer(induction.words())
+    data = next_token.encode_prompts(frame, SPEC, tokenizer, max_length=32)
+    rows = torch.arange(len(frame))
+    # <s> comes first, so word w is token w + 1
+    assert (data["input_ids"][:, 0] == tokenizer.bos_token_id).all()
+    lengths = torch.tensor([len(text.split(" ")) for text in frame["text"]])
+    assert data["query"].tolist() == lengths.tolist()
+    assert tokenizer.convert_ids_to_tokens(data["target"].tolist()) == frame["target"].tolist()
+    assert (data["input_ids"][rows, data["query"]] ==
+            data["input_ids"][rows, torch.tensor(frame["gt_previous"]) + 1]).all()
+    assert next_token.token_positions(frame, SPEC, tokenizer, "gt_induction") == [
+        p + 1 for p in frame["gt_induction"]]
+    assert data["train_from"].tolist() == [p + 1 for p in frame["repeat_start"]]
+
+
+def test_prompts_too_long_or_without_a_target_are_refused_in_one_line():
+    frame = induction.generate(5, seed=1)
+    tokenizer = build_causal_tokenizer(induction.words())
+    with pytest.raises(DataError, match="more than model.max_length=8"):
+        next_token.encode_prompts(frame, SPEC, tokenizer, max_length=8)
+    with pytest.raises(DataError, match="column 'target' row 2 is not a non-empty text"):
+        validate_prompts(frame.assign(target=["v1", "v2", " ", "v3", "v4"]), SPEC,
+                                    "prompts.csv")
+
+
+# The induction config's model and training (config/induction.yaml), on fewer examples.
+INDUCTION_MODEL = {"source": "scratch", "max_length": 32, "scratch": {
+    "family": "llama", "layers": 2, "heads": 4, "hidden": 64, "intermediate": 64,
+    "dropout": 0.0}}
+INDUCTION_TRAINING = {"epochs": 20, "batch_size": 64, "learning_rate": 3e-3, "warmup": 0.05,
+                      "weight_decay": 0.01, "stop_loss": 0.05}
+
+
+def _trained(seed: int):
+    """The induction config's decoder trained with `seed`: about 5 s on a free machine."""
+    from attnlab.engine import training
+
+    return training.train_language_model(
+        induction.generate(3000, seed=0), induction.generate(300, seed=1), spec=SPEC,
+        model_cfg=INDUCTION_MODEL, train_cfg=INDUCTION_TRAINING, device=torch.device("cpu"),
+        seed=seed)
+
+
+def _analysed(trained, n: int = 100):
+    """The induction analysis of `trained` on the first n dev examples."""
+    from attnlab.analyses.induction import induction_analysis
+    from attnlab.engine import models
+
+    dev = induction.generate(n, seed=1)
+    model, tokenizer = models.prepare_model(trained.model), trained.tokenizer
+    data = next_token.encode_prompts(dev, SPEC, tokenizer, max_length=32)
+    truth = {column: torch.tensor(next_token.token_positions(dev, SPEC, tokenizer, column))
+             for column in ("gt_induction", "gt_previous")}
+    # a fixed rule of 20 nodes: the analysis compares where edges point, not their last digit
+    engine = {"quadrature_rule": "riemann_right", "steps": 20, "score": "probability"}
+    return induction_analysis(model, next_token.prompt_inputs(data),
+                              induction=truth["gt_induction"], previous=truth["gt_previous"],
+                              engine=engine)
+
+
+@pytest.fixture(scope="module")
+def induction_model():
+    return _trained(seed=0)
+
+
+def test_a_tiny_decoder_learns_induction_on_held_out_sequences(induction_model):
+    metrics = induction_model.metrics
+    # before its phase change (Olsson et al. 2022) it is right at most 0.4-0.6 of the time
+    # (guessing a word of the prompt); after it, 1.0 on unseen sequences
+    assert metrics["dev_accuracy"] >= 0.9, metrics
+    assert metrics["train_loss"] < INDUCTION_TRAINING["stop_loss"]
+
+
+def _induction_config(**changes):
+    import copy
+
+    import yaml
+
+    from attnlab.plumbing.config import validate_config
+
+    config = yaml.safe_load(open("config/induction.yaml"))
+    for path, value in changes.items():
+        *parents, key = path.split(".")
+        section = config
+        for name in parents:
+            section = section[name]
+        section[key] = copy.deepcopy(value)
+    return validate_config(config)
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"model.scratch.family": "bert"},
+     "model.scratch.family: 'bert' cannot learn next_token tasks; use gpt2 or llama"),
+    ({"tasks.induction.synthetic.kind": "pair2"},
+     "tasks.induction.synthetic.kind: 'pair2' does not make next_token tasks"),
+    ({"tasks.other": {"source": "synthetic", "synthetic": {"kind": "single2"},
+                      "text_fields": ["sentence"], "label_names": ["negative", "positive"]}},
+     "tasks: the tasks are of different kinds"),
+])
+def test_a_config_that_mixes_decoders_and_classifiers_stops_the_dry_run_in_one_line(
+        changes, message):
+    from attnlab.plumbing.errors import ConfigError
+    from attnlab.plumbing.preflight import check_config
+
+    check_config(_induction_config(), None)  # the shipped config passes
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        check_config(_induction_config(**changes), None)
+
+
+def test_attattr_finds_the_planted_mechanism_on_the_trained_model(induction_model):
+    result = _analysed(induction_model)
+    # every claim holds on this seed (observed: AttAttr finds B in 1.0 of the examples,
+    # attention in 0.98, rollout in 0.97; masking AttAttr's top two heads costs 0.66 accuracy,
+    # the worst other pair 0.05); the claims' own thresholds carry the margins
+    assert (result.claims["verdict"] == "holds").all(), result.claims.to_string()
+    assert result.summary["share_attattr"] >= 0.9
+    heads = result.heads
+    assert heads["previous_token_head"].sum() >= 1 and heads["induction_head"].sum() >= 1
+    # the previous-token head reads from the layer below the induction heads
+    assert heads.loc[heads["previous_token_head"], "layer"].max() < heads.loc[
+        heads["induction_head"], "layer"].min()
+
+
+@pytest.mark.slow
+def test_the_induction_config_runs_through_the_snakemake_command_line(tmp_path):
+    """config/induction.yaml with fewer dev examples, through the real CLI: prepare_data,
+    finetune (training the decoder), induction, the run summary and the claims page. About
+    20 s on a free machine."""
+    import yaml
+    from test_workflow import snakemake
+
+    config = yaml.safe_load(open("config/induction.yaml"))
+    config["name"] = "tiny_induction"
+    config["tasks"]["induction"]["synthetic"]["n_dev"] = 60
+    config["induction"]["examples"] = 60
+    configfile = tmp_path / "config.yaml"
+    configfile.write_text(yaml.safe_dump(config))
+    args = ("--cores", "2", "--configfile", str(configfile), "--directory", str(tmp_path))
+    planned = snakemake("-n", *args).stdout
+    # the classification stages are left out by the config's kind, not run and failed
+    for rule in ("attribute", "head_importance", "trees", "mine_triggers"):
+        assert f"rule {rule}:" not in planned
+    snakemake(*args, timeout=600)
+    results = tmp_path / "results" / "tiny_induction"
+    metrics = json.loads((results / "finetune/induction/metrics.json").read_text())
+    assert metrics["dev_accuracy"] >= 0.9, metrics  # observed 1.0 (the seed of the config)
+    claims = pd.read_parquet(results / "induction/induction/claims.parquet")
+    assert len(claims) == 7 and (claims["verdict"] == "holds").all(), claims.to_string()
+    assert (results / "report/claims.html").is_file()
+    assert (results / "report/run_summary.html").is_file()
+
+
+@pytest.mark.slow
+def test_the_induction_claims_hold_on_four_of_five_seeds():
+    """Seeds 0-4 of the induction config's training: about 30 s on a free machine."""
+    held = {}
+    for seed in range(5):
+        trained = _trained(seed)
+        claims = _analysed(trained).claims
+        held[seed] = (trained.metrics["dev_accuracy"], list(claims["verdict"]))
+    assert sum(all(v == "holds" for v in verdicts) for _, verdicts in held.values()) >= 4, held
+
+
+def _run_stages(config: dict, checkpoint, out_dir) -> dict:
+    """Rules prepare_data, finetune and induction of the configuration's one task, run as
+    their jobs (after the dry run's checks); returns the output paths by file name."""
+    from attnlab.model_job import ModelJob
+    from attnlab.plumbing.config import validate_config
+    from attnlab.plumbing.preflight import check_config
+    from attnlab.stages import finetune, prepare_data
+    from attnlab.stages import induction as induction_stage
+
+    check_config(validate_config(config), str(checkpoint))
+    out = {name: out_dir / name for name in (
+        "train.parquet", "dev.parquet", "summary.json", "model", "metrics.json",
+        "edges.parquet", "heads.parquet", "claims.parquet", "induction.json")}
+    jobs = [
+        (prepare_data, {}, {"train": out["train.parquet"], "dev": out["dev.parquet"],
+                            "summary": out["summary.json"]}),
+        (finetune, {"train": out["train.parquet"], "dev": out["dev.parquet"],
+                    "pretrained": str(checkpoint), "start": []},
+         {"model": out["model"], "metrics": out["metrics.json"]}),
+        (induction_stage, {"model": out["model"], "dev": out["dev.parquet"]},
+         {"edges": out["edges.parquet"], "heads": out["heads.parquet"],
+          "claims": out["claims.parquet"], "summary": out["induction.json"]}),
+    ]
+    for stage, inputs, outputs in jobs:
+        stage.run(ModelJob.from_config(
+            stage.__name__.rsplit(".", 1)[1], config, task=next(iter(config["tasks"])),
+            inputs={k: str(v) if not isinstance(v, list) else v for k, v in inputs.items()},
+            outputs={k: str(v) for k, v in outputs.items()}))
+    return out
+
+
+def test_your_own_decoder_and_prompt_file_go_through_the_same_stages(induction_model, tmp_path):
+    """A checkpoint saved by save_pretrained and a CSV of prompts with their own column names,
+    as config/induction.yaml's comment says to point it at them: rules prepare_data, finetune
+    (a `finetuned` model is evaluated, not trained) and induction, run as their jobs."""
+    import yaml
+
+    checkpoint = tmp_path / "my-decoder"
+    induction_model.save(checkpoint)
+    rows = induction.generate(40, seed=9).rename(columns={"text": "prompt", "target": "next"})
+    for split in ("train", "dev"):
+        rows.to_csv(tmp_path / f"{split}.csv", index=False)
+    config = yaml.safe_load(open("config/induction.yaml"))
+    config["tasks"] = {"mine": {
+        "kind": "next_token", "source": "local", "text_fields": ["prompt"],
+        "target_field": "next",
+        "local": {"train": str(tmp_path / "train.csv"), "dev": str(tmp_path / "dev.csv")}}}
+    config["model"] = {"source": "finetuned", "pretrained": str(checkpoint), "max_length": 32}
+    config["device"] = "cpu"
+    config["induction"]["examples"] = 40
+    out = _run_stages(config, checkpoint, tmp_path / "out")
+    metrics = json.loads(out["metrics.json"].read_text())
+    # the trained model, evaluated as published on sequences it never saw
+    assert metrics["steps"] == 0 and metrics["dev_accuracy"] >= 0.9, metrics
+    claims = pd.read_parquet(out["claims.parquet"])
+    assert claims.loc[0, "value"] >= 0.9, claims.to_string()  # AttAttr finds B
+
+
+def test_a_gpt2_checkpoint_is_trained_further_and_analysed(tmp_path):
+    """A GPT-2 saved by save_pretrained (untrained, tiny) with model.source: pretrained: one
+    epoch of next-token training from it, then the induction analysis, through the jobs."""
+    import yaml
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from attnlab.data.tokenization import build_causal_tokenizer
+
+    checkpoint = tmp_path / "gpt2"
+    tokenizer = build_causal_tokenizer(induction.words())
+    torch.manual_seed(0)
+    GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_positions=32, n_embd=16, n_layer=2,
+                               n_head=2)).save_pretrained(checkpoint)
+    tokenizer.save_pretrained(checkpoint)
+    config = yaml.safe_load(open("config/induction.yaml"))
+    config["tasks"]["induction"]["synthetic"].update(n_train=128, n_dev=30)
+    config["model"] = {"source": "pretrained", "pretrained": str(checkpoint), "max_length": 32}
+    config["finetune"]["epochs"] = 1
+    config["device"] = "cpu"
+    config["induction"]["examples"] = 30
+    out = _run_stages(config, checkpoint, tmp_path / "out")
+    metrics = json.loads(out["metrics.json"].read_text())
+    assert metrics["steps"] == 2 and 0.0 <= metrics["dev_accuracy"] <= 1.0, metrics
+    # the analysis runs whatever the model learned: every claim has a verdict, and the heads
+    # table has one row per head of the 2 x 2
+    claims = pd.read_parquet(out["claims.parquet"])
+    assert len(claims) == 7 and claims["verdict"].isin(["holds", "does not hold"]).all()
+    assert len(pd.read_parquet(out["heads.parquet"])) == 4
+
+
+def test_the_dry_run_knows_every_decoder_family_the_library_supports():
+    from attnlab.engine import models
+    from attnlab.plumbing.preflight import DECODER_TYPES
+
+    decoders = {name for name, family in models.FAMILIES.items() if family.causal}
+    assert decoders == set(DECODER_TYPES)

@@ -1,0 +1,35 @@
+# Decoder language models on the planted induction task (docs/decoders.md): where AttAttr,
+# raw attention and rollout point at the second A, which heads AttAttr ranks top, and what
+# masking them costs.
+
+
+rule induction:
+    input:
+        model=rules.finetune.output.model,
+        dev=rules.prepare_data.output.dev,
+    output:
+        edges="results/{name}/induction/{task}/edges.parquet",
+        heads="results/{name}/induction/{task}/heads.parquet",
+        claims="results/{name}/induction/{task}/claims.parquet",
+        summary=report(
+            "results/{name}/induction/{task}/summary.json",
+            caption="../report/induction.rst",
+            category="Induction",
+            labels={"task": "{task}"},
+        ),
+    params:
+        **config_paths("induction.examples", *ENGINE, *MODEL_JOB),
+        task=task_spec,
+        seed=run_seed,
+        code=code_version("stages.induction"),
+    log:
+        "results/{name}/logs/induction/{task}.log",
+    benchmark:
+        "results/{name}/benchmarks/induction/{task}.tsv"
+    threads: 1
+    resources:
+        gpu=GPU,
+    conda:
+        "../../envs/attnlab.yaml"
+    script:
+        "../scripts/induction.py"
