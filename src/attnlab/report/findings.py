@@ -30,6 +30,7 @@ GROUPS: list[tuple[str, str, tuple[str, ...]]] = [
      "Attention as explanation",
      ("attention_permutation", "adversarial_keys", "adversarial_attention")),
     ("Interaction methods compared", "Interaction methods", ("interaction_methods",)),
+    ("Induction heads in a decoder (Olsson et al. 2022)", "Induction heads", ("induction",)),
 ]
 # A stage no group names (a new one) is shown last, under this heading.
 OTHER = "Other stages"
@@ -49,6 +50,7 @@ STAGES = {
     "adversarial_keys": "adversarial keys (Drozdyuk et al.)",
     "adversarial_attention": "adversarial attention (Jain & Wallace 2019)",
     "interaction_methods": "attribution against other interaction methods",
+    "induction": "attribution finds the planted induction path (next-token tasks)",
 }
 # The outcome of a claim, by its verdict (a run over seeds: "holds in k of n seeds").
 HOLDS, FAILS, SOME, UNTESTABLE, UNTESTED = ("holds", "does not hold", "holds in some seeds",
