@@ -7,8 +7,9 @@
 Every number of the page is read from the run's files: the fine-tuned models
 (finetune/<task>/metrics.json), the attribution summaries (attribution_summary/<task>.json),
 every stage's claims (*claims.parquet, grouped by paper and stage as the report's first page
-groups them: attnlab.report.findings) and the wall time of every job (benchmarks/). The page
-names the code version the files record, so a reader can tell which code found them.
+groups them: attnlab.report.findings), the interaction methods' means
+(interaction_methods/<task>/intervals.parquet) and the wall time of every job (benchmarks/).
+The page names the code version the files record, so a reader can tell which code found them.
 """
 
 from __future__ import annotations
@@ -142,6 +143,29 @@ def _claims(run: Path) -> str:
     return "\n".join(parts)
 
 
+def _interaction(run: Path, tasks: list[str]) -> str:
+    """Each interaction method's mean on each measure, per model (trained, untrained), the
+    tasks side by side; rows ordered by the first task's direction-free deletion AOPC."""
+    frames = [pd.read_parquet(run / "interaction_methods" / t / "intervals.parquet")
+              for t in tasks if (run / "interaction_methods" / t / "intervals.parquet").exists()]
+    if not frames:
+        return "The run has no interaction-methods stage.\n"
+    intervals = pd.concat(frames)
+    measures = list(dict.fromkeys(intervals["measure"]))
+    parts = []
+    for model, rows in intervals.groupby("model", sort=False):
+        means = rows.pivot_table(index="method", columns=["measure", "task"], values="mean")
+        first = rows[(rows["task"] == rows["task"].iloc[0]) & (rows["measure"] == "deletion_tv")]
+        order = first.sort_values("mean", ascending=False)["method"].tolist()
+        order += [m for m in means.index if m not in order]
+        table = [[f"`{method}`"] + [" / ".join(
+            _number(means.loc[method].get((measure, task))) for task in tasks)
+            for measure in measures] for method in order]
+        parts.append(f"**{model.capitalize()} model** ({' / '.join(tasks)}):\n\n"
+                     + _table(["method", *measures], table))
+    return "\n".join(parts)
+
+
 def _run_time(run: Path) -> str:
     rows = []
     for item in sorted((run / "benchmarks").iterdir()):
@@ -190,6 +214,15 @@ Every stage's claims (`*claims.parquet`), by paper and stage: this run's number 
 per task; a claim the configuration cannot test says why.
 
 {_claims(run)}
+## Interaction methods
+
+`interaction_methods/<task>/intervals.parquet`: each method's mean over the examples (their
+95 % bootstrap intervals are in the file and the report), on the trained model and on an
+untrained one of the same shape; the measures are defined in
+[interaction_methods.md](interaction_methods.md). "—": the measure does not apply (random has no
+planted edge).
+
+{_interaction(run, tasks)}
 ## Run time
 
 {_run_time(run)}"""
