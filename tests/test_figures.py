@@ -179,6 +179,12 @@ def test_quadrature_ticks_within_one_decade_do_not_overlap(tmp_path, drawn):
         "every rule's error is 3.4e-08: they do not differ here"]
     assert drawn[0].warnings == []
     assert within_bounds(tmp_path / "study.png")
+    # the costs (0.21 to 0.37 s, within one decade) still have labels to read them by
+    seconds = figure_of(drawn, "study.png").axes[1].xaxis
+    labels = [t.get_text() for t in seconds.get_ticklabels() if t.get_text()
+              and seconds.get_view_interval()[0] <= t.get_position()[0]
+              <= seconds.get_view_interval()[1]]
+    assert len(labels) >= 2, labels
 
 
 def deletion_curves(methods: list[str]) -> pd.DataFrame:

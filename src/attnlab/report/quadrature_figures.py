@@ -14,14 +14,18 @@ from attnlab.report.figures import note, save_figure
 
 
 def _few_log_ticks(ax: Axes) -> None:
-    """Labels on powers of ten only, and none on the minor ticks: over less than a decade
-    matplotlib labels the minor ticks too, and they print over each other."""
-    for axis in (ax.xaxis, ax.yaxis):
+    """Readable log ticks: on the errors (y, several decades) powers of ten only; on the costs
+    (x, often within one decade) 1, 2 and 5 times them, so that a short range has labels too.
+    No labels on the minor ticks: over less than a decade matplotlib labels them, and they print
+    over each other."""
+    powers = FuncFormatter(lambda value, _: f"{value:.0e}".replace("e-0", "e-").replace(
+        "e+0", "e"))
+    for axis, subs, labels in ((ax.xaxis, (1.0, 2.0, 5.0), FuncFormatter(lambda v, _: f"{v:g}")),
+                               (ax.yaxis, (1.0,), powers)):
         if axis.get_scale() != "log":
             continue
-        axis.set_major_locator(LogLocator(base=10, numticks=6))
-        axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:.0e}".replace(
-            "e-0", "e-").replace("e+0", "e")))
+        axis.set_major_locator(LogLocator(base=10, subs=subs, numticks=6))
+        axis.set_major_formatter(labels)
         axis.set_minor_formatter(NullFormatter())
 
 
