@@ -54,7 +54,11 @@ def plot_deletion(curves: pd.DataFrame, task: str, path: str | os.PathLike) -> N
     figure, axes = plt.subplots(len(models), 2, figsize=(12, 3.6 * len(models)), squeeze=False,
                                 sharex=True)
     methods = list(dict.fromkeys(every["method"]))
-    colours = dict(zip(methods, sns.color_palette("tab20", len(methods)), strict=True))
+    # one hue per method (tab20's pairs of one hue in two shades were mistaken for each other);
+    # tab10 has ten, enough for every method but random, which is black
+    scored = [m for m in methods if m != RANDOM]
+    palette = "tab10" if len(scored) <= 10 else "tab20"
+    colours = dict(zip(scored, sns.color_palette(palette, len(scored)), strict=True))
     for row, model in enumerate(models):
         mine = every[every["model"] == model]
         for col, (column, label) in enumerate((("drop", "mean F(A) − F(deleted)"),
