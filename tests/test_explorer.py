@@ -21,12 +21,14 @@ TOKENS = ["[CLS]", "a1", "w3", "b1", "w7", "[SEP]"]
 
 def examples() -> tuple[list[dict], dict[int, tuple[np.ndarray, np.ndarray]]]:
     """Two examples (idx 3 and 7) of a model with 3 layers and 2 heads over 6 tokens, the
-    planted pair at positions 1 and 3; with their matrices by idx."""
+    planted pair at positions 1 and 3 (layer 0 a thousandth of the others); with their matrices
+    by idx."""
     rng = np.random.default_rng(0)
     data, matrices = [], {}
     for idx in (3, 7):
         attention = rng.dirichlet(np.ones(6), size=(3, 2, 6))
         attribution = rng.normal(size=(3, 2, 6, 6)) + 0.5
+        attribution[0] *= 1e-3  # a lower layer's attributions, far below the last layer's
         row = pd.Series({"idx": idx, "tokens": TOKENS, "label": 0, "pred": 1, "planted_i": 1,
                          "planted_j": 3})
         tree = tree_from_matrix(attribution.sum(axis=1), 0.2, "layer")
@@ -49,10 +51,14 @@ def test_the_page_embeds_every_example_rounded_and_loads_nothing_from_elsewhere(
     assert [e["idx"] for e in shown["examples"]] == [3, 7]
     example = shown["examples"][1]
     attention, attribution = matrices[7]
-    # hundredths of a probability, and of the example's largest |attribution|
+    # hundredths of a probability, and of each layer's largest |attribution|: a layer whose
+    # attributions are a thousandth of another's keeps them (one scale would round them to 0)
     np.testing.assert_allclose(np.array(example["attention"]) / LEVELS, attention, atol=0.005)
-    np.testing.assert_allclose(np.array(example["attribution"]) / LEVELS * example["scale"],
-                               attribution, atol=0.005 * np.abs(attribution).max() + 1e-4)
+    for layer, scale in enumerate(example["scale"]):
+        largest = np.abs(attribution[layer]).max()
+        assert scale == pytest.approx(largest, rel=1e-3)
+        np.testing.assert_allclose(np.array(example["attribution"][layer]) / LEVELS * scale,
+                                   attribution[layer], atol=0.006 * largest)
     assert example["planted"] == [1, 3] and example["gold"] == "negative"
     tree = tree_from_matrix(attribution.sum(axis=1), 0.2, "layer")
     assert [e[:3] for e in example["edges"]] == [list(e[:3]) for e in tree.edges]
@@ -104,7 +110,7 @@ def test_the_browser_draws_the_example_layer_and_head_the_url_picks(tmp_path):
     assert re.search(r'id="attribution-title">attribution, layer 2, head 1 ', dom)
     # every cell is that example's, layer's and head's value, to the page's rounding
     np.testing.assert_allclose(cells(svg(dom, "attention")), attention[2, 1], atol=0.006)
-    scale = np.abs(attribution).max()
+    scale = np.abs(attribution[2]).max()
     np.testing.assert_allclose(cells(svg(dom, "attribution")), attribution[2, 1],
                                atol=0.006 * scale)
     # the planted pair: its cells framed (both directions) in both heatmaps, its tokens marked

@@ -3,10 +3,12 @@ an example, a layer and a head and sees, side by side, the attention, the attrib
 attribution tree and, on synthetic tasks, the planted pair.
 
 Everything is in the file: the data as compact JSON (matrices as integers: attention in
-hundredths, attribution in hundredths of the example's largest |attribution|, which the page
-multiplies back) and a small renderer in plain JavaScript drawing SVG. No server, no network,
-no external script: it opens from disk. The URL's query (?example=<idx>&layer=<l>&head=<h>, head
-"all" for the heads together) picks what is shown first, and follows the reader's choice.
+hundredths, attribution in hundredths of each layer's largest |attribution|, which the page
+multiplies back: one scale for the example would round the lower layers, whose attributions are
+often a hundredth of the last layer's, to zero) and a small renderer in plain JavaScript drawing
+SVG. No server, no network, no external script: it opens from disk. The URL's query
+(?example=<idx>&layer=<l>&head=<h>, head "all" for the heads together) picks what is shown
+first, and follows the reader's choice.
 """
 
 from __future__ import annotations
@@ -28,16 +30,18 @@ def example_data(row: pd.Series, attention: np.ndarray, attribution: np.ndarray,
                  label_names: list[str]) -> dict[str, Any]:
     """One example of the explorer: a dump row over words, its attention and attribution
     (L, H, W, W) over the same words, and its attribution tree."""
-    scale = float(np.abs(attribution).max()) or 1.0
+    scale = np.abs(attribution).reshape(len(attribution), -1).max(axis=1)
+    scale[scale == 0] = 1.0
     return {
         "idx": int(row["idx"]),
         "tokens": [str(t) for t in row["tokens"]],
         "gold": label_names[int(row["label"])],
         "pred": label_names[int(row["pred"])],
         "planted": list(planted_pair(row) or []),
-        "scale": float(f"{scale:.4g}"),
+        "scale": [float(f"{s:.4g}") for s in scale],
         "attention": np.rint(attention * LEVELS).astype(int).tolist(),
-        "attribution": np.rint(attribution / scale * LEVELS).astype(int).tolist(),
+        "attribution": np.rint(attribution / scale[:, None, None, None] * LEVELS).astype(
+            int).tolist(),
         "top": tree.top,
         "edges": [[layer, i, j, round(score, 2)] for layer, i, j, score in tree.edges],
     }
@@ -59,7 +63,7 @@ rect.planted {{ fill: none; stroke: #2ca02c; stroke-width: 2; }}
 <h1>{title}</h1>
 <p>Pick an example, a layer and a head (or all heads: attention averaged, attribution summed).
 Attention is grey (0 to 1), attribution red (positive) to blue (negative), scaled by the
-example's largest |attribution|; hover a cell for its value. A row is the query (the token
+largest |attribution| of what is shown; hover a cell for its value. A row is the query (the token
 that reads), a column the key (the token read). The tree holds the example's flow edges: an
 arrow from the query to the key, drawn thick in the chosen layer. Tokens of the planted pair
 (synthetic tasks) are green, and the planted cells framed in green. The URL keeps the choice
@@ -101,7 +105,8 @@ function options(select, values, labels, chosen) {{
 }}
 
 function matrix(ex, kind, layer, head) {{
-  const heads = ex[kind][layer], n = ex.tokens.length, scale = kind === "attention" ? 1 : ex.scale;
+  const heads = ex[kind][layer], n = ex.tokens.length;
+  const scale = kind === "attention" ? 1 : ex.scale[layer];
   if (head !== "all") return heads[+head].map((row) => row.map((v) => v / LEVELS * scale));
   const out = [];
   for (let i = 0; i < n; i++) {{
@@ -211,7 +216,8 @@ function draw() {{
   $("attention-title").textContent = `attention, layer ${{layer}}, ${{which}}` +
     (head === "all" ? " (mean)" : "");
   $("attribution-title").textContent = `attribution, layer ${{layer}}, ${{which}}` +
-    (head === "all" ? " (sum)" : "") + ` (scale: largest |attribution| ${{ex.scale}})`;
+    (head === "all" ? " (sum)" : "") +
+    ` (the layer's largest |attribution|: ${{ex.scale[+layer]}})`;
   $("tree-title").textContent = `attribution tree, ${{ex.edges.length}} flow edges; ` +
     `layer ${{layer}}'s edges drawn thick`;
   heatmap($("attention"), ex, "attention", +layer, head);
