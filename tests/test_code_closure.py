@@ -62,8 +62,10 @@ def test_a_figure_edit_reruns_only_rules_that_draw():
 
 
 def test_a_method_edit_reruns_the_interaction_methods_only():
+    # and the induction stage of next-token configurations, which scores methods (rollout) too
     for module in in_folder("methods"):
-        assert rules_running(module) == {"interaction_methods"}, module
+        assert rules_running(module) - {"induction"} == {"interaction_methods"}, module
+    assert "induction" in rules_running("methods.rollout")
 
 
 def test_engine_edits_do_not_rerun_stages_that_never_attribute():

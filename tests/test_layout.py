@@ -37,7 +37,8 @@ def layer(module: str) -> str:
 
 
 def test_the_rules_are_the_workflow_s_rules():
-    assert len(RULES) == 24 and {"attribute", "trees", "claims", "finetune"} <= set(RULES)
+    assert len(RULES) == 25 and {"attribute", "trees", "claims", "finetune",
+                                 "induction"} <= set(RULES)
 
 
 @pytest.mark.parametrize("rule", sorted(RULES))
