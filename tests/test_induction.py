@@ -157,6 +157,11 @@ def test_attattr_finds_the_planted_mechanism_on_the_trained_model(induction_mode
     # the worst other pair 0.05); the claims' own thresholds carry the margins
     assert (result.claims["verdict"] == "holds").all(), result.claims.to_string()
     assert result.summary["share_attattr"] >= 0.9
+    # the attribution tree rooted at the query: its top node is B and its layer-0 edge B <- A
+    # (observed 0.99 of the examples; 0.9 leaves a margin for another CPU's float path)
+    edges = result.edges
+    assert (edges["tree_top"] == edges["induction"]).mean() >= 0.9
+    assert result.summary["tree_share"] >= 0.9 and edges["tree_path"].mean() >= 0.9
     heads = result.heads
     assert heads["previous_token_head"].sum() >= 1 and heads["induction_head"].sum() >= 1
     # the previous-token head reads from the layer below the induction heads
