@@ -193,7 +193,7 @@ def test_the_induction_config_runs_through_the_snakemake_command_line(tmp_path):
     metrics = json.loads((results / "finetune/induction/metrics.json").read_text())
     assert metrics["dev_accuracy"] >= 0.9, metrics  # observed 1.0 (the seed of the config)
     claims = pd.read_parquet(results / "induction/induction/claims.parquet")
-    assert len(claims) == 7 and (claims["verdict"] == "holds").all(), claims.to_string()
+    assert len(claims) == 8 and (claims["verdict"] == "holds").all(), claims.to_string()
     assert (results / "report/claims.html").is_file()
     assert (results / "report/run_summary.html").is_file()
 
@@ -293,7 +293,7 @@ def test_a_gpt2_checkpoint_is_trained_further_and_analysed(tmp_path):
     # the analysis runs whatever the model learned: every claim has a verdict, and the heads
     # table has one row per head of the 2 x 2
     claims = pd.read_parquet(out["claims.parquet"])
-    assert len(claims) == 7 and claims["verdict"].isin(["holds", "does not hold"]).all()
+    assert len(claims) == 8 and claims["verdict"].isin(["holds", "does not hold"]).all()
     assert len(pd.read_parquet(out["heads.parquet"])) == 4
 
 
