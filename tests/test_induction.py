@@ -157,6 +157,11 @@ def test_attattr_finds_the_planted_mechanism_on_the_trained_model(induction_mode
     # the worst other pair 0.05); the claims' own thresholds carry the margins
     assert (result.claims["verdict"] == "holds").all(), result.claims.to_string()
     assert result.summary["share_attattr"] >= 0.9
+    # the attribution tree rooted at the query: its top node is B and its layer-0 edge B <- A
+    # (observed 0.99 of the examples; 0.9 leaves a margin for another CPU's float path)
+    edges = result.edges
+    assert (edges["tree_top"] == edges["induction"]).mean() >= 0.9
+    assert result.summary["tree_share"] >= 0.9 and edges["tree_path"].mean() >= 0.9
     heads = result.heads
     assert heads["previous_token_head"].sum() >= 1 and heads["induction_head"].sum() >= 1
     # the previous-token head reads from the layer below the induction heads
@@ -188,7 +193,7 @@ def test_the_induction_config_runs_through_the_snakemake_command_line(tmp_path):
     metrics = json.loads((results / "finetune/induction/metrics.json").read_text())
     assert metrics["dev_accuracy"] >= 0.9, metrics  # observed 1.0 (the seed of the config)
     claims = pd.read_parquet(results / "induction/induction/claims.parquet")
-    assert len(claims) == 7 and (claims["verdict"] == "holds").all(), claims.to_string()
+    assert len(claims) == 8 and (claims["verdict"] == "holds").all(), claims.to_string()
     assert (results / "report/claims.html").is_file()
     assert (results / "report/run_summary.html").is_file()
 
@@ -288,7 +293,7 @@ def test_a_gpt2_checkpoint_is_trained_further_and_analysed(tmp_path):
     # the analysis runs whatever the model learned: every claim has a verdict, and the heads
     # table has one row per head of the 2 x 2
     claims = pd.read_parquet(out["claims.parquet"])
-    assert len(claims) == 7 and claims["verdict"].isin(["holds", "does not hold"]).all()
+    assert len(claims) == 8 and claims["verdict"].isin(["holds", "does not hold"]).all()
     assert len(pd.read_parquet(out["heads.parquet"])) == 4
 
 

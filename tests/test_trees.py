@@ -69,6 +69,18 @@ def test_top_node_ties_go_to_the_first_position_and_skip_cls():
     assert tree.top == 3 and tree.edges == [] and tree.nodes == [3]
 
 
+def test_a_decoders_root_is_its_last_token_and_is_skipped_instead_of_the_first():
+    # a decoder's prediction reads the last position: it is the root, position 0 may be the top
+    assert trees.top_node(np.array([9.0, 1.0, 3.0, 3.0]), root=3) == 0
+    assert trees.top_node(np.array([1.0, 2.0, 5.0]), root=2) == 1
+    layers = np.zeros((2, 3, 3))
+    layers[0, 1, 0] = 1.0  # layer 0: position 1 reads position 0
+    layers[1, 2, 1] = 4.0  # last layer: the root reads position 1, the largest total
+    assert trees.tree_from_matrix(layers, TAU, "layer").top == 2  # [CLS] root: 2 is the top
+    tree = trees.tree_from_matrix(layers, TAU, "layer", root=2)
+    assert tree.top == 1 and tree.edges == [(0, 1, 0, 1.0)] and tree.nodes == [1, 0]
+
+
 def test_normalisation_by_the_layer_or_the_rows_other_than_cls():
     """[CLS]'s own row holds layer 0's maximum (4): divided by it the edge b -> a (1.0) is below
     tau; divided by the maximum over the other rows (the official code) it is the maximum."""

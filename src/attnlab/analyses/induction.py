@@ -29,6 +29,7 @@ import torch
 from transformers import PreTrainedModel
 
 from attnlab.analyses.claims import claim, claims_frame
+from attnlab.analyses.trees import tree_from_matrix
 from attnlab.engine import attribution, models
 from attnlab.engine.intervention import Intervention
 from attnlab.methods.attention_graph import head_mean
@@ -45,6 +46,9 @@ MECHANISM_HEADS = 2
 # attention at the query on B (at B on A); the trained models' put 0.75-0.96 there, the other
 # heads at most 0.25
 MECHANISM_SCORE = 0.5
+# the attribution tree keeps the edges above 0.4 of their layer's maximum (Hao et al. 2021's
+# tau, the trees stage's default)
+TREE_TAU = 0.4
 
 
 class InductionResult(NamedTuple):
@@ -110,14 +114,21 @@ def induction_analysis(
         maps = {"attattr": attr[i, :, :, :n, :n].sum(axis=1), "attention": probs.sum(axis=1),
                 "rollout": rollout(head_mean(probs))[-1:]}
         step = (int(induction[i]), int(previous[i]))
+        # the tree's root is the query, which the next-token prediction reads as a classifier
+        # reads [CLS]; it joins every node, so B in the tree with the flow edge B <- A in
+        # layer 0 is the path query <- B <- A
+        tree = tree_from_matrix(maps["attattr"], TREE_TAU, "layer", root=query)
         rows.append({"example": i, "query": query, "induction": int(induction[i]),
                      **{f"top_{name}": top_keys(scores, query) for name, scores in maps.items()},
                      **{f"path_{name}": top_edge(maps[name][0]) == step
-                        for name in ("attattr", "attention")}})
+                        for name in ("attattr", "attention")},
+                     "tree_top": tree.top, "tree_path": (0, *step) in
+                     [(layer, parent, child) for layer, parent, child, _ in tree.edges]})
     edges = pd.DataFrame(rows)
     shares = {name: float((edges[f"top_{name}"] == edges["induction"]).mean())
               for name in METHODS}
     path = {name: float(edges[f"path_{name}"].mean()) for name in ("attattr", "attention")}
+    tree_share = float(edges["tree_path"].mean())
 
     n_ex = len(lengths)
     picks = np.arange(n_ex)
@@ -163,6 +174,8 @@ def induction_analysis(
         claim(STAGE, "AttAttr's strongest layer-0 edge is that step more often than raw "
               "attention's", "share AttAttr - share attention",
               path["attattr"] - path["attention"], path["attattr"] > path["attention"]),
+        claim(STAGE, "AttAttr's attribution tree joins the second A to B through B reading A "
+              "in layer 0", "share of examples", tree_share, tree_share >= EDGE_SHARE),
         claim(STAGE, "AttAttr's top two heads are induction or previous-token heads",
               "mechanism heads among AttAttr's top two", found, found == MECHANISM_HEADS),
         claim(STAGE, "Masking AttAttr's top two heads costs more next-token accuracy than "
@@ -172,5 +185,6 @@ def induction_analysis(
     summary = {"accuracy": full, "top_heads_drop": top_drop,
                "other_pairs_mean_drop": float(np.mean(other_drops)), **{
                    f"share_{name}": share for name, share in shares.items()}, **{
-                   f"path_share_{name}": share for name, share in path.items()}}
+                   f"path_share_{name}": share for name, share in path.items()},
+               "tree_share": tree_share}
     return InductionResult(edges, heads, claims_frame(claims), summary)

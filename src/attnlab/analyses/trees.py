@@ -114,10 +114,14 @@ def incomplete_layers(row: pd.Series | dict, n_layers: int, tau: float,
             if reference[layer] > 0 and tau * reference[layer] < floor[layer]]
 
 
-def top_node(totals: np.ndarray) -> int | None:
-    """The non-[CLS] position with the largest total (the first one on ties)."""
-    totals = np.asarray(totals, dtype=np.float64)
-    return int(np.argmax(totals[1:])) + 1 if len(totals) > 1 else None
+def top_node(totals: np.ndarray, root: int = ROOT) -> int | None:
+    """The position other than the root (for a classifier [CLS]) with the largest total (the
+    first one on ties)."""
+    totals = np.asarray(totals, dtype=np.float64).copy()
+    if len(totals) < 2:
+        return None
+    totals[root] = -np.inf
+    return int(np.argmax(totals))
 
 
 def build_tree(kept: list[list[Edge]], top: int | None, n_tokens: int) -> Tree:
@@ -138,12 +142,14 @@ def build_tree(kept: list[list[Edge]], top: int | None, n_tokens: int) -> Tree:
     return tree
 
 
-def tree_from_matrix(layers: np.ndarray, tau: float, normalise: str) -> Tree:
-    """The tree of one example from its head-summed attribution matrices (L, n, n)."""
+def tree_from_matrix(layers: np.ndarray, tau: float, normalise: str,
+                     root: int = ROOT) -> Tree:
+    """The tree of one example from its head-summed attribution matrices (L, n, n); `root` is
+    the position the prediction reads ([CLS]; a decoder's last token)."""
     layers = np.asarray(layers, dtype=np.float64)
     off_diagonal = layers.sum(axis=2) - np.diagonal(layers, axis1=1, axis2=2)
     return build_tree(kept_edges_from_matrix(layers, tau, normalise),
-                      top_node(off_diagonal.sum(axis=0)), layers.shape[-1])
+                      top_node(off_diagonal.sum(axis=0), root), layers.shape[-1])
 
 
 def tree_from_dump(row: pd.Series | dict, n_layers: int, tau: float, normalise: str) -> Tree:
