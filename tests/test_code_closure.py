@@ -80,7 +80,8 @@ def test_engine_edits_do_not_rerun_stages_that_never_attribute():
 
 
 def test_an_analysis_edit_reruns_its_users_only():
-    assert rules_running("analyses.trees") == {"trees", "example_views"}
+    # induction: next-token configurations' trees
+    assert rules_running("analyses.trees") == {"trees", "example_views", "induction"}
     assert rules_running("analyses.heads") == {"head_importance"}
     assert rules_running("analyses.claims") >= {"trees", "attack_eval", "prune_eval",
                                                 "token_mixing"}
