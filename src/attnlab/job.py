@@ -24,6 +24,7 @@ from typing import Any
 
 import pandas as pd
 
+from attnlab.data.prompts import PromptSpec
 from attnlab.data.tasks import TaskSpec, load_split
 from attnlab.plumbing.outputs import provenance, workflow_job, write_json, write_task_tables
 from attnlab.plumbing.settings import Settings
@@ -92,9 +93,17 @@ class Job:
     def task(self) -> str:
         return self.wildcards["task"]
 
+    @property
+    def next_token(self) -> bool:
+        """Whether the job's task is a next-token task (a decoder language model's)."""
+        return self.settings.get("task", {}).get("kind") == "next_token"
+
     @cached_property
-    def spec(self) -> TaskSpec:
-        """The task's columns and class names (params `task`)."""
+    def spec(self) -> TaskSpec | PromptSpec:
+        """The task's columns and class names (params `task`); a next-token task's prompt and
+        target columns."""
+        if self.next_token:
+            return PromptSpec.from_config(self.task, self.settings.task)
         return TaskSpec.from_config(self.task, self.settings.task)
 
     @cached_property

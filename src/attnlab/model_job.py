@@ -32,13 +32,14 @@ class ModelJob(Job):
 
     @cached_property
     def _classifier(self) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-        if self.settings.get("task", {}).get("kind") == "next_token":
+        if self.next_token:
             return models.load_causal_lm(self.inputs["model"], self.device)
         return models.load_classifier(self.inputs["model"], self.device)
 
     @property
     def model(self) -> PreTrainedModel:
-        """The task's classifier (input `model`), on the job's device, in eval mode."""
+        """The task's classifier (input `model`; a next-token task's decoder language model),
+        on the job's device, in eval mode."""
         return self._classifier[0]
 
     @property
@@ -46,6 +47,7 @@ class ModelJob(Job):
         return self._classifier[1]
 
     def encoded(self, split: str = "dev", n: int | None = None) -> dict[str, torch.Tensor]:
-        """The first `n` examples (all when None) of a split, tokenized for the model."""
+        """The first `n` examples (all when None) of a split, tokenized for the model
+        (`examples.encoded_frame`)."""
         return examples.encoded_examples(self.inputs[split], self.spec, self.tokenizer,
                                          self.settings.model, n)

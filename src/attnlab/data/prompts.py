@@ -37,6 +37,10 @@ class PromptSpec:
         # the schema fills in no default: absent (or passed on as None), it is "target"
         return cls(name, cfg["text_fields"][0], cfg.get("target_field") or "target")
 
+    def validate(self, df: pd.DataFrame, where: str) -> pd.DataFrame:
+        """`validate_prompts` of this task."""
+        return validate_prompts(df, self, where)
+
 
 def validate_prompts(df: pd.DataFrame, spec: PromptSpec, where: str) -> pd.DataFrame:
     """Check that `df` has text prompts and targets; `where` names its origin in errors."""

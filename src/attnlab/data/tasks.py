@@ -29,6 +29,8 @@ from attnlab.plumbing.outputs import atomic_path
 if TYPE_CHECKING:  # for type hints only: the trees job then imports no transformers
     from transformers import PreTrainedTokenizerBase
 
+    from attnlab.data.prompts import PromptSpec  # which builds on this module
+
 log = logging.getLogger(__name__)
 
 LOCAL_FORMATS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "json"}
@@ -56,6 +58,10 @@ class TaskSpec:
         if len(label_names) < 2:
             raise ConfigError(f"tasks.{name}.label_names: need at least 2, got {label_names}")
         return cls(name, text_fields, label_names, cfg.get("label_field", "label"))
+
+    def validate(self, df: pd.DataFrame, where: str) -> pd.DataFrame:
+        """`validate_split` of this task (a next-token task's `PromptSpec` has its own)."""
+        return validate_split(df, self, where)
 
 
 def _one_line(err: BaseException) -> str:
@@ -108,9 +114,10 @@ def _read_parquet(path: str | os.PathLike) -> pd.DataFrame:
         raise DataError(f"{path}: cannot read as Parquet ({_one_line(err)})") from err
 
 
-def load_split(path: str | os.PathLike, spec: TaskSpec) -> pd.DataFrame:
-    """Read a Parquet split written by `prepare_task` and validate it."""
-    return validate_split(_read_parquet(path), spec, str(path))
+def load_split(path: str | os.PathLike, spec: TaskSpec | PromptSpec) -> pd.DataFrame:
+    """Read a Parquet split written by `prepare_task` (a next-token task's: by
+    `prompts.write_prompts`) and validate it."""
+    return spec.validate(_read_parquet(path), str(path))
 
 
 def _synthetic_splits(spec: TaskSpec, cfg: dict, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:

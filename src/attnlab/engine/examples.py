@@ -13,9 +13,10 @@ import pandas as pd
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from attnlab.data.prompts import PromptSpec
 from attnlab.data.tasks import TaskSpec, load_split, split_texts
 from attnlab.data.tokenization import check_lengths, length_limit
-from attnlab.engine import models
+from attnlab.engine import models, next_token
 from attnlab.engine.intervention import Intervention
 
 log = logging.getLogger(__name__)
@@ -48,7 +49,7 @@ def encode(
 
 def encoded_examples(
     path: str | os.PathLike,
-    spec: TaskSpec,
+    spec: TaskSpec | PromptSpec,
     tokenizer: PreTrainedTokenizerBase,
     model_cfg: dict[str, Any],
     n: int | None = None,
@@ -61,11 +62,17 @@ def encoded_examples(
 
 def encoded_frame(
     df: pd.DataFrame,
-    spec: TaskSpec,
+    spec: TaskSpec | PromptSpec,
     tokenizer: PreTrainedTokenizerBase,
     model_cfg: dict[str, Any],
 ) -> dict[str, torch.Tensor]:
-    """The examples (rows) of a split already read, tokenized as `encoded_examples` does."""
+    """The examples (rows) of a split already read, tokenized as `encoded_examples` does. A
+    next-token task's prompts are right-padded and read at their last token, and their labels
+    are the target tokens (`next_token.prompt_inputs`): every stage that runs a model on them
+    then runs a decoder as it runs a classifier."""
+    if isinstance(spec, PromptSpec):
+        return next_token.prompt_inputs(
+            next_token.encode_prompts(df, spec, tokenizer, model_cfg["max_length"]))
     return encode(df, spec, tokenizer, *length_limit(model_cfg))
 
 

@@ -3,9 +3,6 @@ the task, only evaluated) on its prepared splits."""
 
 from __future__ import annotations
 
-import pandas as pd
-
-from attnlab.data.prompts import PromptSpec, validate_prompts
 from attnlab.engine import training
 from attnlab.model_job import ModelJob
 
@@ -17,13 +14,10 @@ def run(job: ModelJob) -> None:
     device, precision = job.device, job.precision
     # the checkpoint is read from its local copy; the settings keep the name it was given
     model = {**job.settings.model, "pretrained": job.inputs["pretrained"] or None}
-    if job.settings.task.get("kind") == "next_token":
-        spec = PromptSpec.from_config(job.task, job.settings.task)
-        train, dev = (validate_prompts(pd.read_parquet(job.inputs[split]), spec,
-                                       job.inputs[split]) for split in ("train", "dev"))
+    if job.next_token:
         trained = training.train_language_model(
-            train, dev, spec=spec, model_cfg=model, train_cfg=job.settings.finetune,
-            device=device, seed=job.settings.seed)
+            job.split("train"), job.split("dev"), spec=job.spec, model_cfg=model,
+            train_cfg=job.settings.finetune, device=device, seed=job.settings.seed)
     else:
         trained = training.finetune(
             job.split("train"),

@@ -3,12 +3,10 @@ the task's ground truth (attnlab.analyses.induction)."""
 
 from __future__ import annotations
 
-import pandas as pd
 import torch
 
 from attnlab.analyses import induction
 from attnlab.analyses.claims import log_claims
-from attnlab.data.prompts import PromptSpec, validate_prompts
 from attnlab.engine import attribution, next_token
 from attnlab.model_job import ModelJob
 from attnlab.plumbing.device import attribution_batch_size
@@ -17,14 +15,11 @@ from attnlab.plumbing.device import attribution_batch_size
 def run(job: ModelJob) -> None:
     """Writes the tables edges, heads and claims and the JSON summary (next-token accuracy,
     the masking drops, each method's share of examples whose top edge finds B)."""
-    spec = PromptSpec.from_config(job.task, job.settings.task)
-    dev = validate_prompts(pd.read_parquet(job.inputs["dev"]), spec, job.inputs["dev"])
-    dev = dev.iloc[: job.settings.induction.examples]
-    tokenizer = job.tokenizer
-    data = next_token.encode_prompts(dev, spec, tokenizer, job.settings.model.max_length)
-    truth = {column: torch.tensor(next_token.token_positions(dev, spec, tokenizer, column))
+    dev = job.split("dev").iloc[: job.settings.induction.examples]
+    truth = {column: torch.tensor(next_token.token_positions(dev, job.spec, job.tokenizer,
+                                                             column))
              for column in ("gt_induction", "gt_previous")}
-    inputs = {k: v.to(job.device) for k, v in next_token.prompt_inputs(data).items()}
+    inputs = {k: v.to(job.device) for k, v in job.encoded("dev", len(dev)).items()}
     engine = attribution.engine_options(job.settings.attribution)
     engine["batch_size"] = attribution_batch_size(engine["batch_size"], job.model.config,
                                                   inputs["input_ids"].shape[1], job.device)
