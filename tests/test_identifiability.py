@@ -9,12 +9,22 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from tiny_models import FAMILIES, tiny_batch, tiny_classifier
+from tiny_models import (
+    CAUSAL_FAMILIES,
+    FAMILIES,
+    VOCAB,
+    WINDOW,
+    tiny_batch,
+    tiny_causal_lm,
+    tiny_classifier,
+    tiny_prompts,
+)
 from transformers import BertConfig, BertForSequenceClassification
 
 from attnlab.analyses import effective_attention as ea
 from attnlab.analyses import token_identifiability as ti
 from attnlab.analyses import token_mixing as tm
+from attnlab.data.tokenization import build_causal_tokenizer
 from attnlab.engine import models
 from attnlab.engine.intervention import Intervention
 
@@ -69,6 +79,88 @@ def test_padding_does_not_change_effective_attention_of_the_real_tokens(tokenize
     assert (padded["null_dim"] == padded["length"].map(expected_null)).all()
     # every example has [CLS] and [SEP]; the synthetic vocabulary's fillers are found too
     assert {"[CLS]", "[SEP]"} <= set(padded_mass["category"])
+
+
+# Prompts on both sides of d_v = 8 (the tiny decoders: hidden 32, 4 heads), left-padded.
+DECODER_LENGTHS = (12, 5, 9)
+
+
+@pytest.mark.parametrize("family", CAUSAL_FAMILIES)
+def test_a_decoders_effective_attention_keeps_the_output_and_the_causal_mask(family):
+    """Random decoders with non-zero biases (GPT-2's value bias, Llama's attention bias), GQA
+    (Llama, Qwen2, Mistral: 2 value heads for 4 query heads) and sliding windows of 3 keys
+    (Mistral; Qwen2's layer 1): A_eff·T = A·T row by row, A_eff is 0 wherever the mask is, and
+    each row is identifiable exactly when it has at most d_v keys."""
+    model = models.prepare_model(tiny_causal_lm(family))  # float64
+    batch = _inputs(tiny_prompts(DECODER_LENGTHS, side="left"))
+    capture = Intervention(capture=True, capture_values=True)
+    with torch.no_grad():
+        models.logits(model, batch, capture)
+    allowed = ea.allowed_keys(model, batch)
+    for layer in capture.probs:
+        values = capture.values[layer]
+        # the values the method needs are per query head: grouped-query attention's shared value
+        # heads repeated, so that query heads 0 and 1 read the same T and heads 0 and 2 do not
+        assert values.shape[1] == model.config.num_attention_heads
+        if getattr(model.config, "num_key_value_heads", 4) == 2:
+            assert torch.equal(values[:, 0], values[:, 1])
+            assert not torch.equal(values[:, 0], values[:, 2])
+        for row, n in enumerate(DECODER_LENGTHS):
+            real = batch["attention_mask"][row].bool()
+            a = capture.probs[layer][row][:, real][..., real]
+            t = values[row][:, real]
+            keys = allowed[row, layer][:, real][..., real]
+            eff, null_dim = ea.effective_attention(a, t, keys)
+            # A_eff·T = A·T to float64 precision: the removed part is in each row's null space
+            at = a @ t
+            assert (eff @ t - at).norm() / at.norm() <= 1e-10
+            assert (eff[..., ~keys[0]] == 0).all()  # no weight on a key the mask hides
+            n_keys = keys[0].sum(-1)  # per query row
+            # a row is identifiable when its keys' values are independent: at most d_v keys,
+            # and, in Llama-like layer 0 (rotary positions touch q and k only), no token twice:
+            # a repeated token's value rows are equal there (random prompts repeat some)
+            rank = torch.stack([torch.linalg.matrix_rank(t[:, keys[0, i]])
+                                for i in range(n)], dim=-1)  # (H, n)
+            identifiable = rank == n_keys
+            if family == "gpt2" or layer > 0:  # positions are in the values: only d_v limits
+                assert torch.equal(identifiable, (n_keys <= D_V).expand_as(identifiable))
+            assert torch.equal(eff[identifiable], a[identifiable])
+            assert ((eff - a).abs().amax(-1)[~identifiable] > 1e-6).all()  # each other row moves
+            assert torch.equal(null_dim, (n_keys - rank).amax(-1))
+            if family in ("gpt2", "llama") and n > D_V:
+                # the encoder's null space (of all n values) would move weight onto the future
+                full, _ = ea.effective_attention(a, t)
+                assert full[..., ~keys[0]].abs().max() > 1e-3
+    if family == "mistral":  # a window of 3 keys: never more than d_v, always identifiable
+        assert WINDOW <= D_V
+
+
+def test_a_decoders_effective_attention_tables_do_not_depend_on_padding():
+    """The analysis of a random GPT-2 (biases drawn) in one right-padded batch (as encoded_frame
+    pads prompts) and one prompt at a time: the same tables (1e-9: float64 rounding of the
+    padded forward pass), null_dim n − d_v for the longer prompts (the last row sees all n
+    keys), <s> found."""
+    model = models.prepare_model(tiny_causal_lm("gpt2"))
+    tokenizer = build_causal_tokenizer([f"w{i}" for i in range(VOCAB)])
+    batch = tiny_prompts(DECODER_LENGTHS)
+    batch["input_ids"][:, 0] = tokenizer.bos_token_id  # every prompt starts with <s>
+    padded, padded_mass = ea.analyse_examples(model, tokenizer, batch, batch_size=3)
+    alone, alone_mass = ea.analyse_examples(model, tokenizer, batch, batch_size=1)
+    pd.testing.assert_frame_equal(padded, alone, rtol=0, atol=1e-9)
+    pd.testing.assert_frame_equal(padded_mass, alone_mass, rtol=0, atol=1e-9)
+    expected_null = {n: max(0, n - D_V) for n in DECODER_LENGTHS}
+    assert (padded["null_dim"] == padded["length"].map(expected_null)).all()
+    assert set(padded_mass["category"]) == {"[BOS]"}
+    # r(A, A_eff) over the entries the mask allows only: 1 where nothing is removed
+    short = padded[padded["length"] <= D_V]
+    assert np.allclose(short["pearson_r"], 1.0, atol=1e-12)
+    rows = {c["claim"]: c for c in ea.claims(padded, padded_mass, D_V, decoder=True)}
+    verdicts = {claim: row["verdict"] for claim, row in rows.items()}
+    assert verdicts["attention is identifiable up to d_v tokens (A_eff = A)"] == "holds"
+    assert verdicts["beyond d_v tokens part of the attention does not reach the head's output "
+                    "(A_eff differs from A)"] == "holds"
+    sep = rows["effective attention to [SEP] is lower than raw attention"]
+    assert sep["verdict"] == "not testable" and "decoder" in sep["reason"]
 
 
 def test_token_categories(tokenizer):

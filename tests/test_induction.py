@@ -170,6 +170,43 @@ def test_attattr_finds_the_planted_mechanism_on_the_trained_model(induction_mode
 
 
 @pytest.mark.slow
+def test_effective_attention_of_the_trained_decoder_keeps_its_output(induction_model):
+    """Effective attention (Brunner et al. 2020) on the trained Llama, 30 dev prompts of 13-32
+    tokens, d_v = 16: A_eff·V = A·V (float64, row by row within the causal mask), and the
+    identifiability statements judged as on an encoder."""
+    import copy
+
+    from attnlab.analyses import effective_attention as ea
+    from attnlab.engine import examples, models
+    from attnlab.engine.intervention import Intervention
+
+    model = models.prepare_model(copy.deepcopy(induction_model.model)).double()
+    tokenizer = induction_model.tokenizer
+    inputs = examples.encoded_frame(induction.generate(30, seed=1), SPEC, tokenizer,
+                                    INDUCTION_MODEL)
+    capture = Intervention(capture=True, capture_values=True)
+    with torch.no_grad():
+        models.logits(model, inputs, capture)
+    allowed = ea.allowed_keys(model, inputs)
+    for layer in capture.probs:
+        for row, real in enumerate(inputs["attention_mask"].bool()):
+            a = capture.probs[layer][row][:, real][..., real]
+            t = capture.values[layer][row][:, real]
+            keys = allowed[row, layer][:, real][..., real]
+            eff, _ = ea.effective_attention(a, t, keys)
+            # 1e-10 relative: the float64 projection is exact to rounding
+            assert (eff @ t - a @ t).norm() / (a @ t).norm() <= 1e-10
+            assert (eff[..., ~keys[0]] == 0).all()
+    per_head, mass = ea.analyse_examples(model, tokenizer, inputs)
+    d_v = int(per_head["d_v"].iloc[0])
+    assert d_v == 16 and per_head["length"].max() > d_v
+    verdicts = {c["claim"]: c["verdict"] for c in ea.claims(per_head, mass, d_v, decoder=True)}
+    # beyond d_v the last rows see more keys than d_v: a null space in every head
+    assert verdicts["beyond d_v tokens attention weights are not identifiable: the values' "
+                    "left null space is non-trivial"] == "holds"
+    assert set(mass["category"]) == {"[BOS]"}  # every prompt starts with <s>
+
+
 def test_the_induction_config_runs_through_the_snakemake_command_line(tmp_path):
     """config/induction.yaml with fewer dev examples, through the real CLI: prepare_data,
     finetune (training the decoder), induction, the run summary and the claims page. About

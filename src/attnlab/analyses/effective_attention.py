@@ -17,8 +17,17 @@ rank test below checks on every head.
 Per example, layer and head we record d_v, the dimension of LN(T), σ_min/σ_max of T (how far
 T is from losing rank), the relative size ‖A − A_eff‖_F / ‖A‖_F of the non-identifiable
 component, the Pearson r of A and A_eff over all n × n entries, and the mean attention mass
-(raw and effective) that a query gives to [CLS], [SEP], punctuation and — on synthetic tasks,
-which have no punctuation — filler words, the tokens that carry no content.
+(raw and effective) that a query gives to [CLS], [SEP], a decoder's <s>, punctuation and — on
+synthetic tasks, which have no punctuation — filler words, the tokens that carry no content.
+
+A decoder's attention is causal: row i of A weighs only the keys its mask allows (j <= i, and
+within the window of a sliding-window layer), and A·T's row i is Σ_j A_ij T_j over those keys
+alone. The null-space argument is then per row: a change of row i that leaves its output alone
+is a vector in the left null space of T_i, the values of row i's keys, and a change anywhere else
+would attend to the future, which the model cannot. So a decoder's A_eff is computed row by row,
+row i with LN(T_i) (`effective_attention(..., allowed=...)`), and keeps the causal mask; its
+row i is identifiable up to d_v keys, and the per-head null_dim is the largest row's (the last
+row's: all n keys, unless a window cuts them).
 """
 
 from __future__ import annotations
@@ -38,7 +47,8 @@ from attnlab.data import synthetic
 from attnlab.engine import examples, models
 from attnlab.engine.intervention import Intervention
 
-CATEGORIES = ("[CLS]", "[SEP]", "punctuation", "filler")
+# [BOS]: a decoder's first token <s> (an encoder's <s> is its [CLS])
+CATEGORIES = ("[CLS]", "[SEP]", "[BOS]", "punctuation", "filler")
 # The per-head statistics, columns of the per-head table after example, length, layer, head.
 HEAD_COLUMNS = ("d_v", "null_dim", "singular_ratio", "relative_change", "pearson_r", "max_change",
                 "negative_share", "row_sum_error")
@@ -82,22 +92,53 @@ def _without(attention: torch.Tensor, basis: torch.Tensor) -> torch.Tensor:
     return a - a @ basis @ basis.transpose(-1, -2)
 
 
+def _row_by_row(
+    attention: torch.Tensor, values: torch.Tensor, allowed: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A_eff of masked attention, row by row in float64: row i of A on the keys it may attend
+    to (allowed[..., i, :]) with its component in LN(T_i) removed, T_i those keys' values; 0 on
+    the keys it may not. Returns A_eff, and per head (...) the largest null dimension and the
+    smallest σ_min/σ_max of any row's T_i."""
+    a = attention.double()
+    allowed = allowed.expand(a.shape)
+    eff = torch.zeros_like(a)
+    null_dim = torch.zeros(a.shape[:-2], dtype=torch.long, device=a.device)
+    ratio = torch.ones(a.shape[:-2], dtype=torch.float64, device=a.device)
+    for head in np.ndindex(*a.shape[:-2]):
+        for row in range(a.shape[-2]):
+            keys = allowed[head][row]
+            basis, dim, singular_ratio = null_space(values[head][keys])
+            eff[head][row, keys] = _without(a[head][row, keys][None], basis)[0]
+            null_dim[head] = max(int(null_dim[head]), int(dim))
+            ratio[head] = min(float(ratio[head]), float(singular_ratio))
+    return eff, null_dim, ratio
+
+
 def effective_attention(
-    attention: torch.Tensor, values: torch.Tensor
+    attention: torch.Tensor, values: torch.Tensor, allowed: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """A_eff = A − A N Nᵀ for a batch of heads, in float64.
 
-    attention (..., n, n) and values (..., n, d_v) cover the real tokens only. Returns A_eff
-    and the dimension of the left null space of the values, n − rank T, per head (...).
+    attention (..., n, n) and values (..., n, d_v) cover the real tokens only; allowed
+    (broadcastable to (..., n, n), bool), a decoder's: the keys each row's mask lets it attend
+    to, each row then with the null space of its own keys' values. Returns A_eff and the
+    dimension of the left null space of the values, n − rank T, per head (...) (with `allowed`:
+    the largest row's).
     """
+    if allowed is not None:
+        eff, null_dim, _ = _row_by_row(attention, values, allowed)
+        return eff, null_dim
     basis, null_dim, _ = null_space(values)
     return _without(attention, basis), null_dim
 
 
-def _pearson(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Pearson r over the last dimension (NaN where either side is constant)."""
-    x = x - x.mean(dim=-1, keepdim=True)
-    y = y - y.mean(dim=-1, keepdim=True)
+def _pearson(x: torch.Tensor, y: torch.Tensor, entries: torch.Tensor) -> torch.Tensor:
+    """Pearson r over the last dimension's entries where `entries` (bool) is true (NaN where
+    either side is constant)."""
+    kept = entries.double()
+    count = kept.sum(dim=-1, keepdim=True)
+    x = (x - (x * kept).sum(dim=-1, keepdim=True) / count) * kept
+    y = (y - (y * kept).sum(dim=-1, keepdim=True) / count) * kept
     return (x * y).sum(-1) / (x.norm(dim=-1) * y.norm(dim=-1))
 
 
@@ -107,6 +148,8 @@ def token_category(token: str, tokenizer: PreTrainedTokenizerBase, token_id: int
         return "[CLS]"
     if token_id == tokenizer.sep_token_id:
         return "[SEP]"
+    if token_id == tokenizer.bos_token_id:
+        return "[BOS]"
     word = token
     for marker in SUBWORD_MARKERS:
         word = word.replace(marker, "")
@@ -118,21 +161,30 @@ def token_category(token: str, tokenizer: PreTrainedTokenizerBase, token_id: int
 
 
 def head_statistics(
-    attention: torch.Tensor, values: torch.Tensor, categories: list[str | None]
+    attention: torch.Tensor, values: torch.Tensor, categories: list[str | None],
+    allowed: torch.Tensor | None = None,
 ) -> dict[str, np.ndarray]:
     """Statistics of one example's heads: attention (L, H, n, n), values (L, H, n, d_v) of its n
-    real tokens, and the category of each token. Arrays are (L, H), masses (L, H) per category."""
-    basis, null_dim, singular_ratio = null_space(values)
-    eff = _without(attention, basis)
+    real tokens, and the category of each token; allowed (L, 1, n, n), a decoder's: the entries
+    its masks allow, the only ones r(A, A_eff) and the share of negative entries are taken
+    over (the masked zeros would inflate r). Arrays are (L, H), masses (L, H) per category."""
     raw = attention.double()
+    if allowed is None:
+        basis, null_dim, singular_ratio = null_space(values)
+        eff = _without(attention, basis)
+        allowed = torch.ones_like(raw, dtype=torch.bool)
+    else:
+        eff, null_dim, singular_ratio = _row_by_row(attention, values, allowed)
+        allowed = allowed.expand(raw.shape)
+    entries = allowed.flatten(-2)
     stats = {
         "d_v": torch.full_like(null_dim, values.shape[-1]),
         "null_dim": null_dim,
         "singular_ratio": singular_ratio,
         "relative_change": (eff - raw).flatten(-2).norm(dim=-1) / raw.flatten(-2).norm(dim=-1),
-        "pearson_r": _pearson(raw.flatten(-2), eff.flatten(-2)),
+        "pearson_r": _pearson(raw.flatten(-2), eff.flatten(-2), entries),
         "max_change": (eff - raw).abs().amax(dim=(-2, -1)),
-        "negative_share": (eff < 0).double().mean(dim=(-2, -1)),
+        "negative_share": ((eff.flatten(-2) < 0) & entries).sum(-1) / entries.sum(-1),
         "row_sum_error": (eff.sum(dim=-1) - 1).abs().amax(dim=-1),
     }
     for category in CATEGORIES:
@@ -141,6 +193,16 @@ def head_statistics(
         stats[f"raw {category}"] = raw[..., keys].sum(-1).mean(-1)
         stats[f"effective {category}"] = eff[..., keys].sum(-1).mean(-1)
     return {k: v.cpu().numpy() for k, v in stats.items()}
+
+
+def allowed_keys(model: PreTrainedModel, batch: dict[str, torch.Tensor]) -> torch.Tensor | None:
+    """(B, L, 1, S, S) bool: the keys each query of each layer may attend to, read off the
+    masks the decoder's layers take (causal, sliding window where a layer has one); None for
+    an encoder, whose real tokens all see each other."""
+    if not models.family_of(model).causal:
+        return None
+    context = models.layer_inputs(model, models.embed(model, batch), batch["attention_mask"])
+    return torch.stack([context.masks[kind] == 0 for kind in context.types], dim=1)
 
 
 def analyse_examples(
@@ -169,13 +231,16 @@ def analyse_examples(
             models.logits(model, batch, capture)
         probs = torch.stack([capture.probs[i] for i in sorted(capture.probs)], dim=1)
         values = torch.stack([capture.values[i] for i in sorted(capture.values)], dim=1)
+        allowed = allowed_keys(model, batch)
         for offset, example in enumerate(range(rows.start, rows.stop)):
             real = batch["attention_mask"][offset].bool()
             ids = batch["input_ids"][offset][real].tolist()
             tokens = tokenizer.convert_ids_to_tokens(ids)
             categories = [token_category(t, tokenizer, i) for t, i in zip(tokens, ids, strict=True)]
             attention = probs[offset][..., real, :][..., real]
-            stats = head_statistics(attention, values[offset][..., real, :], categories)
+            stats = head_statistics(attention, values[offset][..., real, :], categories,
+                                    None if allowed is None
+                                    else allowed[offset][..., real, :][..., real])
             layers, heads = np.indices(stats["null_dim"].shape)
             base = {"example": example, "length": len(ids), "layer": layers.ravel(),
                     "head": heads.ravel()}
@@ -187,7 +252,10 @@ def analyse_examples(
                           for category in CATEGORIES if category in categories]
             progress.update()
     progress.close()
-    return pd.concat(heads_rows, ignore_index=True), pd.concat(mass_rows, ignore_index=True)
+    # a decoder's prompts may have no token of any category (no [CLS], [SEP], punctuation)
+    mass = (pd.concat(mass_rows, ignore_index=True) if mass_rows else pd.DataFrame(
+        columns=["example", "length", "layer", "head", "category", "raw", "effective"]))
+    return pd.concat(heads_rows, ignore_index=True), mass
 
 
 def _heads_of(side: pd.DataFrame, which: str) -> str:
@@ -238,11 +306,14 @@ def _identifiability_claims(per_head: pd.DataFrame, d_v: int) -> list[dict[str, 
     ]
 
 
-def claims(per_head: pd.DataFrame, mass: pd.DataFrame, d_v: int) -> list[dict[str, Any]]:
+def claims(per_head: pd.DataFrame, mass: pd.DataFrame, d_v: int,
+           decoder: bool = False) -> list[dict[str, Any]]:
     """Brunner et al.'s statements on effective attention, judged on one task's tables.
 
     Statements about sequences of at most d_v tokens are "not testable" when the task has none
-    (the tiny default models: d_v = 8), those about longer ones when it has none."""
+    (the tiny default models: d_v = 8), those about longer ones when it has none. On a decoder
+    (`decoder`) the rank statements hold row by row (module docstring) and are judged as for an
+    encoder; the [SEP] statement is not testable: a decoder has no separator token."""
     stage = "effective_attention"
     long_ = per_head[per_head["length"] > d_v]
     out = _identifiability_claims(per_head, d_v)
@@ -265,7 +336,9 @@ def claims(per_head: pd.DataFrame, mass: pd.DataFrame, d_v: int) -> list[dict[st
     out.append(claim(stage, "effective attention to [SEP] is lower than raw attention",
                      f"mean effective minus raw attention mass on [SEP] over sequences of > {d_v} "
                      "tokens (holds if < 0)", shift,
-                     NotTestable(f"no [SEP] in an example of more than d_v = {d_v} tokens")
+                     NotTestable("a decoder language model has no [SEP]: the statement is "
+                                 "about BERT's separator token") if decoder
+                     else NotTestable(f"no [SEP] in an example of more than d_v = {d_v} tokens")
                      if sep.empty else shift < 0))
     return out
 

@@ -53,7 +53,8 @@ def plot_effective_attention(
                title=f"attention to {category}\n({which})")
         ax.tick_params(axis="x", labelrotation=90, labelsize="small")
         ax.axhline(0, color="black", linewidth=0.5)
-    axes[2].legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))  # off the bars
+    if categories:  # a decoder's prompts may have none
+        axes[2].legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))  # off bars
     figure.tight_layout()
     save_figure(figure, path)
 

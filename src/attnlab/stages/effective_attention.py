@@ -9,6 +9,7 @@ import pandas as pd
 
 from attnlab.analyses import effective_attention
 from attnlab.analyses.claims import log_claims
+from attnlab.engine import models
 from attnlab.model_job import ModelJob
 from attnlab.report.identifiability_figures import plot_effective_attention
 
@@ -29,7 +30,11 @@ def run(job: ModelJob) -> None:
     lengths = per_head.drop_duplicates("example")["length"]
     log.info("task %s: d_v = %d; %d examples of <= d_v tokens, %d longer", job.task, d_v,
              (lengths <= d_v).sum(), (lengths > d_v).sum())
-    claims = pd.DataFrame(effective_attention.claims(per_head, mass, d_v))
+    decoder = models.family_of(job.model).causal
+    if decoder:
+        log.info("task %s: a decoder: each attention row's null space is that of the keys its "
+                 "causal mask allows", job.task)
+    claims = pd.DataFrame(effective_attention.claims(per_head, mass, d_v, decoder=decoder))
     job.write_tables({"heads": per_head, "tokens": mass, "claims": claims}, meta={"d_v": d_v})
     plot_effective_attention(per_head, mass, d_v, job.outputs["figure"])
     log_claims(claims, job.task)
