@@ -17,7 +17,7 @@ import test_dumps
 import torch
 from conftest import DEFAULT_CONFIG
 from test_dumps import MODEL_CFG, run_shard
-from tiny_models import tiny_batch, tiny_classifier
+from tiny_models import tiny_batch, tiny_causal_lm, tiny_classifier, tiny_prompts
 
 from attnlab.analyses.interaction_eval import (
     ALL,
@@ -32,7 +32,7 @@ from attnlab.analyses.interaction_eval import (
     intervals,
     pairs,
 )
-from attnlab.analyses.interaction_methods import Options, score_example
+from attnlab.analyses.interaction_methods import Options, compare_methods, score_example
 from attnlab.engine import models
 from attnlab.engine.attribution import attribute
 from attnlab.engine.capture import capture, target_probability
@@ -50,6 +50,7 @@ from attnlab.methods.occlusion import occlusion
 from attnlab.methods.rollout import rollout
 from attnlab.methods.value_zeroing import normalise_rows, value_zeroing
 from attnlab.model_job import ModelJob
+from attnlab.plumbing.errors import ConfigError
 from attnlab.stages import interaction_methods
 
 # the fixture: a random tiny BERT with its tokenizer, and a small synthetic dev split
@@ -380,3 +381,99 @@ def test_the_stage_scores_every_method_and_writes_tables_page_and_figures(tiny_s
     assert all(f"<td>{name}</td>" in page for name in TABLE_ORDER)
     assert all(out[f].stat().st_size for f in ("ground_truth_figure", "deletion_figure",
                                                "leaderboard_figure"))
+
+
+# Decoders: F is the next token's probability at the last real token, only the causal edges
+# i > j are scored and ranked, and the norm methods of post-LN encoders are left out.
+DECODER_METHODS = ["attention", "attattr", "attention_x_gradient", "rollout", "flow",
+                   "value_zeroing", "occlusion"]
+
+
+@pytest.fixture(scope="module", params=["gpt2", "llama"])
+def decoder_example(request):
+    """A random decoder with drawn biases (float64; Llama: grouped-query attention) and one
+    prompt of 6 tokens, F the probability of a next token."""
+    model = models.prepare_model(tiny_causal_lm(request.param))
+    prompt = tiny_prompts(lengths=(6,))
+    inputs = {k: v for k, v in prompt.items() if k != "labels"}
+    return model, capture(model, inputs, target=int(prompt["labels"][0]))
+
+
+def test_a_decoders_f_is_the_next_token_probability_of_the_stock_forward_pass(decoder_example):
+    model, example = decoder_example
+    with torch.no_grad():  # transformers' own forward pass and causal mask, no intervention
+        stock = torch.softmax(model(**example.inputs).logits[0, -1], dim=-1)
+    assert example.distribution.shape == (model.config.vocab_size,)
+    # 1e-6 relative: capture's softmax is float32 (the model float64)
+    assert example.f_full == pytest.approx(float(stock[example.target]), rel=1e-6)
+    assert (example.probs.triu(diagonal=1) == 0).all()  # the captured attention is causal
+
+
+def test_a_decoders_occlusion_and_gradient_keep_the_causal_mask(decoder_example):
+    model, example = decoder_example
+    n = example.n_tokens
+    future = torch.ones(n, n).triu(diagonal=1).bool()
+    scores = occlusion(model, example, batch_size=64)
+    assert (scores[:, future] == 0).all() and (scores[:, ~future].abs() > 0).any()
+    # zeroing every future edge of every layer changes nothing: they are masked already
+    keep = {layer: (~future).double()[None] for layer in range(2)}
+    masked = masked_probabilities(model, example, keep, batch_size=1)[0]
+    assert float(masked[example.target]) == pytest.approx(example.f_full, rel=1e-6)
+    for layer, i, j in [(0, 3, 1), (1, 5, 0)]:  # one edge against the whole forward pass
+        probs = example.probs[layer].clone()
+        probs[:, i, j] = 0
+        with torch.no_grad():
+            replaced = Intervention(replace={layer: probs[None]})
+            logits = models.logits(model, example.inputs, replaced)
+        expected = example.f_full - float(target_probability(logits, example.target)[0])
+        assert float(scores[layer, i, j]) == pytest.approx(expected, abs=1e-8)
+    gradient = attention_x_gradient(model, example)
+    assert (gradient[:, future] == 0).all()
+    # the head-summed scores add up to the slope of F along αA: a central difference of a
+    # float32 F (target_probability), so 1e-5, eps as in the BERT test
+    eps = 1e-3
+    for layer in range(2):
+        with torch.no_grad():
+            f = [float(target_probability(models.logits(model, example.inputs, Intervention(
+                scale_layer=layer, scale=torch.tensor([alpha]))), example.target)[0])
+                 for alpha in (1 - eps, 1 + eps)]
+        assert float(gradient[layer].sum()) == pytest.approx((f[1] - f[0]) / (2 * eps), abs=1e-5)
+
+
+def test_a_decoder_gets_the_methods_that_apply_to_it_and_a_named_misfit_is_refused():
+    every = [method.name for method in registry.METHODS]
+    chosen, left_out = registry.chosen(every, decoder=True)
+    assert [m.name for m in chosen] == DECODER_METHODS
+    assert left_out == ["attention_norm", "alti", "globenc"]
+    assert registry.chosen(every, decoder=False) == (list(registry.METHODS), [])
+    with pytest.raises(ConfigError, match=r"^interaction_methods.methods: alti decompose an "
+                       r"encoder's post-LN attention sublayer .* the methods that do: "
+                       + ", ".join(DECODER_METHODS) + "$"):
+        registry.chosen(["attention", "alti"], decoder=True)
+
+
+def test_a_decoders_methods_are_judged_on_its_causal_edges_and_its_query_stays(decoder_example):
+    """compare_methods on one decoder prompt: ranks among the n(n−1)/2 causal edges, at most
+    that many deletion steps, and ERASER never removes the query (the position read)."""
+    model, example = decoder_example
+    n = example.n_tokens
+    encoded = {**example.inputs, "labels": torch.tensor([example.target])}
+    dump = pd.DataFrame({"idx": [0], "n_tokens": [n], "target": [example.target],
+                         "planted_i": [n - 1], "planted_j": [2]})
+    options = Options(methods=registry.chosen([m.name for m in registry.METHODS],
+                                              decoder=True)[0],
+                      variants=Variants(), engine=ENGINE, deletion_steps=n * n,
+                      erasure_bins=[0.2, 1.0], batch_size=64, seed=0)
+    result = compare_methods(model, encoded, dump, options, special_ids=[],
+                             device=torch.device("cpu"))
+    edges = n * (n - 1) // 2
+    assert (result.ground_truth["rank"] <= edges).all()
+    assert result.curves["k"].max() == edges
+    occluded = result.scores[(result.scores["method"] == "occlusion")]
+    assert all(np.triu(s.reshape(n, n), 1).max() == 0 for s in occluded["scores"])
+    # bin 1.0 removes every ordinary token: all but the query, so F is that of the query alone
+    alone = {k: v[:, -1:] for k, v in example.inputs.items()}
+    with torch.no_grad():
+        f_alone = float(target_probability(models.logits(model, alone), example.target)[0])
+    full = result.erasure[result.erasure["bin"] == 1.0]
+    assert np.allclose(full["comprehensiveness"], example.f_full - f_alone, atol=1e-6)

@@ -68,31 +68,33 @@ MEASURES: dict[str, tuple[str, bool]] = {
 INTERVAL = 0.95
 
 
-def edge_order(scores: np.ndarray, ties: np.ndarray) -> np.ndarray:
-    """Flat indices i·n + j (i ≠ j) of an (n, n) score matrix, strongest first; equal scores
-    in the order of `ties` (a permutation of the n(n−1) edges)."""
-    edges = off_diagonal(scores.shape[0]).numpy()
+def edge_order(scores: np.ndarray, ties: np.ndarray, causal: bool = False) -> np.ndarray:
+    """Flat indices i·n + j (i ≠ j; a decoder's, `causal`: i > j) of an (n, n) score matrix,
+    strongest first; equal scores in the order of `ties` (a permutation of those edges)."""
+    edges = off_diagonal(scores.shape[0], causal).numpy()
     return edges[np.lexsort((ties, -scores.ravel()[edges]))]
 
 
-def planted_rank(scores: np.ndarray, a: int, b: int) -> float:
-    """The rank of the better of the edges a → b and b → a among a layer's edges i ≠ j."""
-    values = scores.ravel()[off_diagonal(scores.shape[0]).numpy()]
+def planted_rank(scores: np.ndarray, a: int, b: int, causal: bool = False) -> float:
+    """The rank of the better of the edges a → b and b → a among a layer's edges i ≠ j (a
+    decoder's, `causal`: i > j)."""
+    values = scores.ravel()[off_diagonal(scores.shape[0], causal).numpy()]
     ranks = [1 + (values > s).sum() + ((values == s).sum() - 1) / 2
              for s in (scores[a, b], scores[b, a])]
     return float(min(ranks))
 
 
 def ground_truth(scores: dict[str, np.ndarray], a: int, b: int,
-                 ties: np.ndarray) -> list[dict[str, Any]]:
-    """Per method and layer of one example: hit and rank (`ties`: (L, n(n−1)))."""
+                 ties: np.ndarray, causal: bool = False) -> list[dict[str, Any]]:
+    """Per method and layer of one example: hit and rank (`ties`: (L, edges), `causal`: a
+    decoder's edges, i > j)."""
     rows = []
     for method, matrices in scores.items():
         for layer, matrix in enumerate(matrices):
-            strongest = edge_order(matrix, ties[layer])[0]
+            strongest = edge_order(matrix, ties[layer], causal)[0]
             i, j = divmod(int(strongest), matrix.shape[0])
             rows.append({"method": method, "layer": layer, "hit": {i, j} == {a, b},
-                         "rank": planted_rank(matrix, a, b)})
+                         "rank": planted_rank(matrix, a, b, causal)})
     return rows
 
 
@@ -120,11 +122,12 @@ def deletion_drops(
     steps: int,
     batch_size: int,
 ) -> pd.DataFrame:
-    """drop_k and tv_k, k = 1..K (K = min(steps, n(n−1))), of one example for every method
-    (orders: (L, n(n−1)) edge orders by method) and scope (each layer, and "all")."""
+    """drop_k and tv_k, k = 1..K (K = min(steps, edges), edges = n(n−1), a decoder's n(n−1)/2),
+    of one example for every method (orders: (L, edges) edge orders by method) and scope (each
+    layer, and "all")."""
     n = example.n_tokens
     n_layers = example.probs.shape[0]
-    k = torch.arange(1, min(steps, n * (n - 1)) + 1)
+    k = torch.arange(1, min(steps, len(off_diagonal(n, models.family_of(model).causal))) + 1)
     methods = list(orders)
     keep = {}  # layer -> (methods · K, n, n)
     for layer in range(n_layers):

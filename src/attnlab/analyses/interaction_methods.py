@@ -27,6 +27,7 @@ from attnlab.analyses.interaction_eval import RANDOM, edge_order
 from attnlab.engine import models
 from attnlab.engine.capture import Captured, capture
 from attnlab.methods.attention_graph import head_mean
+from attnlab.methods.edge_masking import off_diagonal
 from attnlab.methods.method import GRADIENTS, Method, Variants
 from attnlab.plumbing.errors import AttnlabError
 
@@ -114,6 +115,7 @@ def compare_methods(
     seconds: dict[str, float] = defaultdict(float)
     score_rows, truth_rows, curves, erased = [], [], [], []
     pad_id = model.config.pad_token_id or 0
+    causal = models.family_of(model).causal
     for row in tqdm(dump.itertuples(index=True), total=len(dump), desc=desc, mininterval=5):
         n = int(row.n_tokens)
         inputs = {k: v[row.Index : row.Index + 1, :n].to(device)
@@ -129,18 +131,19 @@ def compare_methods(
         scores = score_example(model, example, settings, seconds)
         # random tie-breaks and the random order: one permutation per layer, seeded per example
         rng = np.random.default_rng([settings.seed, int(row.idx)])
-        ties = np.stack([rng.permutation(n * (n - 1)) for _ in range(example.probs.shape[0])])
+        edges = len(off_diagonal(n, causal))  # a decoder's: i > j only
+        ties = np.stack([rng.permutation(edges) for _ in range(example.probs.shape[0])])
         for method, matrices in scores.items():
             score_rows += [{"idx": row.idx, "method": method, "layer": layer, "n_tokens": n,
                             "scores": matrix.ravel().astype(np.float32)}
                            for layer, matrix in enumerate(matrices)]
         if not pd.isna(row.planted_i):
             truth_rows += [{"idx": row.idx, **r} for r in interaction_eval.ground_truth(
-                scores, int(row.planted_i), int(row.planted_j), ties)]
-        orders = {method: np.stack([edge_order(m, t) for m, t in zip(matrices, ties,
-                                                                      strict=True)])
+                scores, int(row.planted_i), int(row.planted_j), ties, causal)]
+        orders = {method: np.stack([edge_order(m, t, causal) for m, t in zip(matrices, ties,
+                                                                              strict=True)])
                   for method, matrices in scores.items()}
-        orders[RANDOM] = np.stack([edge_order(np.zeros((n, n)), t) for t in ties])
+        orders[RANDOM] = np.stack([edge_order(np.zeros((n, n)), t, causal) for t in ties])
         curves.append(interaction_eval.deletion_drops(
             model, example, orders, settings.deletion_steps, settings.batch_size)
             .assign(idx=row.idx))
@@ -148,6 +151,7 @@ def compare_methods(
         importance = {method: matrices[-1, position] for method, matrices in scores.items()}
         importance[RANDOM] = rng.permutation(n).astype(float)
         ordinary = ~np.isin(inputs["input_ids"][0].cpu().numpy(), list(special_ids))
+        ordinary[position] = False  # the position read stays (an encoder's [CLS] is special)
         erased.append(interaction_eval.erasure(
             model, example, importance, ordinary=ordinary, bins=settings.erasure_bins,
             pad_id=pad_id).assign(idx=row.idx))

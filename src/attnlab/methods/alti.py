@@ -48,4 +48,5 @@ def _score(model: PreTrainedModel, captured: Captured, variants: Variants) -> np
     return roll_out(as_scores(torch.stack(contributions)))
 
 
-METHOD = Method("alti", frozenset({"model", "captured", "variants"}), _score)
+METHOD = Method("alti", frozenset({"model", "captured", "variants"}), _score,
+                decoders=False)  # a post-LN encoder sublayer (sublayer_parts)

@@ -30,4 +30,5 @@ def _score(model: PreTrainedModel, captured: Captured) -> np.ndarray:
                                   for sublayer in sublayers(model, captured)]))
 
 
-METHOD = Method("attention_norm", frozenset({"model", "captured"}), _score)
+METHOD = Method("attention_norm", frozenset({"model", "captured"}), _score,
+                decoders=False)  # a post-LN encoder sublayer (sublayer_parts)

@@ -48,7 +48,9 @@ def masked_probabilities(
     return torch.cat(out)
 
 
-def off_diagonal(n: int) -> torch.Tensor:
-    """The n(n−1) flat indices i·n + j with i ≠ j, in row-major order."""
+def off_diagonal(n: int, causal: bool = False) -> torch.Tensor:
+    """The n(n−1) flat indices i·n + j with i ≠ j, in row-major order; `causal` (a decoder):
+    the n(n−1)/2 with i > j only, since a query never attends to a later key (every method's
+    score of such an edge is 0, and deleting it changes nothing)."""
     flat = torch.arange(n * n)
-    return flat[flat // n != flat % n]
+    return flat[flat // n > flat % n] if causal else flat[flat // n != flat % n]

@@ -50,4 +50,5 @@ def _score(model: PreTrainedModel, captured: Captured) -> np.ndarray:
     return roll_out(as_scores(torch.stack(norms)))
 
 
-METHOD = Method("globenc", frozenset({"model", "captured"}), _score)
+METHOD = Method("globenc", frozenset({"model", "captured"}), _score,
+                decoders=False)  # a post-LN encoder sublayer (sublayer_parts)

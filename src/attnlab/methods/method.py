@@ -34,6 +34,9 @@ class Method:
     name: str  # in the tables and figures
     needs: frozenset[str]  # the sources it reads (above)
     score: Callable[..., np.ndarray]  # one example's (L, n, n) scores, from its `needs`
+    # whether it applies to a decoder language model (causal, pre-LN): not the methods that
+    # decompose an encoder's post-LN sublayer
+    decoders: bool = True
 
 
 @dataclass(frozen=True)

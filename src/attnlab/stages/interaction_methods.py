@@ -16,8 +16,8 @@ from attnlab.analyses.claims import log_claims
 from attnlab.data.dumps import read_task_dump
 from attnlab.engine import examples, models
 from attnlab.engine.attribution import engine_options
+from attnlab.methods import registry
 from attnlab.methods.method import Variants
-from attnlab.methods.registry import METHODS
 from attnlab.model_job import ModelJob
 from attnlab.plumbing.outputs import write_table
 from attnlab.report.html_pages import write_tables_page
@@ -32,10 +32,14 @@ def run(job: ModelJob) -> None:
     and claims, the page leaderboard (with the time each method took) and the figures
     ground_truth_figure, deletion_figure and leaderboard_figure."""
     cfg = job.settings.interaction_methods
+    # refused before any work: a decoder with a method named that does not apply to it
+    chosen, left_out = registry.chosen(cfg.methods, decoder=models.family_of(job.model).causal)
+    if left_out:
+        log.info("task %s: a decoder; interaction_methods.methods leaves out %s (they "
+                 "decompose an encoder's post-LN sublayer)", job.task, ", ".join(left_out))
     dump, _ = read_task_dump(job.inputs["parts"])
     dump, dev = interaction_methods.scored_examples(dump, job.split("dev"), cfg.examples)
     encoded = examples.encoded_frame(dev, job.spec, job.tokenizer, job.settings.model)
-    chosen = [method for method in METHODS if method.name in cfg.methods]
     options = interaction_methods.Options(
         methods=chosen, variants=Variants(flow_normalised=cfg.flow_normalised,
                                           alti_biases=cfg.alti_biases),
