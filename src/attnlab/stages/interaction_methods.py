@@ -19,6 +19,7 @@ from attnlab.engine.attribution import engine_options
 from attnlab.methods import registry
 from attnlab.methods.method import Variants
 from attnlab.model_job import ModelJob
+from attnlab.plumbing.device import attribution_batch_size
 from attnlab.plumbing.outputs import write_table
 from attnlab.report.html_pages import write_tables_page
 from attnlab.report.interaction_figures import plot_deletion, plot_ground_truth, plot_leaderboard
@@ -40,10 +41,15 @@ def run(job: ModelJob) -> None:
     dump, _ = read_task_dump(job.inputs["parts"])
     dump, dev = interaction_methods.scored_examples(dump, job.split("dev"), cfg.examples)
     encoded = examples.encoded_frame(dev, job.spec, job.tokenizer, job.settings.model)
+    engine = engine_options(job.settings.attribution)
+    # AttAttr's copies per pass (attribution.batch_size: auto resolved, as the attribute stage
+    # does, for the longest example)
+    engine["batch_size"] = attribution_batch_size(engine["batch_size"], job.model.config,
+                                                  encoded["input_ids"].shape[1], job.device)
     options = interaction_methods.Options(
         methods=chosen, variants=Variants(flow_normalised=cfg.flow_normalised,
                                           alti_biases=cfg.alti_biases),
-        engine=engine_options(job.settings.attribution), deletion_steps=cfg.deletion_steps,
+        engine=engine, deletion_steps=cfg.deletion_steps,
         erasure_bins=cfg.erasure_bins, batch_size=cfg.batch_size, seed=job.settings.seed)
     log.info("task %s: %d examples, methods %s", job.task, len(dump),
              ", ".join(method.name for method in chosen))
