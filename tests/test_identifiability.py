@@ -375,3 +375,20 @@ def test_token_mixing_tables_pick_the_estimator_by_length():
     per_layer = total.groupby("layer")["s"].sum()
     np.testing.assert_allclose(per_layer, 9 + 6, rtol=1e-5)
     assert (offsets.groupby("layer")["pairs"].sum() == 9 * 9 + 6 * 6).all()
+
+
+def test_a_decoders_prompts_without_any_token_category_still_give_tables_and_a_figure(
+        tmp_path):
+    """Random token prompts of a GPT-2 have no [CLS], [SEP], <s> or punctuation: the mass table
+    is empty (with its columns) and the figure has its two line panels only."""
+    from attnlab.report.identifiability_figures import plot_effective_attention
+
+    model = models.prepare_model(tiny_causal_lm("gpt2"))
+    tokenizer = build_causal_tokenizer([f"w{i}" for i in range(VOCAB)])
+    batch = tiny_prompts(DECODER_LENGTHS)  # ids from 3: no <pad>, <unk> or <s>
+    per_head, mass = ea.analyse_examples(model, tokenizer, batch)
+    assert len(per_head) == len(DECODER_LENGTHS) * 2 * 4 and mass.empty
+    assert list(mass.columns) == ["example", "length", "layer", "head", "category", "raw",
+                                  "effective"]
+    plot_effective_attention(per_head, mass, D_V, tmp_path / "effective.png")
+    assert (tmp_path / "effective.png").stat().st_size > 0

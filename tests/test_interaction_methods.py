@@ -469,8 +469,10 @@ def test_a_decoders_methods_are_judged_on_its_causal_edges_and_its_query_stays(d
     edges = n * (n - 1) // 2
     assert (result.ground_truth["rank"] <= edges).all()
     assert result.curves["k"].max() == edges
-    occluded = result.scores[(result.scores["method"] == "occlusion")]
-    assert all(np.triu(s.reshape(n, n), 1).max() == 0 for s in occluded["scores"])
+    # no method gives weight to a later key (value zeroing: 1 − cos of an unchanged state,
+    # float64 rounding)
+    for row in result.scores.itertuples():
+        assert np.abs(np.triu(row.scores.reshape(n, n), 1)).max() <= 1e-7, row.method
     # bin 1.0 removes every ordinary token: all but the query, so F is that of the query alone
     alone = {k: v[:, -1:] for k, v in example.inputs.items()}
     with torch.no_grad():
