@@ -247,13 +247,13 @@ def test_the_induction_config_runs_through_the_snakemake_command_line(tmp_path):
                          "output (A_eff differs from A)", "verdict"] == "holds"
     assert effective.loc["effective attention to [SEP] is lower than raw attention",
                          "verdict"] == "not testable"
-    # the leaderboard without the post-LN norm methods; AttAttr's top edge is (query, B) in
+    # the leaderboard without ALTI and GlobEnc (post-LN); AttAttr's top edge is (query, B) in
     # every example (observed 24 of 24 at the config's seed) and it beats random edges
     intervals = pd.read_parquet(results / "interaction_methods/induction/intervals.parquet")
     trained = intervals[intervals["model"] == "trained"].set_index(["method", "measure"])
     assert set(intervals["method"]) == {"attention", "attattr", "attention_x_gradient",
-                                        "rollout", "flow", "value_zeroing", "occlusion",
-                                        "random"}
+                                        "rollout", "flow", "attention_norm", "value_zeroing",
+                                        "occlusion", "random"}
     assert trained.loc[("attattr", "planted_hit"), "mean"] >= 0.9
     verdicts = pd.read_parquet(results / "interaction_methods/induction/claims.parquet")
     assert (verdicts.set_index("claim").loc["AttAttr beats random on edge deletion AOPC, "

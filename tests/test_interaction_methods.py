@@ -128,7 +128,7 @@ def test_alti_parts_rebuild_the_attention_sublayer_output(bert_example):
     layer = 1
     out_proj, layer_norm = models.attention_sublayer(model, layer)
     hidden = example.states[layer][0]
-    transformed = sublayer_parts.transformed_values(example.values[layer], out_proj)
+    transformed = sublayer_parts.transformed_values(example.values[layer], out_proj.weight)
     parts = sublayer_parts.head_parts(example.probs[layer], transformed)
     with torch.no_grad():
         z = parts.sum(dim=1) + out_proj.bias + hidden
@@ -384,9 +384,9 @@ def test_the_stage_scores_every_method_and_writes_tables_page_and_figures(tiny_s
 
 
 # Decoders: F is the next token's probability at the last real token, only the causal edges
-# i > j are scored and ranked, and the norm methods of post-LN encoders are left out.
+# i > j are scored and ranked, and ALTI and GlobEnc (post-LN encoder sublayers) are left out.
 DECODER_METHODS = ["attention", "attattr", "attention_x_gradient", "rollout", "flow",
-                   "value_zeroing", "occlusion"]
+                   "attention_norm", "value_zeroing", "occlusion"]
 
 
 @pytest.fixture(scope="module", params=["gpt2", "llama"])
@@ -440,11 +440,41 @@ def test_a_decoders_occlusion_and_gradient_keep_the_causal_mask(decoder_example)
         assert float(gradient[layer].sum()) == pytest.approx((f[1] - f[0]) / (2 * eps), abs=1e-5)
 
 
+def test_a_decoders_attention_norm_parts_rebuild_its_attention_output(decoder_example):
+    """Kobayashi et al.'s parts Σ_h α^h_ij f^h(x_j), summed over j, plus W_O's bias, are the
+    attention module's output (before the residual), for GPT-2 (Conv1D W_O) and Llama
+    (grouped-query attention); float64, so 1e-10."""
+    model, example = decoder_example
+    seen = []
+    module = models.family_of(model).attention.split(".")
+    hooks = []
+    for block in models.layer_stack(model):
+        attention = block
+        for name in module:
+            attention = getattr(attention, name)
+        hooks.append(attention.register_forward_hook(
+            lambda _module, _args, output: seen.append(output[0][0])))
+    try:
+        with torch.no_grad():
+            model(**example.inputs)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    for layer, expected in enumerate(seen):
+        weight, bias = models.output_projection(model, layer)
+        transformed = sublayer_parts.transformed_values(example.values[layer], weight)
+        parts = sublayer_parts.head_parts(example.probs[layer], transformed)
+        assert torch.allclose(parts.sum(dim=1) + bias, expected, rtol=0, atol=1e-10)
+        assert torch.equal(parts.norm(dim=-1),
+                           attention_norm(example.probs[layer], transformed))
+        assert (parts[torch.ones(6, 6).triu(diagonal=1).bool()] == 0).all()
+
+
 def test_a_decoder_gets_the_methods_that_apply_to_it_and_a_named_misfit_is_refused():
     every = [method.name for method in registry.METHODS]
     chosen, left_out = registry.chosen(every, decoder=True)
     assert [m.name for m in chosen] == DECODER_METHODS
-    assert left_out == ["attention_norm", "alti", "globenc"]
+    assert left_out == ["alti", "globenc"]
     assert registry.chosen(every, decoder=False) == (list(registry.METHODS), [])
     with pytest.raises(ConfigError, match=r"^interaction_methods.methods: alti decompose an "
                        r"encoder's post-LN attention sublayer .* the methods that do: "

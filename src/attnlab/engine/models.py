@@ -56,10 +56,11 @@ class Family:
     # read position, before the final norm
     head: Callable[[PreTrainedModel, torch.Tensor], torch.Tensor] | None
     output: str  # dotted path, inside the model, of its last layer (one row per class/token)
-    # dotted paths, inside one layer, of the attention's output projection W_O and of the layer
-    # norm after its residual connection (post-LN encoders): the norm-based interaction methods
-    # decompose the attention sublayer with them; None for the pre-LN decoders
-    out_proj: str | None
+    # dotted paths, inside one layer, of the attention's output projection W_O (every family)
+    # and of the layer norm after its residual connection (post-LN encoders; None for the
+    # pre-LN decoders): the norm-based interaction methods decompose the attention sublayer
+    # with them
+    out_proj: str
     attention_norm: str | None
     # dotted path, inside one layer, of the layer norm after the feed-forward sublayer's
     # residual connection (GlobEnc decomposes it too)
@@ -149,13 +150,13 @@ FAMILIES: dict[str, Family] = {
                    "classification_head.out_proj", "self_attn.out_proj", "self_attn_layer_norm",
                    "final_layer_norm", split=False),
     "gpt2": Family("transformer", "h", "attn", _gpt2_embeddings, _gpt2_head, "lm_head",
-                   None, None, None, causal=True),
+                   "attn.c_proj", None, None, causal=True),
     "llama": Family("model", "layers", "self_attn", _token_embeddings, _norm_head, "lm_head",
-                    None, None, None, causal=True),
+                    "self_attn.o_proj", None, None, causal=True),
     "qwen2": Family("model", "layers", "self_attn", _token_embeddings, _norm_head, "lm_head",
-                    None, None, None, causal=True),
+                    "self_attn.o_proj", None, None, causal=True),
     "mistral": Family("model", "layers", "self_attn", _token_embeddings, _norm_head, "lm_head",
-                      None, None, None, causal=True),
+                      "self_attn.o_proj", None, None, causal=True),
 }
 
 
@@ -183,6 +184,16 @@ def attention_sublayer(model: PreTrainedModel, layer: int) -> tuple[nn.Linear, n
     return _get(block, family.out_proj), _get(block, family.attention_norm)
 
 
+def output_projection(
+    model: PreTrainedModel, layer: int
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """W_O of layer `layer`'s attention as nn.Linear stores it, (d, H·d_v), and its bias (None
+    without one), every family: GPT-2's Conv1D stores the transpose."""
+    module = _get(layer_stack(model)[layer], family_of(model).out_proj)
+    weight = module.weight if isinstance(module, nn.Linear) else module.weight.T
+    return weight, module.bias
+
+
 def output_norm(model: PreTrainedModel, layer: int) -> nn.LayerNorm:
     """The layer norm that closes layer `layer` (after the feed-forward sublayer)."""
     return _get(layer_stack(model)[layer], _post_ln(model).output_norm)
@@ -190,9 +201,9 @@ def output_norm(model: PreTrainedModel, layer: int) -> nn.LayerNorm:
 
 def _post_ln(model: PreTrainedModel) -> Family:
     family = family_of(model)
-    if family.out_proj is None:
+    if family.attention_norm is None:
         raise UnsupportedModelError(
-            f"model family {model.config.model_type!r} is pre-LN; the norm-based methods "
+            f"model family {model.config.model_type!r} is pre-LN; ALTI and GlobEnc "
             f"decompose post-LN encoders only")
     return family
 

@@ -15,9 +15,10 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel
 
+from attnlab.engine import models
 from attnlab.engine.capture import Captured
 from attnlab.methods.method import Method, as_scores
-from attnlab.methods.sublayer_parts import head_parts, sublayers
+from attnlab.methods.sublayer_parts import head_parts, transformed_values
 
 
 def attention_norm(probs: torch.Tensor, transformed: torch.Tensor) -> torch.Tensor:
@@ -26,9 +27,12 @@ def attention_norm(probs: torch.Tensor, transformed: torch.Tensor) -> torch.Tens
 
 
 def _score(model: PreTrainedModel, captured: Captured) -> np.ndarray:
-    return as_scores(torch.stack([attention_norm(sublayer.probs, sublayer.transformed)
-                                  for sublayer in sublayers(model, captured)]))
+    # no layer norm is involved: the same for a post-LN encoder and a pre-LN decoder, whose
+    # captured values already come from its normalised input
+    weights = [models.output_projection(model, layer)[0] for layer in range(len(captured.probs))]
+    return as_scores(torch.stack([
+        attention_norm(probs, transformed_values(values, weight))
+        for probs, values, weight in zip(captured.probs, captured.values, weights, strict=True)]))
 
 
-METHOD = Method("attention_norm", frozenset({"model", "captured"}), _score,
-                decoders=False)  # a post-LN encoder sublayer (sublayer_parts)
+METHOD = Method("attention_norm", frozenset({"model", "captured"}), _score)

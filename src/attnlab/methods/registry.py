@@ -13,7 +13,7 @@ l, query i, key j; each defined in its module):
     occlusion             F drop when one edge is zeroed            occlusion
 
 A decoder language model (causal attention, pre-LN) gets the methods whose `decoders` is true:
-attention_norm, ALTI and GlobEnc decompose an encoder's post-LN attention sublayer, which a
+ALTI and GlobEnc decompose an encoder's post-LN attention sublayer, which a
 decoder does not have (`chosen`).
 
 Adding a method: a module here exposing one `attnlab.methods.method.Method` as `METHOD`, and

@@ -1,12 +1,13 @@
 """The attention sublayer's output as a sum of per-token, per-head parts: what the norm-based
-methods (attention_norm, alti) decompose.
+methods (attention_norm, alti, globenc) decompose.
 
 Layer l's attention sublayer computes, for query position i (head h, value vector v^h_j of
 key j, output projection W_O = [W_O^1 ... W_O^H] with bias b_O, layer input x),
 
     a_i = Σ_j Σ_h α^h_ij f^h(x_j) + b_O,      f^h(x_j) = v^h_j W_O^h
 
-(the value bias is inside v^h_j; b_O belongs to no token). Every family here is post-LN:
+(the value bias is inside v^h_j; b_O belongs to no token); attention_norm needs no more, in
+every family. ALTI and GlobEnc need the post-LN encoders' layer norms (`sublayers`):
 the sublayer's output is LN(z_i) with z_i = a_i + x_i. With the residual given to the token
 itself, z_i = Σ_j z_ij + b_O, z_ij = Σ_h α^h_ij f^h(x_j) + [i = j] x_i; LN is linear once its
 scale σ_i = sqrt(Var(z_i) + ε) is fixed, so with L(v) = γ ⊙ (v − mean(v)) token j's part of
@@ -36,11 +37,12 @@ class Sublayer(NamedTuple):
     layer_norm: nn.LayerNorm
 
 
-def transformed_values(values: torch.Tensor, out_proj: nn.Linear) -> torch.Tensor:
-    """f^h(x_j) = v^h_j W_O^h of (H, n, d_v) value vectors, as (H, n, d)."""
+def transformed_values(values: torch.Tensor, out_weight: torch.Tensor) -> torch.Tensor:
+    """f^h(x_j) = v^h_j W_O^h of (H, n, d_v) value vectors, as (H, n, d); `out_weight`: W_O as
+    nn.Linear stores it, (d, H·d_v) (models.output_projection)."""
     n_heads, _, d_v = values.shape
-    # nn.Linear's weight is (d, H·d_v); head h reads columns h·d_v .. (h+1)·d_v − 1
-    weight = out_proj.weight.view(-1, n_heads, d_v)
+    # head h reads columns h·d_v .. (h+1)·d_v − 1
+    weight = out_weight.view(-1, n_heads, d_v)
     return torch.einsum("hnk,dhk->hnd", values, weight.to(values))
 
 
@@ -66,7 +68,7 @@ def sublayers(model: PreTrainedModel, captured: Captured) -> Iterator[Sublayer]:
     for layer in range(captured.probs.shape[0]):
         out_proj, layer_norm = models.attention_sublayer(model, layer)
         yield Sublayer(captured.probs[layer], captured.states[layer][0],
-                       transformed_values(captured.values[layer], out_proj), out_proj,
+                       transformed_values(captured.values[layer], out_proj.weight), out_proj,
                        layer_norm)
 
 
