@@ -57,6 +57,7 @@ if KIND == "next_token":
             expand(rules.finetune.output.metrics, name=list(RUNS), task=TASKS),
             expand(rules.summarise_attributions.output.summary, name=list(RUNS), task=TASKS),
             expand(rules.trees.output.claims, name=list(RUNS), task=TASKS),
+            expand(rules.example_views.output.views, name=list(RUNS), task=TASKS),
             expand(rules.induction.output.claims, name=list(RUNS), task=TASKS),
             expand(rules.run_summary.output.page, name=config["name"]),
             expand(rules.claims.output.page, name=config["name"]),

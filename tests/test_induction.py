@@ -213,6 +213,7 @@ def test_the_induction_config_runs_through_the_snakemake_command_line(tmp_path):
     effective_attention, interaction_methods (12 examples), induction, the run summary and the
     claims page. About 45 s on a free machine."""
     import yaml
+    from test_explorer import embedded
     from test_workflow import snakemake
 
     config = yaml.safe_load(open("config/induction.yaml"))
@@ -237,6 +238,10 @@ def test_the_induction_config_runs_through_the_snakemake_command_line(tmp_path):
     for path in ("attribution_summary/induction_claims.parquet",
                  "trees/induction/claims.parquet"):
         assert (pd.read_parquet(results / path).loc[0, "verdict"] == "holds"), path
+    # the views: a decoder's tree in the explorer is rooted at the last token
+    data = embedded((results / "views/induction/explorer.html").read_text())
+    examples = data["examples"]
+    assert examples and all(ex["root"] == len(ex["tokens"]) - 1 for ex in examples), data
     assert (results / "report/claims.html").is_file()
     assert (results / "report/run_summary.html").is_file()
     # effective attention: A_eff differs from A beyond d_v = 16 (the last rows see more keys);
