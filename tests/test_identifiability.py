@@ -127,6 +127,11 @@ def test_a_decoders_effective_attention_keeps_the_output_and_the_causal_mask(fam
             assert torch.equal(eff[identifiable], a[identifiable])
             assert ((eff - a).abs().amax(-1)[~identifiable] > 1e-6).all()  # each other row moves
             assert torch.equal(null_dim, (n_keys - rank).amax(-1))
+            # beyond d_v keys, as for an encoder, A_eff is not a distribution (a repeated
+            # token's null direction e_j − e_k only averages its two weights: still one)
+            beyond = eff[..., n_keys > D_V, :]
+            if beyond.numel():
+                assert (beyond < 0).any() or (beyond.sum(-1) - 1).abs().max() > 1e-6
             if family in ("gpt2", "llama") and n > D_V:
                 # the encoder's null space (of all n values) would move weight onto the future
                 full, _ = ea.effective_attention(a, t)

@@ -2,8 +2,9 @@
 faithfulness measures, per method, with bootstrap intervals and comparisons between methods.
 
 Only the n(n−1) edges i → j with i ≠ j of a layer are ranked (a token's interaction with itself
-is no interaction). Ties are broken in a random order drawn per example and layer (seeded),
-the same for every method; the random baseline ranks the edges in that order.
+is no interaction); a decoder's n(n−1)/2 with i > j (its query never attends to a later key).
+Ties are broken in a random order drawn per example and layer (seeded), the same for every
+method; the random baseline ranks the edges in that order.
 
 Ground truth (synthetic tasks: examples whose label a planted token pair (a, b) decides):
     hit       the strongest edge of the layer joins the pair ({i, j} = {a, b}); for the scope
