@@ -55,6 +55,8 @@ if KIND == "next_token":
     rule all:
         input:
             expand(rules.finetune.output.metrics, name=list(RUNS), task=TASKS),
+            expand(rules.summarise_attributions.output.summary, name=list(RUNS), task=TASKS),
+            expand(rules.trees.output.claims, name=list(RUNS), task=TASKS),
             expand(rules.induction.output.claims, name=list(RUNS), task=TASKS),
             expand(rules.run_summary.output.page, name=config["name"]),
             expand(rules.claims.output.page, name=config["name"]),

@@ -172,8 +172,8 @@ def test_attattr_finds_the_planted_mechanism_on_the_trained_model(induction_mode
 @pytest.mark.slow
 def test_the_induction_config_runs_through_the_snakemake_command_line(tmp_path):
     """config/induction.yaml with fewer dev examples, through the real CLI: prepare_data,
-    finetune (training the decoder), induction, the run summary and the claims page. About
-    20 s on a free machine."""
+    finetune (training the decoder), attribute, summarise_attributions, trees, induction, the
+    run summary and the claims page. About 25 s on a free machine."""
     import yaml
     from test_workflow import snakemake
 
@@ -186,7 +186,7 @@ def test_the_induction_config_runs_through_the_snakemake_command_line(tmp_path):
     args = ("--cores", "2", "--configfile", str(configfile), "--directory", str(tmp_path))
     planned = snakemake("-n", *args).stdout
     # the classification stages are left out by the config's kind, not run and failed
-    for rule in ("attribute", "head_importance", "trees", "mine_triggers"):
+    for rule in ("mine_triggers", "attack_eval", "token_identifiability"):
         assert f"rule {rule}:" not in planned
     snakemake(*args, timeout=600)
     results = tmp_path / "results" / "tiny_induction"
@@ -194,6 +194,10 @@ def test_the_induction_config_runs_through_the_snakemake_command_line(tmp_path):
     assert metrics["dev_accuracy"] >= 0.9, metrics  # observed 1.0 (the seed of the config)
     claims = pd.read_parquet(results / "induction/induction/claims.parquet")
     assert len(claims) == 8 and (claims["verdict"] == "holds").all(), claims.to_string()
+    # the dumps' and the trees' ground-truth claims, on the planted pair (query, B)
+    for path in ("attribution_summary/induction_claims.parquet",
+                 "trees/induction/claims.parquet"):
+        assert (pd.read_parquet(results / path).loc[0, "verdict"] == "holds"), path
     assert (results / "report/claims.html").is_file()
     assert (results / "report/run_summary.html").is_file()
 
@@ -210,33 +214,49 @@ def test_the_induction_claims_hold_on_four_of_five_seeds():
 
 
 def _run_stages(config: dict, checkpoint, out_dir) -> dict:
-    """Rules prepare_data, finetune and induction of the configuration's one task, run as
-    their jobs (after the dry run's checks); returns the output paths by file name."""
+    """Rules prepare_data, finetune, attribute (one shard), summarise_attributions, trees and
+    induction of the configuration's one task, run as their jobs (after the dry run's
+    checks); returns the output paths by file name."""
+    import dataclasses
+
     from attnlab.model_job import ModelJob
     from attnlab.plumbing.config import validate_config
     from attnlab.plumbing.preflight import check_config
-    from attnlab.stages import finetune, prepare_data
+    from attnlab.stages import attribute, finetune, prepare_data, summarise_attributions, trees
     from attnlab.stages import induction as induction_stage
 
     check_config(validate_config(config), str(checkpoint))
     out = {name: out_dir / name for name in (
         "train.parquet", "dev.parquet", "summary.json", "model", "metrics.json",
-        "edges.parquet", "heads.parquet", "claims.parquet", "induction.json")}
+        "part.parquet", "shard.json", "attribution.json", "recovery.parquet",
+        "tree_edges.parquet", "trees.parquet", "tree_claims.parquet", "trees.json",
+        "sizes.png", "figures", "edges.parquet", "heads.parquet", "claims.parquet",
+        "induction.json")}
+    parts = [str(out["part.parquet"])]
     jobs = [
         (prepare_data, {}, {"train": out["train.parquet"], "dev": out["dev.parquet"],
                             "summary": out["summary.json"]}),
         (finetune, {"train": out["train.parquet"], "dev": out["dev.parquet"],
                     "pretrained": str(checkpoint), "start": []},
          {"model": out["model"], "metrics": out["metrics.json"]}),
+        (attribute, {"model": out["model"], "dev": out["dev.parquet"]},
+         {"part": out["part.parquet"], "summary": out["shard.json"]}),
+        (summarise_attributions, {"parts": parts},
+         {"summary": out["attribution.json"], "claims": out["recovery.parquet"]}),
+        (trees, {"parts": parts},
+         {"edges": out["tree_edges.parquet"], "trees": out["trees.parquet"],
+          "claims": out["tree_claims.parquet"], "summary": out["trees.json"],
+          "sizes": out["sizes.png"], "figures": out["figures"]}),
         (induction_stage, {"model": out["model"], "dev": out["dev.parquet"]},
          {"edges": out["edges.parquet"], "heads": out["heads.parquet"],
           "claims": out["claims.parquet"], "summary": out["induction.json"]}),
     ]
     for stage, inputs, outputs in jobs:
-        stage.run(ModelJob.from_config(
+        job = ModelJob.from_config(
             stage.__name__.rsplit(".", 1)[1], config, task=next(iter(config["tasks"])),
             inputs={k: str(v) if not isinstance(v, list) else v for k, v in inputs.items()},
-            outputs={k: str(v) for k, v in outputs.items()}))
+            outputs={k: str(v) for k, v in outputs.items()})
+        stage.run(dataclasses.replace(job, wildcards={**job.wildcards, "shard": "0"}))
     return out
 
 
@@ -265,6 +285,32 @@ def test_your_own_decoder_and_prompt_file_go_through_the_same_stages(induction_m
     assert metrics["steps"] == 0 and metrics["dev_accuracy"] >= 0.9, metrics
     claims = pd.read_parquet(out["claims.parquet"])
     assert claims.loc[0, "value"] >= 0.9, claims.to_string()  # AttAttr finds B
+    # the dump: one row per prompt, attributed at its last token for its target token
+    dump = pd.read_parquet(out["part.parquet"])
+    tokenizer = induction_model.tokenizer
+    targets = tokenizer.convert_tokens_to_ids(rows["next"].tolist())
+    assert dump["label"].tolist() == targets and dump["target"].tolist() == targets
+    assert dump["probs"].isna().all()  # a decoder's vocabulary-wide distribution is not kept
+    # the tokenizer puts <s> first: a token more than the prompt's words
+    assert (dump["n_tokens"] == rows["prompt"].str.split().str.len() + 1).all()
+    # the planted pair: the last token (the second A) reading B's first position
+    assert dump["planted_i"].tolist() == (dump["n_tokens"] - 1).tolist()
+    assert dump["planted_j"].tolist() == (rows["gt_induction"] + 1).tolist()
+    shard = json.loads(out["shard.json"].read_text())
+    assert shard["accuracy"] >= 0.9 and shard["outside_tolerance"] == 0, shard
+    # the strongest attribution edge joins the pair in every example (observed 1.0; 0.9 for
+    # another CPU), raw attention's in 0.4 (its strongest edges are layer 0's)
+    recovery = pd.read_parquet(out["recovery.parquet"])
+    assert recovery.loc[0, "value"] >= 0.9 and recovery.loc[2, "verdict"] == "holds"
+    # the trees are rooted at the last token: B is its top node, joined to it by a root edge
+    tree_table = pd.read_parquet(out["trees.parquet"])
+    assert (tree_table["top_node"] == rows["gt_induction"] + 1).mean() >= 0.9
+    tree_claims = pd.read_parquet(out["tree_claims.parquet"])
+    assert tree_claims.loc[0, "value"] >= 0.9, tree_claims.to_string()
+    tree_edges = pd.read_parquet(out["tree_edges.parquet"])
+    root = tree_edges[tree_edges["kind"] == "root"].merge(
+        dump[["idx", "n_tokens"]], left_on="example", right_on="idx")
+    assert (root["from"] == root["n_tokens"] - 1).all()
 
 
 def test_a_gpt2_checkpoint_is_trained_further_and_analysed(tmp_path):

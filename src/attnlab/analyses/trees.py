@@ -17,6 +17,11 @@ rule): if i Appears and j NotAppears, the edge is added, i becomes Fixed and j A
 is Fixed and j NotAppears, the edge is added and j Appears. Finally the root [CLS] is
 connected to every node of the tree.
 
+A decoder's tree (a next-token task) has its last token as the root, where the next token
+is predicted, in place of [CLS]; on the induction task its planted pair, the last token reading
+B, is a root edge. Its trees are normalised by "layer": "no_cls" leaves out row 0, a
+classifier's root.
+
 The positions are words: where the tokenizer splits a word into pieces ("un ##sen ##time
 ##ntal"), the tree's node is the word ("unsentimental"), and a^l of a word pair is the sum over
 the pairs of their pieces (attnlab.data.words has why). The functions reading dump rows take
@@ -46,20 +51,25 @@ Edge = tuple[int, int, float]
 
 @dataclass
 class Tree:
-    """An attribution tree: its nodes in the order they appeared (the top node first) and its
-    flow edges (layer, parent i, child j, normalised score) in the order they were added."""
+    """An attribution tree: its nodes in the order they appeared (the top node first), its
+    flow edges (layer, parent i, child j, normalised score) in the order they were added, and
+    its root (the position the prediction reads)."""
 
     top: int | None
     nodes: list[int] = field(default_factory=list)
     edges: list[tuple[int, int, int, float]] = field(default_factory=list)
+    root: int = ROOT
 
     def root_edges(self) -> list[tuple[int, int]]:
-        """([CLS], j) for every node j of the tree other than [CLS] itself."""
-        return [(ROOT, j) for j in self.nodes if j != ROOT]
+        """(root, j) for every node j of the tree other than the root itself."""
+        return [(self.root, j) for j in self.nodes if j != self.root]
 
     def joins(self, a: int, b: int) -> bool:
-        """Whether a flow edge joins positions a and b (either direction)."""
-        return any({i, j} == {a, b} for _, i, j, _ in self.edges)
+        """Whether an edge of the tree, a flow edge or a root edge, joins positions a and b
+        (either direction). A classifier's planted pair is two words, never its root; a
+        decoder's is its root (the query) reading a key, a root edge."""
+        return any({i, j} == {a, b} for _, i, j, _ in self.edges) or any(
+            {i, j} == {a, b} for i, j in self.root_edges())
 
 
 def _check(tau: float, normalise: str) -> None:
@@ -124,13 +134,14 @@ def top_node(totals: np.ndarray, root: int = ROOT) -> int | None:
     return int(np.argmax(totals))
 
 
-def build_tree(kept: list[list[Edge]], top: int | None, n_tokens: int) -> Tree:
+def build_tree(kept: list[list[Edge]], top: int | None, n_tokens: int,
+               root: int = ROOT) -> Tree:
     """Algorithm 1 on the kept edges of every layer (see the module docstring)."""
     if top is None:
-        return Tree(top=None)
+        return Tree(top=None, root=root)
     state = [NOT_APPEAR] * n_tokens
     state[top] = APPEAR
-    tree = Tree(top=top, nodes=[top])
+    tree = Tree(top=top, nodes=[top], root=root)
     for layer in range(len(kept) - 2, -1, -1):
         for i, j, score in kept[layer]:
             if i == j or state[j] != NOT_APPEAR or state[i] == NOT_APPEAR:
@@ -149,14 +160,24 @@ def tree_from_matrix(layers: np.ndarray, tau: float, normalise: str,
     layers = np.asarray(layers, dtype=np.float64)
     off_diagonal = layers.sum(axis=2) - np.diagonal(layers, axis1=1, axis2=2)
     return build_tree(kept_edges_from_matrix(layers, tau, normalise),
-                      top_node(off_diagonal.sum(axis=0), root), layers.shape[-1])
+                      top_node(off_diagonal.sum(axis=0), root), layers.shape[-1], root)
 
 
-def tree_from_dump(row: pd.Series | dict, n_layers: int, tau: float, normalise: str) -> Tree:
-    """The tree of one example from its dump row (stored edges and row sums)."""
+def root_of(row: pd.Series | dict, *, causal: bool) -> int:
+    """The root of a dump row's tree: [CLS] (position 0) for a classifier, the last token
+    for a decoder (`causal`), whose next token is predicted there."""
+    return int(row["n_tokens"]) - 1 if causal else ROOT
+
+
+def tree_from_dump(row: pd.Series | dict, n_layers: int, tau: float, normalise: str, *,
+                   causal: bool = False) -> Tree:
+    """The tree of one example from its dump row (stored edges and row sums); `causal`: the
+    row is a decoder's (`root_of`)."""
     n = int(row["n_tokens"])
+    root = root_of(row, causal=causal)
     totals = np.asarray(row["row_sum"], dtype=np.float64).reshape(n_layers, n).sum(axis=0)
-    return build_tree(kept_edges_from_dump(row, n_layers, tau, normalise), top_node(totals), n)
+    return build_tree(kept_edges_from_dump(row, n_layers, tau, normalise),
+                      top_node(totals, root), n, root)
 
 
 def planted_pair(row: pd.Series) -> tuple[int, int] | None:
@@ -184,10 +205,11 @@ def sample_examples(available: list[int], n: int, chosen: list[int], seed: int) 
 PLANTED_TREE_SHARE = 0.8
 
 
-def tree_tables(dump: pd.DataFrame, n_layers: int, tau: float,
-                normalise: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+def tree_tables(dump: pd.DataFrame, n_layers: int, tau: float, normalise: str, *,
+                causal: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every example's tree, from dump rows over words (`dumps.word_level`): (edges, trees).
     The columns keep the names of the token level ("tokens" are words, n_tokens their number).
+    `causal`: the rows are a decoder's, whose trees are rooted at the last token.
 
     edges: example, kind ("flow" or "root"), layer, from, to, score (a^l_ij / max; null for
     root edges, which stand for the last layer, L−1), from_token, to_token.
@@ -199,7 +221,7 @@ def tree_tables(dump: pd.DataFrame, n_layers: int, tau: float,
     """
     edge_rows, tree_rows = [], []
     for _, row in dump.iterrows():
-        tree = tree_from_dump(row, n_layers, tau, normalise)
+        tree = tree_from_dump(row, n_layers, tau, normalise, causal=causal)
         tokens = list(row["tokens"])
         example = int(row["idx"])
         flow = [(layer, i, j, score, "flow") for layer, i, j, score in tree.edges]
@@ -249,6 +271,6 @@ def tree_claims(trees: pd.DataFrame) -> list[dict[str, Any]]:
     if n == 0:
         return []
     return [claim("trees", "the attribution tree joins the planted token pair",
-                  f"share of the {n} correctly classified dev examples whose tree has a flow "
-                  f"edge joining the planted pair (holds if >= {PLANTED_TREE_SHARE})",
+                  f"share of the {n} correctly classified dev examples whose tree has an edge "
+                  f"joining the planted pair (holds if >= {PLANTED_TREE_SHARE})",
                   share, share >= PLANTED_TREE_SHARE)]

@@ -9,10 +9,12 @@ under `attnlab`, together with the config and code version the file came from.
 Columns (L layers, H heads, n real tokens, k = top_pairs, E stored edges):
 
     idx, label, pred, target      int64   dataset index; gold, predicted and attributed class
+                                          (a decoder's: token ids of the next token)
     n_tokens                      int32   n (padding excluded; positions below are 0..n-1)
     tokens                        list<str>   the n tokens
     segments                      list<int8>  per token: 0 / 1 = text field, -1 = special
-    probs                         list<f32>   class probabilities
+    probs                         list<f32>   class probabilities (null for a decoder, whose
+                                              distribution is over its vocabulary)
     f_full                        f32         F(A): probability of `target`
     f_zero, attr_sum              list<f32> L F(0·A^l) and Σ Attr(A^l) (completeness check)
     residual                      list<f32> L Σ Attr(A^l) − (F(A) − F(0·A^l)), summed in float64
@@ -25,7 +27,9 @@ Columns (L layers, H heads, n real tokens, k = top_pairs, E stored edges):
     row_sum                       list<f32> L·n Σ_{j != i} a^l_ij per query token i
     attn_top_i, attn_top_j        list<i16> L strongest off-diagonal head-summed attention edge
     planted_i, planted_j          int16     token positions of the deciding planted pair (null for
-                                            real data and for synthetic examples no pair decides)
+                                            real data and for synthetic examples no pair decides;
+                                            the induction task's: the last token and B's first
+                                            position)
     attr_full                     list<f32> L·H·n·n, only with attribution.keep_full
     word_ids                      list<i16> n  the word each token is a piece of, 0..W−1
     words                         list<str> W  each word as the tokenizer decodes its pieces

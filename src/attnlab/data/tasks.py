@@ -16,7 +16,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import datasets
 import numpy as np
@@ -28,8 +28,6 @@ from attnlab.plumbing.outputs import atomic_path
 
 if TYPE_CHECKING:  # for type hints only: the trees job then imports no transformers
     from transformers import PreTrainedTokenizerBase
-
-    from attnlab.data.prompts import PromptSpec  # which builds on this module
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +112,16 @@ def _read_parquet(path: str | os.PathLike) -> pd.DataFrame:
         raise DataError(f"{path}: cannot read as Parquet ({_one_line(err)})") from err
 
 
-def load_split(path: str | os.PathLike, spec: TaskSpec | PromptSpec) -> pd.DataFrame:
+class SplitSpec(Protocol):
+    """What a split is checked against: a classification task's `TaskSpec`, a next-token
+    task's `prompts.PromptSpec`."""
+
+    name: str
+
+    def validate(self, df: pd.DataFrame, where: str) -> pd.DataFrame: ...
+
+
+def load_split(path: str | os.PathLike, spec: SplitSpec) -> pd.DataFrame:
     """Read a Parquet split written by `prepare_task` (a next-token task's: by
     `prompts.write_prompts`) and validate it."""
     return spec.validate(_read_parquet(path), str(path))

@@ -19,7 +19,9 @@ from transformers import BatchEncoding, PreTrainedModel, PreTrainedTokenizerBase
 
 from attnlab.data import tasks, words
 from attnlab.data.dumps import PAIR_COLUMNS, completeness_errors
+from attnlab.data.prompts import PromptSpec
 from attnlab.data.tokenization import length_limit
+from attnlab.engine import next_token
 from attnlab.engine.attribution import PANEL_NODES, Attribution, attribute, engine_options
 from attnlab.engine.examples import encoded_frame
 from attnlab.plumbing.device import attribution_batch_size, out_of_memory_names
@@ -83,10 +85,12 @@ def _pair_columns(attr: torch.Tensor, cfg: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def example_row(result: Attribution, b: int, cfg: Mapping[str, Any],
-                word_ids: list[int] | None = None) -> dict[str, Any]:
+                word_ids: list[int] | None = None, *, vocabulary: bool = False
+                ) -> dict[str, Any]:
     """The dump row of example b of an engine result (without the dataset columns).
     `word_ids`: the word of each token, where some word is split into pieces: the row's word
-    columns then hold its attributions merged to words (null otherwise)."""
+    columns then hold its attributions merged to words (null otherwise). `vocabulary`: the
+    result's probabilities are a decoder's next-token distribution, not stored."""
     real = result.attention[b, 0, 0].sum(dim=-1) > 0  # padded query rows are all zero
     positions = real.nonzero().flatten()
     attr = result.attr[b][:, :, positions][:, :, :, positions].float().cpu()  # (L, H, n, n)
@@ -102,7 +106,8 @@ def example_row(result: Attribution, b: int, cfg: Mapping[str, Any],
         "target": int(result.target[b]),
         "pred": int(result.probs[b].argmax()),
         "n_tokens": n,
-        "probs": result.probs[b].tolist(),
+        # a decoder's distribution is over its whole vocabulary: f_full keeps the target's
+        "probs": None if vocabulary else result.probs[b].tolist(),
         "f_full": float(result.f_full[b]),
         "f_zero": result.f_zero[b].tolist(),
         "attr_sum": attr.sum(dim=(1, 2, 3)).tolist(),
@@ -156,7 +161,7 @@ def dump_rows(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     examples: pd.DataFrame,
-    spec: tasks.TaskSpec,
+    spec: tasks.TaskSpec | PromptSpec,
     settings: Mapping[str, Any],
     model_settings: Mapping[str, Any],
     *,
@@ -165,7 +170,10 @@ def dump_rows(
     shard: int = 0,
     n_shards: int = 1,
 ) -> DumpRows:
-    """Attribute the examples (rows of a prepared split, at least one) into dump rows.
+    """Attribute the examples (rows of a prepared split, at least one) into dump rows. A
+    next-token task's prompts (`spec` a PromptSpec) are attributed at their last token; their
+    label is the target token's id, their planted pair the induction task's
+    (`next_token.planted_pairs`).
 
     `settings` are those of the config's `attribution` section that the engine
     (`engine_options`) and the rows (`example_row`) read, and its `target`; `model_settings`
@@ -176,15 +184,23 @@ def dump_rows(
     split the examples are, in the log and the progress bar.
     """
     encoded = encoded_frame(examples, spec, tokenizer, model_settings)
-    # the segments and words of the tokens the model reads: truncated as `encoded` is
-    max_length, truncate = length_limit(model_settings)
-    encoding = tokenizer(*tasks.split_texts(examples, spec), truncation=truncate,
-                         max_length=max_length if truncate else None)
-    planted = (
-        tasks.planted_token_positions(examples, spec, tokenizer)
-        if set(tasks.GROUND_TRUTH_COLUMNS) <= set(examples.columns)
-        else None
-    )
+    decoder = isinstance(spec, PromptSpec)
+    if decoder:  # the prompts; the label is the target token (encoded_frame)
+        encoding = tokenizer(examples[spec.prompt_field].tolist())
+        planted = (next_token.planted_pairs(examples, spec, tokenizer)
+                   if "gt_induction" in examples else None)
+        labels = encoded["labels"].tolist()
+    else:
+        # the segments and words of the tokens the model reads: truncated as `encoded` is
+        max_length, truncate = length_limit(model_settings)
+        encoding = tokenizer(*tasks.split_texts(examples, spec), truncation=truncate,
+                             max_length=max_length if truncate else None)
+        planted = (
+            tasks.planted_token_positions(examples, spec, tokenizer)
+            if set(tasks.GROUND_TRUTH_COLUMNS) <= set(examples.columns)
+            else None
+        )
+        labels = examples[spec.label_field].tolist()
     lengths = encoded["attention_mask"].sum(dim=1)
     # Similar lengths together waste less padding; rows are returned in the examples' order.
     order = torch.argsort(lengths, stable=True).tolist()
@@ -219,10 +235,11 @@ def dump_rows(
             for b, row_index in enumerate(group):
                 real_ids = encoded["input_ids"][row_index, : lengths[row_index]].tolist()
                 text = text_columns(tokenizer, encoding, row_index, real_ids)
-                row = {**example_row(result, b, settings, text["word_ids"]), **text}
+                row = {**example_row(result, b, settings, text["word_ids"],
+                                     vocabulary=decoder), **text}
                 row["idx"] = (int(examples["idx"].iloc[row_index]) if "idx" in examples
                               else row_index)
-                row["label"] = int(examples[spec.label_field].iloc[row_index])
+                row["label"] = int(labels[row_index])
                 pair = planted[row_index] if planted is not None else None
                 row["planted_i"], row["planted_j"] = pair if pair is not None else (None, None)
                 rows[row_index] = row

@@ -81,6 +81,17 @@ def token_positions(
     return positions
 
 
+def planted_pairs(
+    df: pd.DataFrame, spec: PromptSpec, tokenizer: PreTrainedTokenizerBase
+) -> list[tuple[int, int]]:
+    """The (query, key) token pair that decides each example of the induction task: its last
+    prompt token (the second A) reading B's first position (`gt_induction`), as a
+    classification task's planted pair decides its label."""
+    lengths = [len(ids) for ids in tokenizer(df[spec.prompt_field].tolist())["input_ids"]]
+    keys = token_positions(df, spec, tokenizer, "gt_induction")
+    return [(n - 1, key) for n, key in zip(lengths, keys, strict=True)]
+
+
 def batches(data: dict[str, torch.Tensor], rows: torch.Tensor, size: int,
             device: torch.device | str) -> Iterator[dict[str, torch.Tensor]]:
     """The rows `rows` of `data` in batches of `size`, cut to their longest example."""

@@ -32,7 +32,7 @@ def _token_fontsize(n_tokens: int, inches: float) -> float:
 
 
 def _class_name(label_names: list[str], index: int) -> str:
-    return label_names[index] if 0 <= index < len(label_names) else str(index)
+    return label_names[index] if 0 <= index < len(label_names) else f"token {index}"
 
 
 def _mark_planted(labels, planted: tuple[int, int] | None) -> None:

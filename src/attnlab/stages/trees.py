@@ -11,6 +11,7 @@ from attnlab.analyses import trees
 from attnlab.analyses.claims import claims_frame, log_claims
 from attnlab.data.dumps import read_task_dump, word_level
 from attnlab.job import Job
+from attnlab.plumbing.errors import ConfigError
 from attnlab.plumbing.outputs import atomic_path
 from attnlab.report.flow_figures import plot_tree, plot_tree_sizes
 
@@ -21,6 +22,9 @@ def run(job: Job) -> None:
     """Writes the tables edges, trees and claims, the JSON summary, the figure sizes and the
     tree figures of the sampled examples into the folder `figures`."""
     cfg = job.settings.trees
+    if job.next_token and cfg.normalise != "layer":
+        raise ConfigError(f"trees.normalise: {cfg.normalise!r} leaves out a classifier's [CLS] "
+                          "row; a decoder's trees (next_token tasks) take 'layer'")
     dump, meta = read_task_dump(job.inputs["parts"])
     dump = word_level(dump)  # a word split into pieces is one node
     n_layers = meta["n_layers"]
@@ -28,7 +32,8 @@ def run(job: Job) -> None:
                                    job.settings.seed)
     log.info("task %s: trees of %d examples, tau %s, normalised by the %s maximum", job.task,
              len(dump), cfg.tau, cfg.normalise)
-    edges, table = trees.tree_tables(dump, n_layers, cfg.tau, cfg.normalise)
+    edges, table = trees.tree_tables(dump, n_layers, cfg.tau, cfg.normalise,
+                                     causal=job.next_token)
     claims = claims_frame(trees.tree_claims(table))
     summary = trees.size_summary(table)
     if summary["incomplete_trees"]:
@@ -43,8 +48,11 @@ def run(job: Job) -> None:
     with atomic_path(job.outputs["figures"]) as folder:
         folder.mkdir()
         for _, row in dump[dump["idx"].isin(chosen)].iterrows():
-            tree = trees.tree_from_dump(row, n_layers, cfg.tau, cfg.normalise)
-            plot_tree(row, tree, n_layers, list(job.spec.label_names), cfg.tau,
+            tree = trees.tree_from_dump(row, n_layers, cfg.tau, cfg.normalise,
+                                        causal=job.next_token)
+            # a decoder's classes are its vocabulary: the figure names the token ids
+            label_names = [] if job.next_token else list(job.spec.label_names)
+            plot_tree(row, tree, n_layers, label_names, cfg.tau,
                       trees.planted_pair(row), folder / f"tree_{row['idx']}.png")
     log.info("tree sizes: %s", json.dumps(summary))
     log_claims(claims, job.task)
