@@ -57,6 +57,8 @@ if KIND == "next_token":
             expand(rules.finetune.output.metrics, name=list(RUNS), task=TASKS),
             expand(rules.summarise_attributions.output.summary, name=list(RUNS), task=TASKS),
             expand(rules.trees.output.claims, name=list(RUNS), task=TASKS),
+            expand(rules.prune_eval.output.claims, name=list(RUNS), task=TASKS),
+            expand(rules.pruning_figures.output.per_layer, name=list(RUNS)),
             expand(rules.induction.output.claims, name=list(RUNS), task=TASKS),
             expand(rules.run_summary.output.page, name=config["name"]),
             expand(rules.claims.output.page, name=config["name"]),

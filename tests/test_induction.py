@@ -139,6 +139,9 @@ def _induction_config(**changes):
     ({"tasks.other": {"source": "synthetic", "synthetic": {"kind": "single2"},
                       "text_fields": ["sentence"], "label_names": ["negative", "positive"]}},
      "tasks: the tasks are of different kinds"),
+    ({"heads": {"dissimilar_pairs": [["induction", "induction"]]}},
+     "heads.dissimilar_pairs: the cross-task correlation of head importance is not run for "
+     "next_token tasks"),
 ])
 def test_a_config_that_mixes_decoders_and_classifiers_stops_the_dry_run_in_one_line(
         changes, message):
@@ -172,8 +175,9 @@ def test_attattr_finds_the_planted_mechanism_on_the_trained_model(induction_mode
 @pytest.mark.slow
 def test_the_induction_config_runs_through_the_snakemake_command_line(tmp_path):
     """config/induction.yaml with fewer dev examples, through the real CLI: prepare_data,
-    finetune (training the decoder), attribute, summarise_attributions, trees, induction, the
-    run summary and the claims page. About 25 s on a free machine."""
+    finetune (training the decoder), attribute, summarise_attributions, trees, head_importance,
+    prune_eval, pruning_figures, induction, the run summary and the claims page. 160 s on this
+    machine's two cores shared under load 4-5."""
     import yaml
     from test_workflow import snakemake
 
@@ -198,6 +202,12 @@ def test_the_induction_config_runs_through_the_snakemake_command_line(tmp_path):
     for path in ("attribution_summary/induction_claims.parquet",
                  "trees/induction/claims.parquet"):
         assert (pd.read_parquet(results / path).loc[0, "verdict"] == "holds"), path
+    # Hao et al.'s pruning claims on next-token accuracy (docs/decoders.md): pruning by
+    # attribution keeps both heads the task needs longest, so it beats a random order
+    pruning = pd.read_parquet(results / "heads/induction/claims.parquet").set_index("claim")
+    assert len(pruning) == 6, pruning.to_string()
+    assert pruning.loc["attribution beats a random head order", "value"] >= 0.15
+    assert (results / "heads/pruning_global.png").is_file()
     assert (results / "report/claims.html").is_file()
     assert (results / "report/run_summary.html").is_file()
 
