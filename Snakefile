@@ -59,6 +59,7 @@ if KIND == "next_token":
             expand(rules.trees.output.claims, name=list(RUNS), task=TASKS),
             expand(rules.prune_eval.output.claims, name=list(RUNS), task=TASKS),
             expand(rules.pruning_figures.output.per_layer, name=list(RUNS)),
+            expand(rules.example_views.output.views, name=list(RUNS), task=TASKS),
             expand(rules.induction.output.claims, name=list(RUNS), task=TASKS),
             expand(rules.run_summary.output.page, name=config["name"]),
             expand(rules.claims.output.page, name=config["name"]),

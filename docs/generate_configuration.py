@@ -10,6 +10,7 @@ without a description gets an empty cell and is named on stderr.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -189,11 +190,16 @@ def generate(schema: dict) -> tuple[str, list[str]]:
 
 
 def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python docs/generate_configuration.py",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 if docs/configuration.md is not current, writing nothing")
+    args = parser.parse_args(argv)
     schema = yaml.safe_load(SCHEMA.read_text(encoding="utf-8"))
     text, missing = generate(schema)
     for path in missing:
         print(f"no description in the schema: {path}", file=sys.stderr)
-    if "--check" in argv:
+    if args.check:
         current = OUTPUT.read_text(encoding="utf-8") if OUTPUT.exists() else ""
         if current != text:
             print(f"{OUTPUT.relative_to(ROOT)} is stale: run python docs/generate_configuration.py",

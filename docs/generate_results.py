@@ -14,6 +14,7 @@ The page names the code version the files record, so a reader can tell which cod
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import tempfile
@@ -229,24 +230,25 @@ planted edge).
 
 
 def main(argv: list[str]) -> int:
-    args = [a for a in argv if not a.startswith("--")]
-    out = OUTPUT
-    if "--out" in argv:
-        out = Path(argv[argv.index("--out") + 1])
-        args.remove(str(out))
-    if len(args) != 1 or not Path(args[0], "finetune").is_dir():
-        print("usage: python docs/generate_results.py results/<name> [--check] [--out FILE] "
-              "(a finished run's folder)", file=sys.stderr)
-        return 2
-    text = generate(Path(args[0]))
-    if "--check" in argv:
-        current = out.read_text(encoding="utf-8") if out.exists() else ""
+    parser = argparse.ArgumentParser(prog="python docs/generate_results.py",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("run", type=Path, help="a finished run's folder, results/<name>")
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 if the page is not the run's, writing nothing")
+    parser.add_argument("--out", type=Path, default=OUTPUT, metavar="FILE",
+                        help="the page to write or check (default: docs/results.md)")
+    args = parser.parse_args(argv)
+    if not (args.run / "finetune").is_dir():
+        parser.error(f"{args.run} is not a finished run's folder (it has no finetune/)")
+    text = generate(args.run)
+    if args.check:
+        current = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
         if current != text:
-            print(f"{out} is not the page of {args[0]}: run python docs/generate_results.py "
-                  f"{args[0]}", file=sys.stderr)
+            print(f"{args.out} is not the page of {args.run}: run python docs/generate_results.py "
+                  f"{args.run}", file=sys.stderr)
             return 1
         return 0
-    out.write_text(text, encoding="utf-8")
+    args.out.write_text(text, encoding="utf-8")
     return 0
 
 

@@ -175,10 +175,11 @@ def test_attattr_finds_the_planted_mechanism_on_the_trained_model(induction_mode
 @pytest.mark.slow
 def test_the_induction_config_runs_through_the_snakemake_command_line(tmp_path):
     """config/induction.yaml with fewer dev examples, through the real CLI: prepare_data,
-    finetune (training the decoder), attribute, summarise_attributions, trees, head_importance,
-    prune_eval, pruning_figures, induction, the run summary and the claims page. 160 s on this
-    machine's two cores shared under load 4-5."""
+    finetune (training the decoder), attribute, summarise_attributions, trees, example_views,
+    head_importance, prune_eval, pruning_figures, induction, the run summary and the claims
+    page. 160 s on this machine's two cores shared under load 4-5 (before example_views)."""
     import yaml
+    from test_explorer import embedded
     from test_workflow import snakemake
 
     config = yaml.safe_load(open("config/induction.yaml"))
@@ -208,6 +209,10 @@ def test_the_induction_config_runs_through_the_snakemake_command_line(tmp_path):
     assert len(pruning) == 6, pruning.to_string()
     assert pruning.loc["attribution beats a random head order", "value"] >= 0.15
     assert (results / "heads/pruning_global.png").is_file()
+    # the views: a decoder's tree in the explorer is rooted at the last token
+    data = embedded((results / "views/induction/explorer.html").read_text())
+    examples = data["examples"]
+    assert examples and all(ex["root"] == len(ex["tokens"]) - 1 for ex in examples), data
     assert (results / "report/claims.html").is_file()
     assert (results / "report/run_summary.html").is_file()
 

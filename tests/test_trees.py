@@ -61,6 +61,21 @@ def test_hand_made_matrices_give_the_known_tree():
     assert tree.joins(3, 1) and not tree.joins(1, 4)
 
 
+def test_a_decoders_tree_is_rooted_at_its_last_token_and_joins_its_pair_by_a_root_edge():
+    # the hand-made matrices as a decoder's 6 tokens: the root is position 5 (the query),
+    # which is out of the top node's race as [CLS] is for a classifier
+    a = hand_made()
+    a[:, 0, :] = 0.0  # a decoder's first token reads only itself
+    tree = trees.tree_from_matrix(a, TAU, "layer", root=5)
+    assert tree.root == 5 and tree.top == 1
+    assert tree.edges == [(1, 1, 2, 1.0), (1, 2, 4, 0.75), (0, 1, 3, 0.75)]
+    assert tree.root_edges() == [(5, 1), (5, 2), (5, 4), (5, 3)]
+    # the induction task's planted pair is the query reading a key: a root edge joins it
+    assert tree.joins(5, 2) and tree.joins(2, 5) and not tree.joins(5, 0)
+    row = {"n_tokens": 6}
+    assert trees.root_of(row, causal=True) == 5 and trees.root_of(row, causal=False) == 0
+
+
 def test_top_node_ties_go_to_the_first_position_and_skip_cls():
     assert trees.top_node(np.array([9.0, 1.0, 3.0, 3.0])) == 2
     a = hand_made()
@@ -377,4 +392,4 @@ def test_the_tree_figure_draws_every_edge_at_the_layer_of_the_edges_table(tmp_pa
         # the y axis names the rows by the layer that reads them
         assert [t.get_text() for t in ax.get_yticklabels()] == [
             "read in layer 0", "read in layer 1", "read in layer 2", "read in layer 3",
-            "root [CLS]"]
+            "root"]

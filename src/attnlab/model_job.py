@@ -46,6 +46,14 @@ class ModelJob(Job):
     def tokenizer(self) -> PreTrainedTokenizerBase:
         return self._classifier[1]
 
+    @cached_property
+    def class_names(self) -> list[str]:
+        """What a label, prediction or target index names: the task's classes; a decoder's
+        tokens (its vocabulary)."""
+        if self.next_token:
+            return self.tokenizer.convert_ids_to_tokens(list(range(len(self.tokenizer))))
+        return list(self.spec.label_names)
+
     def encoded(self, split: str = "dev", n: int | None = None) -> dict[str, torch.Tensor]:
         """The first `n` examples (all when None) of a split, tokenized for the model
         (`examples.encoded_frame`)."""

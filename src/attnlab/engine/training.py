@@ -14,6 +14,8 @@ import logging
 import math
 import os
 import time
+from collections.abc import Callable
+from functools import partial
 from typing import Any, NamedTuple
 
 import pandas as pd
@@ -56,6 +58,8 @@ MAX_GRAD_NORM = 1.0  # gradient clipping, as in the transformers Trainer
 # finetune.length_buckets: batches of similar length come from windows of this many batches
 # of a random permutation (as the transformers Trainer's group_by_length)
 BUCKET_BATCHES = 50
+# the metrics of a model of source `finetuned`, evaluated as published
+UNTRAINED = {"train_loss": None, "epochs": 0, "steps": 0, "n_train": 0}
 
 
 class Trained(NamedTuple):
@@ -188,23 +192,32 @@ def _linear_schedule(warmup_steps: int, total_steps: int):
     return factor
 
 
+def _classifier_loss(model: PreTrainedModel, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The classifier's own cross-entropy of the batch's labels."""
+    return model(**batch).loss
+
+
 def _train(
     model: PreTrainedModel,
     train: dict[str, torch.Tensor],
-    dev: dict[str, torch.Tensor],
-    spec: TaskSpec,
+    *,
+    loss_of: Callable[[PreTrainedModel, dict[str, torch.Tensor]], torch.Tensor],
+    evaluate: Callable[[PreTrainedModel], float],
+    name: str,
     train_cfg: dict[str, Any],
     device: torch.device,
     seed: int,
     bf16: bool,
 ) -> dict[str, Any]:
-    """The training loop: AdamW, linear warm-up and decay, gradient clipping; the dev accuracy
-    is logged after every epoch. With `bf16` the steps run under bfloat16 autocast (the
-    weights and their updates stay float32). Training stops after the first epoch whose mean
-    training loss is below train_cfg["stop_loss"] (when set); the schedule stays the one of
-    all the epochs. With train_cfg["length_buckets"] the batches hold examples of similar
-    length (`length_bucket_order`), each padded only to its longest example."""
-    n_train = len(train["labels"])
+    """The training loop of classifiers and language models: AdamW, linear warm-up and decay,
+    gradient clipping, minimising `loss_of(model, batch)` over the encoded examples `train`;
+    `evaluate(model)`, the dev accuracy, is logged after every epoch. With `bf16` the steps
+    run under bfloat16 autocast (the weights and their updates stay float32). Training stops
+    after the first epoch whose mean training loss is below train_cfg["stop_loss"] (when
+    set); the schedule stays the one of all the epochs. With train_cfg["length_buckets"] the
+    batches hold examples of similar length (`length_bucket_order`), each padded only to its
+    longest example. `name` names the task in the log and the progress bar."""
+    n_train = len(train["input_ids"])
     epochs, batch_size = train_cfg["epochs"], train_cfg["batch_size"]
     steps_per_epoch = math.ceil(n_train / batch_size)
     total_steps = epochs * steps_per_epoch
@@ -229,8 +242,8 @@ def _train(
     lengths = train["attention_mask"].sum(dim=1)
 
     log.info("%s: training on %d examples, %d epochs, %d steps, device %s",
-             spec.name, n_train, epochs, total_steps, device)
-    progress = tqdm(total=total_steps, desc=f"finetune {spec.name}", mininterval=5)
+             name, n_train, epochs, total_steps, device)
+    progress = tqdm(total=total_steps, desc=f"finetune {name}", mininterval=5)
     for epoch in range(1, epochs + 1):
         model.train()
         epoch_loss = 0.0
@@ -241,21 +254,21 @@ def _train(
         for batch in _batches(train, order, batch_size, device):
             batch = _trimmed(batch) if buckets else batch
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-                loss = model(**batch).loss
+                loss = loss_of(model, batch)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad()
-            epoch_loss += loss.item() * len(batch["labels"])
+            epoch_loss += loss.item() * len(batch["input_ids"])
             progress.update()
         train_loss = epoch_loss / n_train
-        dev_accuracy = accuracy(model, dev, batch_size, device)
+        dev_accuracy = evaluate(model)
         log.info("%s epoch %d/%d: train loss %.4f, dev accuracy %.4f",
-                 spec.name, epoch, epochs, train_loss, dev_accuracy)
+                 name, epoch, epochs, train_loss, dev_accuracy)
         if stop_loss is not None and train_loss < stop_loss:
             log.info("%s: train loss below finetune.stop_loss=%g, stopping after epoch %d",
-                     spec.name, stop_loss, epoch)
+                     name, stop_loss, epoch)
             break
     progress.close()
     return {"dev_accuracy": dev_accuracy, "train_loss": train_loss, "epochs": epoch,
@@ -291,18 +304,18 @@ def finetune(
 
     max_length, truncate = length_limit(model_cfg)
     dev_data = encode(dev, spec, tokenizer, max_length, truncate)
+    evaluate = partial(accuracy, data=dev_data, batch_size=train_cfg["batch_size"], device=device)
     if model_cfg["source"] == "finetuned":
         log.info("%s: %s is used as published, not trained", spec.name, model_cfg["pretrained"])
-        result = {
-            "dev_accuracy": accuracy(model, dev_data, train_cfg["batch_size"], device),
-            "train_loss": None, "epochs": 0, "steps": 0, "n_train": 0,
-        }
+        result = {"dev_accuracy": evaluate(model), **UNTRAINED}
     else:
         train_data = encode(train, spec, tokenizer, max_length, truncate)
         with out_of_memory_names("finetune.batch_size", train_cfg["batch_size"],
                                  f"fine-tuning task {spec.name} (up to "
                                  f"{train_data['input_ids'].shape[1]} tokens)"):
-            result = _train(model, train_data, dev_data, spec, train_cfg, device, seed, bf16)
+            result = _train(model, train_data, loss_of=_classifier_loss, evaluate=evaluate,
+                            name=spec.name, train_cfg=train_cfg, device=device, seed=seed,
+                            bf16=bf16)
 
     return Trained(model, tokenizer, {
         **result,
@@ -424,7 +437,9 @@ def _causal_model(spec: PromptSpec, model_cfg: dict[str, Any], train: pd.DataFra
 
 def _next_token_loss(model: PreTrainedModel, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     """Cross-entropy of every next token from each example's `train_from` position to its
-    query (the target), the model reading all tokens but the last."""
+    query (the target), the model reading all tokens but the last of the batch cut to its
+    longest example."""
+    batch = _trimmed(batch)
     inputs, following = batch["input_ids"][:, :-1], batch["input_ids"][:, 1:]
     logits = model(input_ids=inputs, attention_mask=batch["attention_mask"][:, :-1]).logits
     index = torch.arange(inputs.shape[1], device=inputs.device)
@@ -448,9 +463,8 @@ def train_language_model(
     A scratch model (model.scratch.family: gpt2 or llama) gets a word-level vocabulary of the
     training split's words; a pretrained checkpoint is trained further, and one of source
     `finetuned` is only evaluated. The loss is the next-token cross-entropy from each
-    example's `train_from` position to its target (`attnlab.engine.next_token.encode_prompts`);
-    AdamW with linear warm-up and decay, gradient clipping, and the stop on
-    train_cfg["stop_loss"] as in `finetune`. The metric is next-token accuracy at the query:
+    example's `train_from` position to its target (`attnlab.engine.next_token.encode_prompts`),
+    minimised by `finetune`'s training loop. The metric is next-token accuracy at the query:
     dev_accuracy, the share of dev prompts whose argmax next token is the target."""
     started = time.monotonic()
     torch.manual_seed(seed)
@@ -458,44 +472,15 @@ def train_language_model(
     model.to(device)
     max_length = model_cfg["max_length"]
     dev_data = encode_prompts(dev, spec, tokenizer, max_length)
-    batch_size = train_cfg["batch_size"]
-    result: dict[str, Any] = {"train_loss": None, "epochs": 0, "steps": 0, "n_train": 0}
-    if model_cfg["source"] != "finetuned":
-        train_data = encode_prompts(train, spec, tokenizer, max_length)
-        n_train, epochs = len(train_data["query"]), train_cfg["epochs"]
-        steps_per_epoch = math.ceil(n_train / batch_size)
-        total_steps = epochs * steps_per_epoch
-        decay = [p for p in model.parameters() if p.ndim >= 2]
-        no_decay = [p for p in model.parameters() if p.ndim < 2]
-        optimizer = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": train_cfg["weight_decay"]},
-             {"params": no_decay, "weight_decay": 0.0}], lr=train_cfg["learning_rate"])
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _linear_schedule(
-            max(1, round(train_cfg["warmup"] * total_steps)), total_steps))
-        shuffle = torch.Generator().manual_seed(seed)
-        log.info("%s: training a %s language model on %d prompts, %d epochs, device %s",
-                 spec.name, model.config.model_type, n_train, epochs, device)
-        for epoch in range(1, epochs + 1):
-            model.train()
-            epoch_loss = 0.0
-            order = torch.randperm(n_train, generator=shuffle)
-            for batch in next_token.batches(train_data, order, batch_size, device):
-                loss = _next_token_loss(model, batch)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad()
-                epoch_loss += loss.item() * len(batch["query"])
-            train_loss = epoch_loss / n_train
-            dev_accuracy = next_token.accuracy(model, dev_data, batch_size, device)
-            log.info("%s epoch %d/%d: train loss %.4f, dev next-token accuracy %.4f",
-                     spec.name, epoch, epochs, train_loss, dev_accuracy)
-            if train_cfg.get("stop_loss") is not None and train_loss < train_cfg["stop_loss"]:
-                break
-        result = {"train_loss": train_loss, "epochs": epoch, "steps": epoch * steps_per_epoch,
-                  "n_train": n_train}
-    return Trained(model.eval(), tokenizer, {
-        "dev_accuracy": next_token.accuracy(model, dev_data, batch_size, device),
+    evaluate = partial(next_token.accuracy, data=dev_data, batch_size=train_cfg["batch_size"],
+                       device=device)
+    if model_cfg["source"] == "finetuned":
+        result = {"dev_accuracy": evaluate(model), **UNTRAINED}
+    else:
+        log.info("%s: training a %s language model", spec.name, model.config.model_type)
+        result = _train(model, encode_prompts(train, spec, tokenizer, max_length),
+                        loss_of=_next_token_loss, evaluate=evaluate, name=spec.name,
+                        train_cfg=train_cfg, device=device, seed=seed, bf16=False)
+    return Trained(model, tokenizer, {
         **result, "n_dev": len(dev_data["query"]), "device": device_name(device),
         "seconds": round(time.monotonic() - started, 1)})

@@ -43,6 +43,7 @@ def example_data(row: pd.Series, attention: np.ndarray, attribution: np.ndarray,
         "attribution": np.rint(attribution / scale[:, None, None, None] * LEVELS).astype(
             int).tolist(),
         "top": tree.top,
+        "root": tree.root,
         "edges": [[layer, i, j, round(score, 2)] for layer, i, j, score in tree.edges],
     }
 
@@ -176,11 +177,11 @@ function tree(svg, ex, layer) {{
       stroke: l === +layer ? "#bbb" : "#eee"}});
     el(svg, "text", {{x: 4, y: Y(l) + 4}}, `layer ${{l}}`);
   }}
-  el(svg, "text", {{x: 4, y: Y(L) + 4}}, "root [CLS]");
+  el(svg, "text", {{x: 4, y: Y(L) + 4}}, "root");
   const height_ = {{}};
   if (ex.top !== null) height_[ex.top] = L - 1;
   for (const [l, , j] of ex.edges) height_[j] = l;
-  for (const p of Object.keys(height_)) el(svg, "line", {{x1: X(0), y1: Y(L), x2: X(+p),
+  for (const p of Object.keys(height_)) el(svg, "line", {{x1: X(ex.root), y1: Y(L), x2: X(+p),
     y2: Y(height_[p]), stroke: "#aaa", "stroke-dasharray": "4 3"}});
   for (const [l, i, j, score] of ex.edges) {{
     const chosen = l === +layer;
@@ -197,7 +198,7 @@ function tree(svg, ex, layer) {{
     el(svg, "circle", {{cx: X(+p), cy: Y(l), r: +p === ex.top ? 7 : 5,
       fill: +p === ex.top ? "#ff7f0e" : "#1f77b4", stroke: "black"}});
   }}
-  el(svg, "rect", {{x: X(0) - 6, y: Y(L) - 6, width: 12, height: 12, fill: "#444"}});
+  el(svg, "rect", {{x: X(ex.root) - 6, y: Y(L) - 6, width: 12, height: 12, fill: "#444"}});
   const planted = new Set(ex.planted);
   ex.tokens.forEach((t, p) => el(svg, "text", {{x: 0, y: 0,
     class: planted.has(p) ? "planted" : "",

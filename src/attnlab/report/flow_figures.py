@@ -47,7 +47,8 @@ def plot_tree(row: pd.Series, tree: Tree, n_layers: int, label_names: list[str],
     """One example's (dump row's) attribution tree as a layered graph: x = token position,
     y = the layer in which a node is read: a flow edge of layer l (query i reads key j, as in
     the edges table) ends at its key j on the row "layer l" and is labelled l, and the top
-    node sits on the last layer's row, where the root [CLS] reads it. Edge width grows with
+    node sits on the last layer's row, where the root ([CLS]; a decoder's last token) reads
+    it. Edge width grows with
     the normalised score; planted tokens are green."""
     tokens = list(row["tokens"])
     n = len(tokens)
@@ -59,7 +60,7 @@ def plot_tree(row: pd.Series, tree: Tree, n_layers: int, label_names: list[str],
     figure, ax = plt.subplots(figsize=(width, 1.2 + 0.9 * (n_layers + 1)))
     for layer in range(n_layers):
         ax.axhline(layer, color="0.92", lw=0.8, zorder=0)
-    for root, j in tree.root_edges():  # [CLS] reads every node in the last layer
+    for root, j in tree.root_edges():  # the root reads every node in the last layer
         ax.plot([root, j], [n_layers, height[j]], ls="--", lw=0.8, color="0.6", zorder=1)
     for layer, i, j, score in tree.edges:
         same_level = height[i] == layer
@@ -78,13 +79,14 @@ def plot_tree(row: pd.Series, tree: Tree, n_layers: int, label_names: list[str],
                    color="tab:orange" if top else "tab:blue", edgecolor="black", lw=0.6)
         ax.annotate(tokens[j], (j, y), xytext=(0, 8), textcoords="offset points",
                     ha="center", fontsize=fontsize)
-    ax.scatter([0], [n_layers], s=110, marker="s", color="0.3", zorder=3)
-    ax.annotate("[CLS] (root)", (0, n_layers), xytext=(0, 8), textcoords="offset points",
-                ha="left", fontsize=8)
+    ax.scatter([tree.root], [n_layers], s=110, marker="s", color="0.3", zorder=3)
+    ax.annotate(f"{tokens[tree.root]} (root)", (tree.root, n_layers), xytext=(0, 8),
+                textcoords="offset points", ha="left" if tree.root == 0 else "right",
+                fontsize=8)
     ax.set_xticks(range(n), tokens, rotation=90, fontsize=fontsize)
     _mark_planted(ax.get_xticklabels(), planted)
     ax.set_yticks(range(n_layers + 1),
-                  [f"read in layer {layer}" for layer in range(n_layers)] + ["root [CLS]"])
+                  [f"read in layer {layer}" for layer in range(n_layers)] + ["root"])
     ax.set_xlim(-0.7, n - 0.3)
     ax.set_ylim(-0.6, n_layers + 0.7)
     ax.set_title(f"example {row['idx']}: gold {_class_name(label_names, int(row['label']))}, "
@@ -186,8 +188,11 @@ def example_section(row: pd.Series, flow: np.ndarray, label_names: list[str],
     tokens = [html.escape(str(t)) for t in row["tokens"]]
     planted = planted_pair(row) or ()
     scale = float(np.abs(flow).max())
-    probs = ", ".join(f"{html.escape(name)} {p:.3f}" for name, p in
-                      zip(label_names, row["probs"], strict=True))
+    # a decoder's row keeps the target token's probability only (its probs are null)
+    probs = (f"p({html.escape(label_names[int(row['target'])])}) {row['f_full']:.3f}"
+             if row["probs"] is None else
+             ", ".join(f"{html.escape(name)} {p:.3f}" for name, p in
+                       zip(label_names, row["probs"], strict=True)))
     lines = [f"<section><h2>example {row['idx']}</h2>",
              f"<p>gold <b>{html.escape(label_names[int(row['label'])])}</b>, predicted "
              f"<b>{html.escape(label_names[int(row['pred'])])}</b> ({probs})</p>",

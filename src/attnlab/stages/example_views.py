@@ -34,7 +34,7 @@ def run(job: ModelJob) -> None:
     if len(rows):  # trees.examples may be 0 and example_idx empty: an empty page
         encoded = encoded_frame(dev.loc[rows["idx"]], job.spec, job.tokenizer, job.settings.model)
         result = views.attribute_again(job.model, encoded, job.settings.attribution, job.device)
-    label_names = list(job.spec.label_names)
+    label_names = job.class_names
     sections, explored = [], []
     with atomic_path(job.outputs["views"]) as folder:
         folder.mkdir()
@@ -55,7 +55,8 @@ def run(job: ModelJob) -> None:
                                             label_names, [heatmap, tree]))
             # the tree as rule trees draws it: from the dump row, over words
             explored.append(example_data(shown, attention, attr, tree_from_dump(
-                shown, len(attr), cfg.tau, cfg.normalise), label_names))
+                shown, len(attr), cfg.tau, cfg.normalise, causal=job.next_token),
+                label_names))
         page = flow_page(f"attribution flow through the tokens: task {job.task}", sections,
                          merged_words=any(has_words(row) for _, row in rows.iterrows()))
         (folder / "index.html").write_text(page)
