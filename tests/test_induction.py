@@ -177,7 +177,7 @@ def test_the_induction_config_runs_through_the_snakemake_command_line(tmp_path):
     """config/induction.yaml with fewer dev examples, through the real CLI: prepare_data,
     finetune (training the decoder), attribute, summarise_attributions, trees, example_views,
     head_importance, prune_eval, pruning_figures, induction, the run summary and the claims
-    page. 160 s on this machine's two cores shared under load 4-5 (before example_views)."""
+    page. About 60 s on this machine's two shared cores."""
     import yaml
     from test_explorer import embedded
     from test_workflow import snakemake
