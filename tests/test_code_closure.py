@@ -82,7 +82,8 @@ def test_engine_edits_do_not_rerun_stages_that_never_attribute():
 def test_an_analysis_edit_reruns_its_users_only():
     # induction: next-token configurations' trees
     assert rules_running("analyses.trees") == {"trees", "example_views", "induction"}
-    assert rules_running("analyses.heads") == {"head_importance"}
+    # prune_eval: a decoder's per-layer attention ranking (heads.ranking_scores)
+    assert rules_running("analyses.heads") == {"head_importance", "prune_eval"}
     assert rules_running("analyses.claims") >= {"trees", "attack_eval", "prune_eval",
                                                 "token_mixing"}
     assert not rules_running("analyses.claims") & {"attribute", "head_importance", "finetune"}

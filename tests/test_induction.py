@@ -139,6 +139,9 @@ def _induction_config(**changes):
     ({"tasks.other": {"source": "synthetic", "synthetic": {"kind": "single2"},
                       "text_fields": ["sentence"], "label_names": ["negative", "positive"]}},
      "tasks: the tasks are of different kinds"),
+    ({"heads": {"dissimilar_pairs": [["induction", "induction"]]}},
+     "heads.dissimilar_pairs: the cross-task correlation of head importance is not run for "
+     "next_token tasks"),
 ])
 def test_a_config_that_mixes_decoders_and_classifiers_stops_the_dry_run_in_one_line(
         changes, message):
@@ -169,7 +172,6 @@ def test_attattr_finds_the_planted_mechanism_on_the_trained_model(induction_mode
         heads["induction_head"], "layer"].min()
 
 
-@pytest.mark.slow
 def test_effective_attention_of_the_trained_decoder_keeps_its_output(induction_model):
     """Effective attention (Brunner et al. 2020) on the trained Llama, 30 dev prompts of 13-32
     tokens, d_v = 16: A_eff·V = A·V (float64, row by row within the causal mask), and the
@@ -207,11 +209,12 @@ def test_effective_attention_of_the_trained_decoder_keeps_its_output(induction_m
     assert set(mass["category"]) == {"[BOS]"}  # every prompt starts with <s>
 
 
+@pytest.mark.slow
 def test_the_induction_config_runs_through_the_snakemake_command_line(tmp_path):
     """config/induction.yaml with fewer dev examples, through the real CLI: prepare_data,
-    finetune (training the decoder), attribute, summarise_attributions, trees,
-    effective_attention, interaction_methods (12 examples), induction, the run summary and the
-    claims page. About 45 s on a free machine."""
+    finetune (training the decoder), attribute, summarise_attributions, trees, example_views,
+    head_importance, prune_eval, pruning_figures, effective_attention, interaction_methods (12
+    examples), induction, the run summary and the claims page."""
     import yaml
     from test_explorer import embedded
     from test_workflow import snakemake
@@ -238,6 +241,12 @@ def test_the_induction_config_runs_through_the_snakemake_command_line(tmp_path):
     for path in ("attribution_summary/induction_claims.parquet",
                  "trees/induction/claims.parquet"):
         assert (pd.read_parquet(results / path).loc[0, "verdict"] == "holds"), path
+    # Hao et al.'s pruning claims on next-token accuracy (docs/decoders.md): pruning by
+    # attribution keeps both heads the task needs longest, so it beats a random order
+    pruning = pd.read_parquet(results / "heads/induction/claims.parquet").set_index("claim")
+    assert len(pruning) == 6, pruning.to_string()
+    assert pruning.loc["attribution beats a random head order", "value"] >= 0.15
+    assert (results / "heads/pruning_global.png").is_file()
     # the views: a decoder's tree in the explorer is rooted at the last token
     data = embedded((results / "views/induction/explorer.html").read_text())
     examples = data["examples"]

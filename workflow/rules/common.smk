@@ -113,8 +113,9 @@ def task_data(wildcards):
 # The rules of a next_token configuration (a decoder language model): every other stage reads
 # a classifier, so it is left out, its outputs neither requested nor gathered by the report.
 NEXT_TOKEN_RULES = ("download_data", "download_model", "prepare_data", "finetune", "attribute",
-                    "summarise_attributions", "trees", "example_views", "effective_attention",
-                    "interaction_methods", "induction", "run_summary", "claims", "all")
+                    "summarise_attributions", "trees", "example_views", "head_importance",
+                    "prune_eval", "pruning_figures", "effective_attention", "interaction_methods",
+                    "induction", "run_summary", "claims", "all")
 # the rules of next_token configurations only
 DECODER_ONLY_RULES = ("induction",)
 

@@ -4,13 +4,20 @@ Five methods score every head (layer l, head h) over the first N held-out dev ex
 
     attribution          E_x[max_ij Attr_h(A^l)(x)]       read from the attribution dumps
     attention            E_x[max_ij A^l_h(x)]             read from the attribution dumps
+                         (a decoder's: E_x[max_j A^l_h(x)_qj] at its query q, see below)
     taylor               E_x|∂L(x)/∂ξ_h|, L2-normalised within each layer (Michel et al. 2019;
-                         L = cross-entropy to the gold label, ξ a gate on the head, ξ = 1)
+                         L = cross-entropy to the gold label, a decoder's to the next token
+                         at its query; ξ a gate on the head, ξ = 1)
     accuracy_difference  acc(all heads) − acc(head h masked)
     random               uniform scores, one row set per seed (curves average over seeds)
 
 A head is gated or masked by multiplying its attention probabilities (`Intervention.head_mask`):
 its output is A·V, so a factor ξ on A is a factor ξ on the head's output.
+
+A decoder's (causal) attention gives its first token one key, itself, with weight 1, so every
+head's max_ij A is 1 and the paper's attention score ranks no head above another: a decoder's
+heads are ranked by their largest weight in the row of the query, the last real token, whose
+next token the model predicts (`models.read_positions`: the row a classifier's [CLS] would be).
 """
 
 from __future__ import annotations
@@ -26,6 +33,38 @@ from attnlab.engine.intervention import Intervention
 from attnlab.plumbing.errors import ConfigError
 
 METHODS = ("attribution", "attention", "taylor", "accuracy_difference", "random")
+
+
+def query_attention_max(
+    model: PreTrainedModel, inputs: dict[str, torch.Tensor], batch_size: int = 64
+) -> np.ndarray:
+    """Each head's largest attention weight in the row of the position the model's output is
+    read from (a decoder's last real token), for every example: (N, L, H)."""
+    device = next(model.parameters()).device
+    out = []
+    with torch.no_grad():
+        for _, batch in examples.batches(inputs, batch_size, device):
+            seen = Intervention(capture=True)
+            models.logits(model, batch, seen)
+            probs = torch.stack([seen.probs[layer] for layer in sorted(seen.probs)], dim=1)
+            rows = torch.arange(len(probs), device=probs.device)
+            query = models.read_positions(model, batch["attention_mask"])
+            out.append(probs[rows, :, :, query].amax(dim=-1).double().cpu())  # (B, L, H)
+    return torch.cat(out).numpy()
+
+
+def ranking_scores(
+    model: PreTrainedModel,
+    inputs: dict[str, torch.Tensor],
+    dump_arrays: dict[str, np.ndarray],
+    batch_size: int = 64,
+) -> dict[str, np.ndarray]:
+    """The per-example (N, L, H) scores heads are ranked by, by the names of HEAD_SCORES: the
+    dumps' maxima of the examples in `inputs`, a decoder's attention read at its query
+    (`query_attention_max`; the module's docstring says why)."""
+    if not models.family_of(model).causal:
+        return dump_arrays
+    return {**dump_arrays, "attention": query_attention_max(model, inputs, batch_size)}
 
 
 def taylor_gradients(
@@ -101,8 +140,8 @@ def importance_table(
 ) -> pd.DataFrame:
     """Importance of every head by each method, over the examples in `inputs`.
 
-    `dump_arrays` holds the (N, L, H) attr_max / attn_max of the same examples, in order
-    (`attnlab.data.dumps.attributed_head_scores`).
+    `dump_arrays` holds the (N, L, H) scores of the same examples, in order, by the names of
+    HEAD_SCORES (`ranking_scores`).
     Columns: method, seed (random only), layer, head, importance.
     """
     n_layers, n_heads = models.head_shape(model)

@@ -1,7 +1,8 @@
 """Head pruning without re-training (Hao et al. 2021 §4, docs/methods.md), and the paper's claims.
 
 * Per-layer effectiveness (paper Fig. 3): rank the heads within each layer by each example's
-  own attr_max (or attn_max) and mask k of them in every layer at once, lowest or highest first.
+  own attr_max (or attn_max; a decoder's attention at its query, `heads.ranking_scores`) and
+  mask k of them in every layer at once, lowest or highest first.
 * Global pruning (Fig. 4): rank all L·H heads by dataset-level importance and mask the lowest
   p %.
 * Claims: the paper's statements checked against these curves, each with a computed verdict.
@@ -89,7 +90,8 @@ def per_layer_curves(
 ) -> pd.DataFrame:
     """Accuracy and mean gold-label probability against k for every ranking and order.
 
-    `dump_arrays` holds each example's (N, L, H) attr_max and attn_max, in the order of `inputs`.
+    `dump_arrays` holds each example's (N, L, H) scores by the names of RANKINGS, in the order of
+    `inputs` (`heads.ranking_scores`).
     """
     predict = _predictor(model, inputs, batch_size)
     rows = []

@@ -183,7 +183,8 @@ def task_kind(config: dict[str, Any]) -> str:
 
 
 def _check_kind(config: dict[str, Any]) -> None:
-    """A next_token configuration needs a decoder, and a classification one an encoder."""
+    """A next_token configuration needs a decoder, and a classification one an encoder; it
+    runs no stage that compares tasks."""
     decoder = task_kind(config) == "next_token"
     model = config["model"]
     family = model["scratch"].get("family", "bert")
@@ -191,6 +192,10 @@ def _check_kind(config: dict[str, Any]) -> None:
         raise ConfigError(f"model.scratch.family: {family!r} cannot learn "
                           f"{task_kind(config)} tasks; use "
                           f"{' or '.join(DECODER_FAMILIES) if decoder else 'bert'}")
+    for key in ("similar_pairs", "dissimilar_pairs"):
+        if decoder and config["heads"][key]:
+            raise ConfigError(f"heads.{key}: the cross-task correlation of head importance is "
+                              "not run for next_token tasks; leave it empty")
     for name, task in config["tasks"].items():
         if decoder and task["source"] not in ("synthetic", "local"):
             raise ConfigError(f"tasks.{name}.source: {task['source']!r}; a next_token task's "

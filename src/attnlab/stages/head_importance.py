@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from attnlab.analyses.heads import importance_table
+from attnlab.analyses.heads import importance_table, ranking_scores
 from attnlab.data.dumps import attributed_head_scores
 from attnlab.engine import examples, models
 from attnlab.model_job import ModelJob
@@ -22,7 +22,8 @@ def run(job: ModelJob) -> None:
                                     target=job.settings.attribution.target)
     n = examples.held_out(cfg.importance_examples, len(scores["attribution"]))
     inputs = {k: v[:n] for k, v in job.encoded("dev").items()}
-    scores = {name: array[:n] for name, array in scores.items()}
+    scores = ranking_scores(job.model, inputs, {name: array[:n] for name, array in scores.items()},
+                            cfg.batch_size)
     log.info("task %s: head importance by %s over %d examples", job.task,
              ", ".join(cfg.methods), n)
     table = importance_table(job.model, inputs, scores, list(cfg.methods), cfg.random_seeds,

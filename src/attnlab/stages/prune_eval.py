@@ -9,6 +9,7 @@ import pandas as pd
 
 from attnlab.analyses import pruning
 from attnlab.analyses.claims import log_claims
+from attnlab.analyses.heads import ranking_scores
 from attnlab.data.dumps import attributed_head_scores
 from attnlab.engine import models
 from attnlab.model_job import ModelJob
@@ -26,6 +27,7 @@ def run(job: ModelJob) -> None:
     inputs = job.encoded("dev")
     n_attributed = len(scores["attribution"])
     attributed = {k: v[:n_attributed] for k, v in inputs.items()}
+    scores = ranking_scores(job.model, attributed, scores, cfg.batch_size)
     log.info("task %s: per-layer pruning on %d attributed examples", job.task, n_attributed)
     per_layer = pruning.per_layer_curves(job.model, attributed, scores, cfg.batch_size)
     importance = pd.read_parquet(job.inputs["importance"])
