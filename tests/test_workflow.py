@@ -160,6 +160,12 @@ def test_replicate_config_runs_every_seed_dependent_stage_once_per_seed():
         "pruning_figures": 1, "task_correlation": 1, "quadrature_study": 1,
         **dict.fromkeys(FROM_MODEL, 1),
         **PER_CONFIG}),
+    # a decoder on next-token prompts: the stages of a language model, none about class labels
+    ("config/induction.yaml", {
+        "prepare_data": 1, "finetune": 1, "attribute": 1, "summarise_attributions": 1,
+        "trees": 1, "example_views": 1, "head_importance": 1, "prune_eval": 1,
+        "pruning_figures": 1, "effective_attention": 1, "interaction_methods": 1,
+        "induction": 1, **PER_CONFIG}),
 ])
 def test_each_configuration_plans_its_whole_dag_without_network(configfile, expected):
     result = snakemake("-n", "--forceall", "--cores", "2", "--configfile", configfile)
