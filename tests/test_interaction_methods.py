@@ -153,17 +153,21 @@ def test_value_zeroing_of_a_layer_whose_values_are_zero_changes_nothing():
     assert torch.allclose(normalise_rows(scores)[0].sum(dim=-1), torch.ones(6, dtype=scores.dtype))
 
 
+def _drop_without_edge(model, example, layer: int, i: int, j: int) -> float:
+    """F(A) minus F with edge (i, j) of `layer` zeroed in every head, by one forward pass."""
+    probs = example.probs[layer].clone()
+    probs[:, i, j] = 0
+    with torch.no_grad():
+        logits = models.logits(model, example.inputs, Intervention(replace={layer: probs[None]}))
+    return example.f_full - float(target_probability(logits, example.target)[0])
+
+
 def test_occlusion_is_the_drop_of_f_with_one_edge_replaced_in_every_head(bert_example):
     model, example = bert_example
     scores = occlusion(model, example, batch_size=16)  # several passes per layer
     assert torch.equal(scores.diagonal(dim1=1, dim2=2), torch.zeros(3, 7))
     for layer, i, j in [(0, 1, 2), (2, 6, 0)]:
-        probs = example.probs[layer].clone()
-        probs[:, i, j] = 0
-        with torch.no_grad():
-            replaced = Intervention(replace={layer: probs[None]})
-            logits = models.logits(model, example.inputs, replaced)
-        expected = example.f_full - float(target_probability(logits, example.target)[0])
+        expected = _drop_without_edge(model, example, layer, i, j)
         assert float(scores[layer, i, j]) == pytest.approx(expected, abs=1e-6)
 
 
@@ -420,12 +424,7 @@ def test_a_decoders_occlusion_and_gradient_keep_the_causal_mask(decoder_example)
     masked = masked_probabilities(model, example, keep, batch_size=1)[0]
     assert float(masked[example.target]) == pytest.approx(example.f_full, rel=1e-6)
     for layer, i, j in [(0, 3, 1), (1, 5, 0)]:  # one edge against the whole forward pass
-        probs = example.probs[layer].clone()
-        probs[:, i, j] = 0
-        with torch.no_grad():
-            replaced = Intervention(replace={layer: probs[None]})
-            logits = models.logits(model, example.inputs, replaced)
-        expected = example.f_full - float(target_probability(logits, example.target)[0])
+        expected = _drop_without_edge(model, example, layer, i, j)
         assert float(scores[layer, i, j]) == pytest.approx(expected, abs=1e-8)
     gradient = attention_x_gradient(model, example)
     assert (gradient[:, future] == 0).all()
