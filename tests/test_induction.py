@@ -224,6 +224,7 @@ def test_the_induction_config_runs_through_the_snakemake_command_line(tmp_path):
     config["tasks"]["induction"]["synthetic"]["n_dev"] = 60
     config["induction"]["examples"] = 60
     config["interaction_methods"]["examples"] = 12
+    config["identifiability"]["effective_attention"]["examples"] = 30  # some beyond d_v = 16
     configfile = tmp_path / "config.yaml"
     configfile.write_text(yaml.safe_dump(config))
     args = ("--cores", "2", "--configfile", str(configfile), "--directory", str(tmp_path))
