@@ -475,9 +475,9 @@ def test_a_decoder_gets_the_methods_that_apply_to_it_and_a_named_misfit_is_refus
     assert [m.name for m in chosen] == DECODER_METHODS
     assert left_out == ["alti", "globenc"]
     assert registry.chosen(every, decoder=False) == (list(registry.METHODS), [])
-    with pytest.raises(ConfigError, match=r"^interaction_methods.methods: alti decompose an "
-                       r"encoder's post-LN attention sublayer .* the methods that do: "
-                       + ", ".join(DECODER_METHODS) + "$"):
+    with pytest.raises(ConfigError, match=r"^interaction_methods.methods: alti \(decomposing an "
+                       r"encoder's post-LN attention sublayer\) cannot score .* the methods "
+                       r"that can: " + ", ".join(DECODER_METHODS) + "$"):
         registry.chosen(["attention", "alti"], decoder=True)
 
 

@@ -63,7 +63,7 @@ def chosen(names: Sequence[str], *, decoder: bool) -> tuple[list[Method], list[s
     apply = [method.name for method in METHODS if method.decoders]
     left_out = [method.name for method in named if not method.decoders]
     if left_out and {method.name for method in named} != {method.name for method in METHODS}:
-        raise ConfigError(f"interaction_methods.methods: {', '.join(left_out)} decompose an "
-                          "encoder's post-LN attention sublayer and do not apply to a decoder "
-                          f"language model; the methods that do: {', '.join(apply)}")
+        raise ConfigError(f"interaction_methods.methods: {', '.join(left_out)} "
+                          "(decomposing an encoder's post-LN attention sublayer) cannot score "
+                          f"a decoder language model; the methods that can: {', '.join(apply)}")
     return [method for method in named if method.decoders], left_out
