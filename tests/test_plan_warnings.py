@@ -93,8 +93,9 @@ def warnings_of(result) -> list[str]:
 
 
 def test_the_dry_run_warns_of_no_gpu_with_its_jobs_and_their_estimate():
-    # CUDA_VISIBLE_DEVICES="": no GPU, whatever this machine has
-    result = snakemake("-n", "--cores", "2", env={"CUDA_VISIBLE_DEVICES": ""})
+    # CUDA_VISIBLE_DEVICES="": no GPU, whatever this machine has; --forceall: the whole plan,
+    # as the estimate counts it, also where `make run` has finished it in this checkout
+    result = snakemake("-n", "--forceall", "--cores", "2", env={"CUDA_VISIBLE_DEVICES": ""})
     jobs = job_counts(result.stdout)
     # the estimate counts the jobs the dry run plans, but the report's pages and the target
     for rule in ("run_summary", "claims", "all"):
