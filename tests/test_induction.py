@@ -142,6 +142,8 @@ def _induction_config(**changes):
     ({"heads": {"dissimilar_pairs": [["induction", "induction"]]}},
      "heads.dissimilar_pairs: the cross-task correlation of head importance is not run for "
      "next_token tasks"),
+    ({"trees": {"normalise": "no_cls"}},
+     "trees.normalise: 'no_cls' leaves out a classifier's "),
 ])
 def test_a_config_that_mixes_decoders_and_classifiers_stops_the_dry_run_in_one_line(
         changes, message):

@@ -184,7 +184,7 @@ def task_kind(config: dict[str, Any]) -> str:
 
 def _check_kind(config: dict[str, Any]) -> None:
     """A next_token configuration needs a decoder, and a classification one an encoder; it
-    runs no stage that compares tasks."""
+    runs no stage that compares tasks, and its trees are normalised by the layer's maximum."""
     decoder = task_kind(config) == "next_token"
     model = config["model"]
     family = model["scratch"].get("family", "bert")
@@ -192,6 +192,10 @@ def _check_kind(config: dict[str, Any]) -> None:
         raise ConfigError(f"model.scratch.family: {family!r} cannot learn "
                           f"{task_kind(config)} tasks; use "
                           f"{' or '.join(DECODER_FAMILIES) if decoder else 'bert'}")
+    if decoder and config["trees"]["normalise"] != "layer":
+        raise ConfigError(f"trees.normalise: {config['trees']['normalise']!r} leaves out a "
+                          "classifier's [CLS] row; a decoder's trees (next_token tasks) take "
+                          "'layer'")
     for key in ("similar_pairs", "dissimilar_pairs"):
         if decoder and config["heads"][key]:
             raise ConfigError(f"heads.{key}: the cross-task correlation of head importance is "

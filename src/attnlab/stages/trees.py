@@ -11,7 +11,6 @@ from attnlab.analyses import trees
 from attnlab.analyses.claims import claims_frame, log_claims
 from attnlab.data.dumps import read_task_dump, word_level
 from attnlab.job import Job
-from attnlab.plumbing.errors import ConfigError
 from attnlab.plumbing.outputs import atomic_path
 from attnlab.report.flow_figures import plot_tree, plot_tree_sizes
 
@@ -22,9 +21,6 @@ def run(job: Job) -> None:
     """Writes the tables edges, trees and claims, the JSON summary, the figure sizes and the
     tree figures of the sampled examples into the folder `figures`."""
     cfg = job.settings.trees
-    if job.next_token and cfg.normalise != "layer":
-        raise ConfigError(f"trees.normalise: {cfg.normalise!r} leaves out a classifier's [CLS] "
-                          "row; a decoder's trees (next_token tasks) take 'layer'")
     dump, meta = read_task_dump(job.inputs["parts"])
     dump = word_level(dump)  # a word split into pieces is one node
     n_layers = meta["n_layers"]
