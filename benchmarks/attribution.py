@@ -158,7 +158,8 @@ def shard_cfg(args: argparse.Namespace) -> dict:
     batch = args.batch_size if args.batch_size == "auto" else int(args.batch_size)
     return {**DUMP_CFG, "quadrature": args.shard_rule, "steps": args.shard_steps,
             "tolerance": engine["tolerance"], "max_steps": engine["max_steps"],
-            "scan_steps": engine["scan_steps"], "batch_size": batch, "target": "gold"}
+            "scan_steps": engine["scan_steps"], "score": engine["score"], "batch_size": batch,
+            "target": "gold"}
 
 
 def attribute_end_to_end(model_dir: Path, dev_path: Path, spec: TaskSpec, cfg: dict,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from functools import partial
 
 import torch
 from measure import (
@@ -32,7 +33,7 @@ from measure import (
 from transformers import BertConfig, BertForSequenceClassification
 
 from attnlab.data.tasks import TaskSpec
-from attnlab.engine.training import _train, length_bucket_order
+from attnlab.engine.training import _classifier_loss, _train, accuracy, length_bucket_order
 from attnlab.plumbing.device import EncoderShape
 
 MNLI_TRAIN = 392_702
@@ -90,16 +91,17 @@ def main() -> None:
     # a few untimed steps first, so that neither variant pays for CUDA's and the allocator's
     # start-up
     warm = {key: value[: 2 * args.batch_size] for key, value in train.items()}
-    _train(BertForSequenceClassification(config).to(device), warm, dev, spec, train_cfg, device,
-           SEED, bf16=precision == "bf16")
+    evaluate = partial(accuracy, data=dev, batch_size=args.batch_size, device=device)
+    train_loop = partial(_train, loss_of=_classifier_loss, evaluate=evaluate, name=spec.name,
+                         device=device, seed=SEED, bf16=precision == "bf16")
+    train_loop(BertForSequenceClassification(config).to(device), warm, train_cfg=train_cfg)
     report = {"shape": vars(args), "variants": {}}
     for name, buckets in (("random_batches", False), ("length_buckets", True)):
         torch.manual_seed(SEED)
         model = BertForSequenceClassification(config).to(device)
         reset_peak_memory(device)
         start = time.perf_counter()
-        _train(model, train, dev, spec, {**train_cfg, "length_buckets": buckets}, device, SEED,
-               bf16=precision == "bf16")
+        train_loop(model, train, train_cfg={**train_cfg, "length_buckets": buckets})
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         seconds = time.perf_counter() - start
