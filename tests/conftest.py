@@ -20,17 +20,21 @@ torch.set_num_threads(1)
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# Task sections as a validated config holds them (label_field: the schema's default), so that
+# the jobs built from them get the columns their rules pass.
 PAIR_TASK = {
     "source": "synthetic",
     "synthetic": {"kind": "pair3", "n_train": 200, "n_dev": 60},
     "text_fields": ["premise", "hypothesis"],
     "label_names": ["entailment", "neutral", "contradiction"],
+    "label_field": "label",
 }
 SINGLE_TASK = {
     "source": "synthetic",
     "synthetic": {"kind": "single2", "n_train": 200, "n_dev": 60},
     "text_fields": ["sentence"],
     "label_names": ["negative", "positive"],
+    "label_field": "label",
 }
 
 

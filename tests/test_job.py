@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from types import SimpleNamespace
 
 import pytest
 from conftest import DEFAULT_CONFIG
 from snakemake.iocontainers import InputFiles, Log, OutputFiles, Params, Wildcards
+from test_dumps import CFG, random_result
 
 from attnlab import Job, ModelJob
+from attnlab import job as job_module
+from attnlab.data.dumps import write_dump
+from attnlab.engine.dump_rows import example_row
 from attnlab.plumbing.errors import AttnlabError
 from attnlab.plumbing.settings import Settings
+from attnlab.stages import trees
 
 
 def test_settings_read_config_keys_as_attributes_and_refuse_the_ones_not_given():
@@ -42,8 +48,44 @@ def test_a_job_from_a_config_has_its_task_and_the_task_s_finetune_overrides():
     assert job.spec.label_names == tuple(config["tasks"]["t"]["label_names"])
     assert job.settings.finetune.epochs == 3
     assert job.settings.finetune.learning_rate == DEFAULT_CONFIG["finetune"]["learning_rate"]
-    assert Job.from_config("trees", config, inputs={}, outputs={}).settings.seed == \
+    assert Job.from_config("trees", config, task="t", inputs={}, outputs={}).settings.seed == \
         DEFAULT_CONFIG["seed"]
+
+
+def test_a_job_from_a_config_has_the_params_its_rule_passes_and_no_other_setting():
+    settings = Job.from_config("trees", DEFAULT_CONFIG, task="syn_sst2", inputs={},
+                               outputs={}).settings
+    assert set(settings) == {"trees", "task", "seed", "code"}
+    assert set(settings.trees) == {"tau", "normalise", "examples", "example_idx"}
+    assert set(settings.task) == {"text_fields", "label_names", "label_field"}  # task_spec's
+    with pytest.raises(AttnlabError, match=r"^setting attribution was not given to this job "
+                                           r"\(it has: trees, task, seed, code\)$"):
+        _ = settings.attribution
+    with pytest.raises(AttnlabError, match=r"^rule trees: its params need the wildcard task$"):
+        Job.from_config("trees", DEFAULT_CONFIG, inputs={}, outputs={})
+
+
+def test_a_stage_reading_a_key_its_rule_does_not_pass_fails_in_one_line(tmp_path, monkeypatch):
+    rules = tmp_path / "rules"
+    shutil.copytree(job_module.RULES_DIR, rules)
+    rule_file = rules / "trees.smk"
+    text = rule_file.read_text()
+    assert '"trees.examples", ' in text
+    rule_file.write_text(text.replace('"trees.examples", ', "", 1))  # the rule forgets a key
+    monkeypatch.setattr(job_module, "RULES_DIR", rules)
+    result = random_result(n_examples=1, layers=2, heads=2, width=5, real=(5,))
+    row = {**example_row(result, 0, CFG), "idx": 0, "label": 0, "tokens": ["w"] * 5,
+           "segments": [0] * 5, "planted_i": None, "planted_j": None}
+    write_dump([row], tmp_path / "part.parquet", {"shard": 0, "n_shards": 1, "n_layers": 2,
+                                                  "n_heads": 2})
+    job = Job.from_config("trees", DEFAULT_CONFIG, task="syn_sst2",
+                          inputs={"parts": [tmp_path / "part.parquet"]},
+                          outputs={name: tmp_path / "out" / name for name in
+                                   ("edges", "trees", "claims", "summary", "sizes", "figures")})
+    with pytest.raises(AttnlabError) as failed:
+        trees.run(job)
+    assert str(failed.value) == ("setting trees.examples was not given to this job "
+                                 "(it has: tau, normalise, example_idx)")
 
 
 def test_a_job_from_snakemake_takes_the_named_inputs_outputs_params_and_wildcards():
