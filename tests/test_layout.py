@@ -5,11 +5,17 @@ another."""
 from __future__ import annotations
 
 import ast
+import os
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from conftest import DEFAULT_CONFIG
 
+from attnlab.job import common_names
 from attnlab.plumbing import code_version
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,8 +43,76 @@ def layer(module: str) -> str:
 
 
 def test_the_rules_are_the_workflow_s_rules():
-    assert len(RULES) == 25 and {"attribute", "trees", "claims", "finetune",
-                                 "induction"} <= set(RULES)
+    # the per-kind lists of common.smk name rules there are (`all` is the Snakefile's)
+    names = common_names(DEFAULT_CONFIG)
+    assert set(names["NEXT_TOKEN_RULES"]) - {"all"} <= set(RULES)
+    assert set(names["DECODER_ONLY_RULES"]) <= set(RULES)
+    assert {"attribute", "trees", "claims", "finetune", "induction"} <= set(RULES)
+
+
+def test_every_rule_has_its_row_in_the_outputs_page():
+    outputs = (ROOT / "docs" / "outputs.md").read_text()
+    for rule in RULES:
+        assert f"| `{rule}` |" in outputs, f"docs/outputs.md has no row for rule {rule}"
+
+
+# What docs/design.md ("Where to add things", "A stage") says a new stage needs: a rule in the
+# rule file of its area, its script, its stage module and its row in docs/outputs.md.
+DUMMY_RULE = """
+
+rule dummy_stage:
+    input:
+        dev=rules.prepare_data.output.dev,
+    output:
+        claims="results/{name}/dummy_stage/{task}/claims.parquet",
+    params:
+        **config_paths("trees.tau"),
+        task=task_spec,
+        code=code_version("stages.dummy_stage"),
+    log:
+        "results/{name}/logs/dummy_stage/{task}.log",
+    benchmark:
+        "results/{name}/benchmarks/dummy_stage/{task}.tsv"
+    script:
+        "../scripts/dummy_stage.py"
+"""
+DUMMY_SCRIPT = '''"""Rule dummy_stage: attnlab.stages.dummy_stage."""
+
+from attnlab.job import Job
+from attnlab.stages import dummy_stage
+
+Job.run_rule(snakemake, dummy_stage.run)
+'''
+DUMMY_STAGE = '''"""Rule dummy_stage: a stage of the layout test."""
+
+from attnlab.job import Job
+
+
+def run(job: Job) -> None:
+    job.write_tables({})
+'''
+
+
+def test_a_new_stage_is_planned_with_only_the_files_the_design_notes_name(tmp_path):
+    for name in ("Snakefile", "config.yaml"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    no_cache = shutil.ignore_patterns("__pycache__")
+    for folder in ("workflow", "src"):
+        shutil.copytree(ROOT / folder, tmp_path / folder, ignore=no_cache)
+    with (tmp_path / "workflow" / "rules" / "trees.smk").open("a") as rules:
+        rules.write(DUMMY_RULE)
+    (tmp_path / "workflow" / "scripts" / "dummy_stage.py").write_text(DUMMY_SCRIPT)
+    (tmp_path / "src" / "attnlab" / "stages" / "dummy_stage.py").write_text(DUMMY_STAGE)
+    result = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "--cores", "1"], cwd=tmp_path,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(tmp_path / "src")},
+        capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    # one job per task, whose claims the claims page gathers with every other stage's
+    planned = re.search(r"^dummy_stage\s+(\d+)$", result.stdout, re.M)
+    assert planned and int(planned[1]) == len(DEFAULT_CONFIG["tasks"]), result.stdout
+    claims_job = result.stdout.split("rule claims:", 1)[1].split("\n\n", 1)[0]
+    assert "dummy_stage/syn_sst2/claims.parquet" in claims_job
 
 
 @pytest.mark.parametrize("rule", sorted(RULES))

@@ -143,7 +143,7 @@ def rule_params(rule: str, config: Mapping[str, Any], *, task: str | None = None
     """The params of `rule` (its `params:` block in workflow/rules/) for `config`, evaluated with
     the helpers of workflow/rules/common.smk (`config_paths`, `task_spec`, ...) as Snakemake
     evaluates them, for the wildcards `task` and a run of seed `seed` (config `seed` if None)."""
-    helpers = _common_helpers(config)
+    helpers = common_names(config)
     helpers["run_seed"] = lambda wildcards: config["seed"] if seed is None else seed
     wildcards = SimpleNamespace(name=config["name"], **({} if task is None else {"task": task}))
     params = eval(f"dict({_params_block(rule)})", helpers)  # noqa: S307 (the workflow's own code)
@@ -164,9 +164,10 @@ def _params_block(rule: str) -> str:
     raise AttnlabError(f"no rule {rule} in {RULES_DIR}")
 
 
-def _common_helpers(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The names common.smk defines for `config`: its imports, constants and functions, every
-    top-level statement that is plain Python but the config checks (KIND is their result)."""
+def common_names(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The names workflow/rules/common.smk defines for `config` (its imports, constants and
+    functions: every top-level statement that is plain Python but the config checks, whose
+    result KIND is)."""
     names: dict[str, Any] = {"config": config, "KIND": task_kind(dict(config))}
     path = RULES_DIR / "common.smk"
     text = path.read_text()
