@@ -202,7 +202,7 @@ def _train(
     train: dict[str, torch.Tensor],
     *,
     loss_of: Callable[[PreTrainedModel, dict[str, torch.Tensor]], torch.Tensor],
-    evaluate: Callable[[PreTrainedModel], float],
+    evaluate: Callable[[PreTrainedModel], float] | None,
     name: str,
     train_cfg: dict[str, Any],
     device: torch.device,
@@ -211,12 +211,13 @@ def _train(
 ) -> dict[str, Any]:
     """The training loop of classifiers and language models: AdamW, linear warm-up and decay,
     gradient clipping, minimising `loss_of(model, batch)` over the encoded examples `train`;
-    `evaluate(model)`, the dev accuracy, is logged after every epoch. With `bf16` the steps
-    run under bfloat16 autocast (the weights and their updates stay float32). Training stops
-    after the first epoch whose mean training loss is below train_cfg["stop_loss"] (when
-    set); the schedule stays the one of all the epochs. With train_cfg["length_buckets"] the
-    batches hold examples of similar length (`length_bucket_order`), each padded only to its
-    longest example. `name` names the task in the log and the progress bar."""
+    `evaluate(model)`, the dev accuracy (None: no dev split), is logged after every epoch.
+    With `bf16` the steps run under bfloat16 autocast (the weights and their updates stay
+    float32). Training stops after the first epoch whose mean training loss is below
+    train_cfg["stop_loss"] (when set); the schedule stays the one of all the epochs. With
+    train_cfg["length_buckets"] the batches hold examples of similar length
+    (`length_bucket_order`), each padded only to its longest example. `name` names the task in
+    the log and the progress bar."""
     n_train = len(train["input_ids"])
     epochs, batch_size = train_cfg["epochs"], train_cfg["batch_size"]
     steps_per_epoch = math.ceil(n_train / batch_size)
@@ -263,9 +264,9 @@ def _train(
             epoch_loss += loss.item() * len(batch["input_ids"])
             progress.update()
         train_loss = epoch_loss / n_train
-        dev_accuracy = evaluate(model)
-        log.info("%s epoch %d/%d: train loss %.4f, dev accuracy %.4f",
-                 name, epoch, epochs, train_loss, dev_accuracy)
+        dev_accuracy = None if evaluate is None else evaluate(model)
+        log.info("%s epoch %d/%d: train loss %.4f%s", name, epoch, epochs, train_loss,
+                 "" if dev_accuracy is None else f", dev accuracy {dev_accuracy:.4f}")
         if stop_loss is not None and train_loss < stop_loss:
             log.info("%s: train loss below finetune.stop_loss=%g, stopping after epoch %d",
                      name, stop_loss, epoch)
@@ -325,13 +326,33 @@ def finetune(
     })
 
 
-def _masked(ids: torch.Tensor, maskable: torch.Tensor, rate: float, mask_id: int,
-            generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """(inputs, labels) of masked-LM: each maskable token replaced by [MASK] with probability
-    `rate` (always [MASK], not BERT's 80/10/10: the vocabulary is tiny and the point is only a
-    shared start), labels -100 where nothing is predicted."""
-    chosen = (torch.rand(ids.shape, generator=generator) < rate) & maskable
-    return ids.masked_fill(chosen, mask_id), ids.masked_fill(~chosen, -100)
+def _masked_lm_loss(model: PreTrainedModel, batch: dict[str, torch.Tensor], *, rate: float,
+                    mask_id: int, special_ids: torch.Tensor,
+                    generator: torch.Generator) -> torch.Tensor:
+    """The masked-LM loss of the batch: each real token but the special ones replaced by [MASK]
+    with probability `rate` (always [MASK], not BERT's 80/10/10: the vocabulary is tiny and the
+    point is only a shared start) and predicted; the draws come from `generator`."""
+    ids = batch["input_ids"]
+    maskable = batch["attention_mask"].bool() & ~torch.isin(ids, special_ids.to(ids.device))
+    chosen = (torch.rand(ids.shape, generator=generator) < rate).to(ids.device) & maskable
+    return model(**{**batch, "input_ids": ids.masked_fill(chosen, mask_id),
+                    "labels": ids.masked_fill(~chosen, -100)}).loss
+
+
+def _pretraining_texts(frames: list[tuple[pd.DataFrame, TaskSpec]],
+                       tokenizer: PreTrainedTokenizerBase) -> dict[str, torch.Tensor]:
+    """Every task's training texts, encoded as its classifier sees them (segments, special
+    tokens), padded to the longest."""
+    texts: dict[str, list] = {"input_ids": [], "token_type_ids": []}
+    for df, spec in frames:
+        encoded = tokenizer(*split_texts(df, spec))
+        for key, values in texts.items():
+            values += encoded[key]
+    return dict(tokenizer.pad(texts, return_tensors="pt"))
+
+
+# The optimiser settings of pre-training that model.pretrain does not set: BERT's.
+PRETRAIN_OPTIMISER = {"warmup": 0.1, "weight_decay": 0.01}
 
 
 def pretrain(
@@ -345,52 +366,31 @@ def pretrain(
 ) -> Trained:
     """The shared starting point of every task (model.pretrain): one word-level vocabulary
     over all tasks' training words (`trains`, the training split of each task of `specs`) and
-    one scratch BERT trained by masked-LM on all tasks' training text. Fine-tuned from it
-    (finetune's `start`, once saved), head h of one task's model and head h of another's come
-    from the same weights, as in the paper's tasks fine-tuned from one BERT, so their
-    importances can be compared. The metrics' seconds are those of building and training."""
+    one scratch BERT trained by masked-LM on all tasks' training text, by the training loop of
+    the classifiers. Fine-tuned from it (finetune's `start`, once saved), head h of one task's
+    model and head h of another's come from the same weights, as in the paper's tasks
+    fine-tuned from one BERT, so their importances can be compared. The metrics' seconds are
+    those of building and training."""
     started = time.monotonic()
     frames = list(zip(trains, specs, strict=True))
     words = sorted(set().union(*(training_words(df, spec) for df, spec in frames)))
     tokenizer = build_tokenizer(words)
     torch.manual_seed(seed)  # initialisation and dropout
     model = BertForMaskedLM(scratch_config(model_cfg, tokenizer)).to(device)
-    texts: dict[str, list] = {"input_ids": [], "token_type_ids": []}
-    for df, spec in frames:  # encoded as the classifiers see them (segments, special tokens)
-        encoded = tokenizer(*split_texts(df, spec))
-        for key, values in texts.items():
-            values += encoded[key]
-    batch = tokenizer.pad(texts, return_tensors="pt")
-    ids, attention_mask = batch["input_ids"], batch["attention_mask"]
-    maskable = attention_mask.bool() & ~torch.isin(ids, torch.tensor(tokenizer.all_special_ids))
-    n, size, epochs = len(ids), pretrain_cfg["batch_size"], pretrain_cfg["epochs"]
-    optimizer = torch.optim.AdamW(model.parameters(), lr=pretrain_cfg["learning_rate"],
-                                  weight_decay=0.01)
-    total_steps = epochs * math.ceil(n / size)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, _linear_schedule(max(1, total_steps // 10), total_steps))
-    generator = torch.Generator().manual_seed(seed)  # order and masks
-    log.info("pretrain: masked-LM on %d texts of %d tasks, vocabulary %d, %d epochs",
-             n, len(frames), len(tokenizer), epochs)
-    model.train()
-    for epoch in range(1, epochs + 1):
-        epoch_loss = 0.0
-        for rows in torch.randperm(n, generator=generator).split(size):
-            inputs, labels = _masked(ids[rows], maskable[rows], pretrain_cfg["mask_rate"],
-                                     tokenizer.mask_token_id, generator)
-            loss = model(input_ids=inputs.to(device), labels=labels.to(device),
-                         attention_mask=attention_mask[rows].to(device),
-                         token_type_ids=batch["token_type_ids"][rows].to(device)).loss
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad()
-            epoch_loss += loss.item() * len(rows)
-        log.info("pretrain epoch %d/%d: masked-LM loss %.4f", epoch, epochs, epoch_loss / n)
+    texts = _pretraining_texts(frames, tokenizer)
+    log.info("pretrain: masked-LM on %d texts of %d tasks, vocabulary %d",
+             len(texts["input_ids"]), len(frames), len(tokenizer))
+    loss = partial(_masked_lm_loss, rate=pretrain_cfg["mask_rate"],
+                   mask_id=tokenizer.mask_token_id,
+                   special_ids=torch.tensor(tokenizer.all_special_ids),
+                   generator=torch.Generator().manual_seed(seed))
+    result = _train(model, texts, loss_of=loss, evaluate=None, name="pretrain",
+                    train_cfg={**PRETRAIN_OPTIMISER, **pretrain_cfg}, device=device, seed=seed,
+                    bf16=False)
     return Trained(model, tokenizer, {
-        "mlm_loss": epoch_loss / n, "epochs": epochs, "texts": n, "vocabulary": len(tokenizer),
-        "device": device_name(device), "seconds": round(time.monotonic() - started, 1)})
+        "mlm_loss": result["train_loss"], "epochs": result["epochs"], "texts": result["n_train"],
+        "vocabulary": len(tokenizer), "device": device_name(device),
+        "seconds": round(time.monotonic() - started, 1)})
 
 
 CAUSAL_FAMILIES = DECODER_FAMILIES  # model.scratch.family of a decoder built from scratch
