@@ -102,42 +102,77 @@ def induction_analysis(
     right-padded, `labels` the target tokens); `induction` and `previous` are each example's
     token positions of B's and A's first occurrence; `engine` the engine's options
     (`attribution.engine_options`)."""
-    target = inputs["labels"]
-    result = attribution.attribute(model, inputs, target=target, **engine)
+    result = attribution.attribute(model, inputs, target=inputs["labels"], **engine)
     attr = result.attr.double().cpu().numpy()
     attention = result.attention.double().cpu().numpy()
-    lengths = inputs["attention_mask"].sum(dim=1).tolist()
+    queries = inputs["attention_mask"].sum(dim=1).cpu().numpy() - 1  # each prompt's last token
+    b, a = induction.numpy(), previous.numpy()
+    edges = edge_table(attr, attention, queries, b, a)
+    heads = head_table(attr, attention, queries, b, a)
+    top_heads = [(int(r.layer), int(r.head))
+                 for r in heads.nsmallest(MECHANISM_HEADS, "attattr_rank").itertuples()]
+    full, top_drop, other_drops = masking_drops(model, inputs, top_heads,
+                                                shape=attention.shape[1:3])
+    heads["in_attattr_top"] = [(r.layer, r.head) in top_heads for r in heads.itertuples()]
+    # of either kind: a model may grow two heads of one kind that do the same (seed 1's two
+    # previous-token heads), so one of each is not asked
+    top = heads[heads["in_attattr_top"]]
+    found = int((top["induction_head"] | top["previous_token_head"]).sum())
+    shares = edge_shares(edges)
+    summary = {"accuracy": full, "top_heads_drop": top_drop,
+               "other_pairs_mean_drop": float(np.mean(other_drops)), **shares}
+    claims = induction_claims(shares, found=found, top_drop=top_drop,
+                              other_drop=max(other_drops))
+    return InductionResult(edges, heads, claims_frame(claims), summary)
+
+
+def edge_table(attr: np.ndarray, attention: np.ndarray, queries: np.ndarray, b: np.ndarray,
+               a: np.ndarray) -> pd.DataFrame:
+    """One row per example (attributions and attention (B, L, H, T, T), its query position, B's
+    and A's first positions): each method's top key at the query, whether its strongest
+    layer-0 edge is B reading A, and the attribution tree's top node and whether it takes that
+    path."""
     rows = []
-    for i, n in enumerate(lengths):
-        query = n - 1
+    for i, query in enumerate(queries.tolist()):
+        n = query + 1
         probs = attention[i, :, :, :n, :n]
         maps = {"attattr": attr[i, :, :, :n, :n].sum(axis=1), "attention": probs.sum(axis=1),
                 "rollout": rollout(head_mean(probs))[-1:]}
-        step = (int(induction[i]), int(previous[i]))
+        step = (int(b[i]), int(a[i]))
         # the tree's root is the query, which the next-token prediction reads as a classifier
         # reads [CLS]; it joins every node, so B in the tree with the flow edge B <- A in
         # layer 0 is the path query <- B <- A
         tree = tree_from_matrix(maps["attattr"], TREE_TAU, "layer", root=query)
-        rows.append({"example": i, "query": query, "induction": int(induction[i]),
+        rows.append({"example": i, "query": query, "induction": int(b[i]),
                      **{f"top_{name}": top_keys(scores, query) for name, scores in maps.items()},
                      **{f"path_{name}": top_edge(maps[name][0]) == step
                         for name in ("attattr", "attention")},
                      "tree_top": tree.top, "tree_path": (0, *step) in
                      [(layer, parent, child) for layer, parent, child, _ in tree.edges]})
-    edges = pd.DataFrame(rows)
-    shares = {name: float((edges[f"top_{name}"] == edges["induction"]).mean())
-              for name in METHODS}
-    path = {name: float(edges[f"path_{name}"].mean()) for name in ("attattr", "attention")}
-    tree_share = float(edges["tree_path"].mean())
+    return pd.DataFrame(rows)
 
-    n_ex = len(lengths)
+
+def edge_shares(edges: pd.DataFrame) -> dict[str, float]:
+    """The shares of examples (rows of `edge_table`) whose strongest edge at the query points
+    to B (share_<method>), whose strongest layer-0 edge is B reading A (path_share_<method>),
+    and whose tree takes that path (tree_share)."""
+    return {**{f"share_{name}": float((edges[f"top_{name}"] == edges["induction"]).mean())
+               for name in METHODS},
+            **{f"path_share_{name}": float(edges[f"path_{name}"].mean())
+               for name in ("attattr", "attention")},
+            "tree_share": float(edges["tree_path"].mean())}
+
+
+def head_table(attr: np.ndarray, attention: np.ndarray, queries: np.ndarray, b: np.ndarray,
+               a: np.ndarray) -> pd.DataFrame:
+    """One row per head: its mean attention at the query on B (induction score) and at B on A
+    (previous-token score), its mean maximal attribution and AttAttr's rank by it, and
+    whether it is an induction or a previous-token head."""
+    n_ex, n_layers, n_heads = attention.shape[:3]
     picks = np.arange(n_ex)
-    query = np.array(lengths) - 1
-    b, a = induction.numpy(), previous.numpy()
-    n_layers, n_heads = attention.shape[1:3]
     heads = pd.DataFrame([
         {"layer": layer, "head": head,
-         "induction_score": float(attention[picks, layer, head, query, b].mean()),
+         "induction_score": float(attention[picks, layer, head, queries, b].mean()),
          "previous_token_score": float(attention[picks, layer, head, b, a].mean()),
          "attattr_importance": float(attr[:, layer, head].reshape(n_ex, -1).max(axis=1).mean())}
         for layer in range(n_layers) for head in range(n_heads)])
@@ -145,46 +180,48 @@ def induction_analysis(
     heads = heads.astype({"attattr_rank": "int64"})
     heads["induction_head"] = heads["induction_score"] >= MECHANISM_SCORE
     heads["previous_token_head"] = heads["previous_token_score"] >= MECHANISM_SCORE
-    top = heads.nsmallest(MECHANISM_HEADS, "attattr_rank")
-    top_heads = [(int(r.layer), int(r.head)) for r in top.itertuples()]
-    # of either kind: a model may grow two heads of one kind that do the same (seed 1's two
-    # previous-token heads), so one of each is not asked
-    found = int((top["induction_head"] | top["previous_token_head"]).sum())
+    return heads
 
-    shape = (n_layers, n_heads)
+
+def masking_drops(model: PreTrainedModel, inputs: dict[str, torch.Tensor],
+                  top_heads: list[tuple[int, int]], *,
+                  shape: tuple[int, int]) -> tuple[float, float, list[float]]:
+    """The next-token accuracy of the whole model, its drop when `top_heads` are masked, and
+    its drop for every other pair of heads masked (`shape`: layers, heads)."""
     full = _accuracy(model, inputs)
     top_drop = full - _accuracy(model, inputs, _mask(shape, top_heads))
-    others = [h for h in itertools.product(range(n_layers), range(n_heads)) if h not in top_heads]
+    others = [h for h in itertools.product(*map(range, shape)) if h not in top_heads]
     other_drops = [full - _accuracy(model, inputs, _mask(shape, list(pair)))
                    for pair in itertools.combinations(others, MECHANISM_HEADS)]
-    heads["in_attattr_top"] = [(r.layer, r.head) in top_heads for r in heads.itertuples()]
+    return full, top_drop, other_drops
 
-    claims = [
+
+def induction_claims(shares: dict[str, float], *, found: int, top_drop: float,
+                     other_drop: float) -> list[dict[str, Any]]:
+    """The stage's claims on the `edge_shares`, the number of mechanism heads `found` among
+    AttAttr's top two, and the accuracy drop of masking them against the largest of any other
+    pair (`other_drop`)."""
+    attattr, path = shares["share_attattr"], shares["path_share_attattr"]
+    tree = shares["tree_share"]
+    return [
         claim(STAGE, "AttAttr's strongest edge at the second A points to B's first position",
-              "share of examples", shares["attattr"], shares["attattr"] >= EDGE_SHARE),
+              "share of examples", attattr, attattr >= EDGE_SHARE),
         claim(STAGE, "AttAttr's strongest edge finds B at least as often as raw attention's",
-              "share AttAttr - share attention", shares["attattr"] - shares["attention"],
-              shares["attattr"] >= shares["attention"]),
+              "share AttAttr - share attention", attattr - shares["share_attention"],
+              attattr >= shares["share_attention"]),
         claim(STAGE, "AttAttr's strongest edge finds B at least as often as rollout's",
-              "share AttAttr - share rollout", shares["attattr"] - shares["rollout"],
-              shares["attattr"] >= shares["rollout"]),
+              "share AttAttr - share rollout", attattr - shares["share_rollout"],
+              attattr >= shares["share_rollout"]),
         claim(STAGE, "AttAttr's strongest layer-0 edge is B's first position reading A (the "
-              "previous-token step)", "share of examples", path["attattr"],
-              path["attattr"] >= EDGE_SHARE),
+              "previous-token step)", "share of examples", path, path >= EDGE_SHARE),
         claim(STAGE, "AttAttr's strongest layer-0 edge is that step more often than raw "
               "attention's", "share AttAttr - share attention",
-              path["attattr"] - path["attention"], path["attattr"] > path["attention"]),
+              path - shares["path_share_attention"], path > shares["path_share_attention"]),
         claim(STAGE, "AttAttr's attribution tree joins the second A to B through B reading A "
-              "in layer 0", "share of examples", tree_share, tree_share >= EDGE_SHARE),
+              "in layer 0", "share of examples", tree, tree >= EDGE_SHARE),
         claim(STAGE, "AttAttr's top two heads are induction or previous-token heads",
               "mechanism heads among AttAttr's top two", found, found == MECHANISM_HEADS),
         claim(STAGE, "Masking AttAttr's top two heads costs more next-token accuracy than "
               "masking any two other heads", "accuracy drop, top two - largest other pair",
-              top_drop - max(other_drops), top_drop > max(other_drops)),
+              top_drop - other_drop, top_drop > other_drop),
     ]
-    summary = {"accuracy": full, "top_heads_drop": top_drop,
-               "other_pairs_mean_drop": float(np.mean(other_drops)), **{
-                   f"share_{name}": share for name, share in shares.items()}, **{
-                   f"path_share_{name}": share for name, share in path.items()},
-               "tree_share": tree_share}
-    return InductionResult(edges, heads, claims_frame(claims), summary)
