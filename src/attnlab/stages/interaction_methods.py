@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 
 import pandas as pd
+import torch
 
 from attnlab.analyses import interaction_methods
 from attnlab.analyses.claims import log_claims
@@ -17,12 +18,12 @@ from attnlab.data.dumps import read_task_dump
 from attnlab.engine import examples, models
 from attnlab.engine.attribution import engine_options
 from attnlab.methods import registry
-from attnlab.methods.method import Variants
+from attnlab.methods.method import Method, Variants
 from attnlab.model_job import ModelJob
 from attnlab.plumbing.device import attribution_batch_size
 from attnlab.plumbing.outputs import write_table
-from attnlab.report.html_pages import write_tables_page
 from attnlab.report.interaction_figures import plot_deletion, plot_ground_truth, plot_leaderboard
+from attnlab.report.interaction_page import write_leaderboard_page
 
 log = logging.getLogger(__name__)
 
@@ -33,24 +34,11 @@ def run(job: ModelJob) -> None:
     and claims, the page leaderboard (with the time each method took) and the figures
     ground_truth_figure, deletion_figure and leaderboard_figure."""
     cfg = job.settings.interaction_methods
-    # refused before any work: a decoder with a method named that does not apply to it
-    chosen, left_out = registry.chosen(cfg.methods, decoder=models.family_of(job.model).causal)
-    if left_out:
-        log.info("task %s: a decoder; interaction_methods.methods leaves out %s (they "
-                 "decompose an encoder's post-LN sublayer)", job.task, ", ".join(left_out))
+    chosen = _methods(job)  # refused before any work
     dump, _ = read_task_dump(job.inputs["parts"])
     dump, dev = interaction_methods.scored_examples(dump, job.split("dev"), cfg.examples)
     encoded = examples.encoded_frame(dev, job.spec, job.tokenizer, job.settings.model)
-    engine = engine_options(job.settings.attribution)
-    # AttAttr's copies per pass (attribution.batch_size: auto resolved, as the attribute stage
-    # does, for the longest example)
-    engine["batch_size"] = attribution_batch_size(engine["batch_size"], job.model.config,
-                                                  encoded["input_ids"].shape[1], job.device)
-    options = interaction_methods.Options(
-        methods=chosen, variants=Variants(flow_normalised=cfg.flow_normalised,
-                                          alti_biases=cfg.alti_biases),
-        engine=engine, deletion_steps=cfg.deletion_steps,
-        erasure_bins=cfg.erasure_bins, batch_size=cfg.batch_size, seed=job.settings.seed)
+    options = _options(job, chosen, encoded)
     log.info("task %s: %d examples, methods %s", job.task, len(dump),
              ", ".join(method.name for method in chosen))
     comparisons = {}
@@ -61,38 +49,51 @@ def run(job: ModelJob) -> None:
             device=job.device, desc=f"interactions ({name})")
     summary = interaction_methods.summarise(comparisons, reps=cfg.bootstrap,
                                             seed=job.settings.seed)
+    _write(job, comparisons, summary, n_examples=len(dump))
+    for method, s in comparisons["trained"].seconds.items():
+        log.info("%s: %.2f s per example", method, s / len(dump))
+    log_claims(summary.claims, job.task)
+
+
+def _methods(job: ModelJob) -> list[Method]:
+    """The methods of interaction_methods.methods that apply to the job's model (a decoder
+    with a method named that does not apply to it is refused)."""
+    chosen, left_out = registry.chosen(job.settings.interaction_methods.methods,
+                                       decoder=models.family_of(job.model).causal)
+    if left_out:
+        log.info("task %s: a decoder; interaction_methods.methods leaves out %s (they "
+                 "decompose an encoder's post-LN sublayer)", job.task, ", ".join(left_out))
+    return chosen
+
+
+def _options(job: ModelJob, chosen: list[Method],
+             encoded: dict[str, torch.Tensor]) -> interaction_methods.Options:
+    """How the methods run and are judged, from the job's settings."""
+    cfg = job.settings.interaction_methods
+    engine = engine_options(job.settings.attribution)
+    # AttAttr's copies per pass (attribution.batch_size: auto resolved, as the attribute stage
+    # does, for the longest example)
+    engine["batch_size"] = attribution_batch_size(engine["batch_size"], job.model.config,
+                                                  encoded["input_ids"].shape[1], job.device)
+    return interaction_methods.Options(
+        methods=chosen, variants=Variants(flow_normalised=cfg.flow_normalised,
+                                          alti_biases=cfg.alti_biases),
+        engine=engine, deletion_steps=cfg.deletion_steps,
+        erasure_bins=cfg.erasure_bins, batch_size=cfg.batch_size, seed=job.settings.seed)
+
+
+def _write(job: ModelJob, comparisons: dict[str, interaction_methods.Comparison],
+           summary: interaction_methods.Summary, *, n_examples: int) -> None:
+    """Every output of the job: the trained model's scores, the summary's tables, the page and
+    the figures."""
     write_table(comparisons["trained"].scores, job.outputs["scores"], job.provenance)
     job.write_tables({"ground_truth": summary.ground_truth, "deletion": summary.deletion,
                       "erasure": summary.erasure, "intervals": summary.intervals,
                       "pairs": summary.pairs, "claims": summary.claims})
-    seconds = comparisons["trained"].seconds
-    timings = pd.DataFrame([{"method": method, "seconds": s, "per_example": s / len(dump)}
-                            for method, s in seconds.items()])
-    write_tables_page(job.outputs["leaderboard"], f"Interaction methods: {job.task}", [
-        ("Leaderboard", "Each measure's mean over the examples with its 95 % bootstrap "
-         "interval, on the trained model and on an untrained model of the same shape (what "
-         "the measure gives with nothing learned). planted_*: against the planted pair; "
-         "deletion_target: AOPC of the target-class probability as the method's top-k edges "
-         "of every layer are zeroed (signed); deletion_tv: the same for the total variation "
-         "of the class distribution (direction-free); comprehensiveness and sufficiency: "
-         "ERASER token erasure by the last layer's row of the classified position "
-         "(docs/interaction_methods.md). seconds_per_example: the method's own time and the "
-         "forward pass every method needs.", summary.leaderboard),
-        ("Claims", "", summary.claims),
-        ("Pairs of methods", "method minus other, oriented so that > 0 is better, with the "
-         "paired bootstrap interval.", summary.pairs),
-        ("Ground truth per layer", "scope: the layer, or any layer.", summary.ground_truth),
-        ("Edge deletion per scope", "scope: the layer deleted in, or all layers at once.",
-         summary.deletion),
-        ("Token erasure per bin", "bin: the share of ordinary tokens removed or kept.",
-         summary.erasure),
-        ("Time per method (s)", "", timings),
-    ])
+    write_leaderboard_page(job.outputs["leaderboard"], job.task, summary,
+                           comparisons["trained"].seconds, n_examples)
     plot_ground_truth(summary.ground_truth[summary.ground_truth["model"] == "trained"], job.task,
                       job.outputs["ground_truth_figure"])
     plot_deletion(pd.concat([c.curves.assign(model=name) for name, c in comparisons.items()]),
                   job.task, job.outputs["deletion_figure"])
     plot_leaderboard(summary.intervals, job.task, job.outputs["leaderboard_figure"])
-    for method, s in seconds.items():
-        log.info("%s: %.2f s per example", method, s / len(dump))
-    log_claims(summary.claims, job.task)
