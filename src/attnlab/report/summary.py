@@ -174,6 +174,22 @@ def claims_table(
     several seeds (paths in seed=<s> folders) are aggregated over the seeds (over_seeds).
     Writes the report's first page's fragment at `landing` and the table it is built from at
     `table_out` (Parquet, with the provenance `origin`), where given. Returns the table."""
+    claims, seeds = gathered_claims(claims_paths)
+    table = beside_findings(claims, load_findings(findings_paths))
+    replicated = ["ci95", "per_seed"] if seeds else []
+    table = grouped(table[["stage", "task", "claim", "paper", "metric", "value", *replicated,
+                           "verdict", "reason", "source"]])
+    write_page(out, _claims_page(table, seeds, papers=bool(findings_paths), origin=origin))
+    if landing is not None:
+        write_page(landing, landing_html(table))
+    if table_out is not None:
+        write_table(table, table_out, origin)
+    return table
+
+
+def gathered_claims(claims_paths: list[str | os.PathLike]) -> tuple[pd.DataFrame, list[int]]:
+    """Every stage's claims tables as one, and the seeds of the runs they come from (none for
+    a one-seed run); the claims of several seeds are aggregated over them (over_seeds)."""
     claims = pd.concat([pd.read_parquet(path).assign(seed=seed_of(path))
                         for path in claims_paths], ignore_index=True)
     for column in ("task", "reason"):  # (tables of an older run have no reason)
@@ -182,8 +198,12 @@ def claims_table(
     claims["reason"] = claims["reason"].fillna("")
     seeds = sorted(set(claims["seed"].dropna().astype(int)))
     claims = claims[["stage", "task", "claim", "metric", "value", "verdict", "reason", "seed"]]
-    claims = over_seeds(claims) if seeds else claims.drop(columns="seed")
-    findings = load_findings(findings_paths)
+    return (over_seeds(claims) if seeds else claims.drop(columns="seed")), seeds
+
+
+def beside_findings(claims: pd.DataFrame, findings: pd.DataFrame) -> pd.DataFrame:
+    """The claims, each with the paper and source of the finding stated about it, and after
+    them the findings that no claim tests."""
 
     def about(finding: pd.Series, claim: pd.Series) -> bool:
         return (finding["stage"], finding["claim"]) == (claim["stage"], claim["claim"]) and (
@@ -192,16 +212,18 @@ def claims_table(
     stated = [[f for _, f in findings.iterrows() if about(f, c)] for _, c in claims.iterrows()]
     # a finding about one task is more precise than one about every task
     stated = [sorted(fs, key=lambda f: pd.isna(f["task"]))[:1] for fs in stated]
-    claims["paper"] = [fs[0]["paper"] if fs else None for fs in stated]
-    claims["source"] = [fs[0]["source"] if fs else None for fs in stated]
+    claims = claims.assign(paper=[fs[0]["paper"] if fs else None for fs in stated],
+                           source=[fs[0]["source"] if fs else None for fs in stated])
     untested = findings[[not any(about(f, c) for _, c in claims.iterrows())
                          for _, f in findings.iterrows()]]
-    table = pd.concat([claims, untested.assign(verdict="not tested by this run", reason="")],
-                      ignore_index=True)
-    replicated = ["ci95", "per_seed"] if seeds else []
-    table = grouped(table[["stage", "task", "claim", "paper", "metric", "value", *replicated,
-                           "verdict", "reason", "source"]])
+    return pd.concat([claims, untested.assign(verdict="not tested by this run", reason="")],
+                     ignore_index=True)
 
+
+def _claims_page(table: pd.DataFrame, seeds: list[int], *, papers: bool,
+                 origin: dict[str, Any]) -> str:
+    """The claims page of the grouped `table`: a heading with the counts, one table per group
+    (with the papers' statements where `papers`), and the provenance."""
     if seeds:
         heading = f"Every stage's claims over {len(seeds)} seeds ({', '.join(map(str, seeds))})"
         how = (" <i>value</i> is the mean over the seeds, <i>ci95</i> its 95 % interval "
@@ -210,18 +232,13 @@ def claims_table(
     else:
         heading, how = "Every stage's claims, judged on this run", ""
     shown = table.drop(columns=["group", "outcome"])
-    if not findings_paths:
+    if not papers:
         shown = shown.drop(columns=["paper", "source"])
-    note = "; <i>paper</i> is what the paper states" if findings_paths else ""
+    note = "; <i>paper</i> is what the paper states" if papers else ""
     sections = [(heading,
                  f"<p>{html.escape(counts_line(counts(table)))}. Each metric names the "
                  f"threshold of its verdict; <i>reason</i> says why a claim is not testable"
                  f"{note}.{how}</p>")]
     sections += [(group, table_html(shown[table["group"] == group]))
                  for group in table["group"].unique()]
-    write_page(out, page("Claims", [*sections, ("Provenance", _provenance(origin))]))
-    if landing is not None:
-        write_page(landing, landing_html(table))
-    if table_out is not None:
-        write_table(table, table_out, origin)
-    return table
+    return page("Claims", [*sections, ("Provenance", _provenance(origin))])
