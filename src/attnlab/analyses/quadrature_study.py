@@ -41,9 +41,9 @@ RULES = [("riemann_right", 20), ("riemann_right", 64), ("gauss_legendre", 6),
          ("adaptive", 1e-4)]
 BASELINE = "gauss_legendre_6"
 # The reference's rows per pass, in rows of attribution.batch_size (or of its CPU default):
-# its hundreds of nodes per example hold an example's state for that many rows (an ordinary
-# rule's for 1 to 20), so 8 times as many fit. `auto` on a GPU estimates the reference's own
-# rows and is not scaled (`rows_per_pass`).
+# its 512 nodes per example share one example's state among 512 rows (an ordinary rule's
+# among 1 to 20), so its rows are lighter and 8 times as many fit. `auto` on a GPU estimates
+# the reference's own rows and is not scaled (`rows_per_pass`).
 REFERENCE_ROWS = 8
 
 
