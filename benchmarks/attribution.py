@@ -57,9 +57,10 @@ from attnlab.data.tasks import TaskSpec, load_split
 from attnlab.data.tokenization import build_tokenizer
 from attnlab.engine import models
 from attnlab.engine.attribution import Attribution, _softmax, attribute, quadrature
+from attnlab.engine.batch_size import EncoderShape
 from attnlab.engine.dump_rows import dump_rows, example_row
 from attnlab.engine.intervention import Intervention
-from attnlab.plumbing.device import EncoderShape, set_precision
+from attnlab.plumbing.device import set_precision
 
 ENGINE_DEFAULTS = inspect.signature(attribute).parameters
 # the adaptive rule with coarser scans than its default: cheaper where F is smooth, blind to

@@ -33,8 +33,8 @@ from measure import (
 from transformers import BertConfig, BertForSequenceClassification
 
 from attnlab.data.tasks import TaskSpec
+from attnlab.engine.batch_size import EncoderShape
 from attnlab.engine.training import _classifier_loss, _train, accuracy, length_bucket_order
-from attnlab.plumbing.device import EncoderShape
 
 MNLI_TRAIN = 392_702
 SEED = 0

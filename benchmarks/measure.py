@@ -11,7 +11,8 @@ from typing import Any
 
 import torch
 
-from attnlab.plumbing.device import EncoderShape, device_name, set_precision
+from attnlab.engine.batch_size import EncoderShape
+from attnlab.plumbing.device import device_name, set_precision
 from attnlab.plumbing.outputs import provenance
 
 # Dense peak TFLOP/s of NVIDIA's data sheets (tensor cores for tf32/bf16; the sheets' larger

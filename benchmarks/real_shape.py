@@ -54,10 +54,10 @@ from attnlab.engine.attribution import (
     engine_options,
     quadrature,
 )
+from attnlab.engine.batch_size import EncoderShape, rows_per_pass
 from attnlab.engine.examples import encode
 from attnlab.engine.intervention import Intervention
 from attnlab.plumbing.config import load_config
-from attnlab.plumbing.device import EncoderShape, attribution_batch_size
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 20  # the paper's Riemann sum: alpha_k = k/m, k = 1..m
@@ -522,8 +522,8 @@ def main() -> None:
     options = engine_options(load_config(ROOT / args.config)["attribution"])
     lengths = real_lengths(inputs)
     # `auto` as the attribute job resolves it on the CPU
-    options["batch_size"] = attribution_batch_size(options["batch_size"], model.config,
-                                                   max(lengths), torch.device("cpu"))
+    options["batch_size"] = rows_per_pass(model.config, options, max(lengths),
+                                          torch.device("cpu"))
     riemann = {**options, "quadrature_rule": "riemann_right", "steps": STEPS}
     n = len(inputs["input_ids"])
     # a pass's rows are copies of examples of similar length, run as wide as the longest

@@ -121,7 +121,7 @@ def attention_module(model, family, layer):
     family_spec = models.FAMILIES[family]
     stack = models.layer_stack(model)
     module = stack[layer]
-    for name in family_spec.attention.split("."):
+    for name in family_spec.layout.attention.split("."):
         module = getattr(module, name)
     return module
 

@@ -10,20 +10,22 @@ import torch
 from tiny_models import CAUSAL_FAMILIES, tiny_batch, tiny_causal_lm, tiny_classifier, tiny_prompts
 from transformers import BertConfig
 
-from attnlab.engine import models
+from attnlab.engine import batch_size, models
 from attnlab.engine.attribution import _Runner
-from attnlab.plumbing import device as device_module
-from attnlab.plumbing.device import (
+from attnlab.engine.batch_size import (
     CPU_BATCH_SIZE,
     MAX_ROWS,
     EncoderShape,
-    Precision,
-    attribution_batch_size,
     attribution_row_bytes,
+    examples_per_call,
+    rows_per_pass,
+    rows_that_fit,
+)
+from attnlab.plumbing.device import (
+    Precision,
     choose_precision,
     out_of_memory_names,
     pick_device,
-    rows_that_fit,
     set_precision,
 )
 from attnlab.plumbing.errors import ConfigError
@@ -76,6 +78,9 @@ def test_auto_falls_back_to_cpu_with_a_log_line(caplog, monkeypatch):
 
 BERT_BASE = BertConfig()  # 12 layers, 12 heads, hidden 768, intermediate 3072
 GPU, GIB = torch.device("cuda"), 2**30
+# attribute()'s options of the paper's rule and of the adaptive rule (up to 40 panels)
+RIEMANN_20 = {"batch_size": "auto", "quadrature_rule": "riemann_right", "steps": 20}
+ADAPTIVE = {"batch_size": "auto", "quadrature_rule": "adaptive", "max_steps": 120}
 
 
 def saved_bytes_per_row(model, tokens: int, rows: int = 3) -> float:
@@ -135,24 +140,40 @@ def test_rows_that_fit_take_a_share_of_the_free_memory():
 
 def test_auto_batch_size_on_a_gpu_comes_from_its_free_memory(monkeypatch, caplog):
     caplog.set_level(logging.INFO, logger="attnlab")
-    monkeypatch.setattr(device_module, "free_memory", lambda device: 80 * GIB)
+    monkeypatch.setattr(batch_size, "free_memory", lambda device: 80 * GIB)
     per_row = attribution_row_bytes(EncoderShape.of(BERT_BASE), 128, 1 / 20)
-    rows = attribution_batch_size("auto", BERT_BASE, 128, GPU, examples_per_row=1 / 20)
+    rows = rows_per_pass(BERT_BASE, RIEMANN_20, 128, GPU)
     assert rows == int(0.7 * 80 * GIB) // per_row == 552
     assert "attribution.batch_size: auto -> 552 rows per pass (80.0 GiB free" in caplog.text
     # less free memory, longer inputs or the adaptive rule's state: fewer rows
-    monkeypatch.setattr(device_module, "free_memory", lambda device: 20 * GIB)
-    assert attribution_batch_size("auto", BERT_BASE, 128, GPU, examples_per_row=1 / 20) == 138
-    assert attribution_batch_size("auto", BERT_BASE, 128, GPU, panels=40) == 56
-    assert attribution_batch_size("auto", BERT_BASE, 256, GPU, panels=40) == 16
+    monkeypatch.setattr(batch_size, "free_memory", lambda device: 20 * GIB)
+    assert rows_per_pass(BERT_BASE, RIEMANN_20, 128, GPU) == 138
+    assert rows_per_pass(BERT_BASE, ADAPTIVE, 128, GPU) == 56
+    assert rows_per_pass(BERT_BASE, ADAPTIVE, 256, GPU) == 16
+    # a rule of its own nodes (the quadrature study's reference) holds an example per 512 rows
+    nodes = torch.linspace(0, 1, 512)
+    own = {"batch_size": "auto", "quadrature_rule": (nodes, nodes)}
+    assert rows_per_pass(BERT_BASE, own, 128, GPU) == rows_that_fit(
+        20 * GIB, attribution_row_bytes(EncoderShape.of(BERT_BASE), 128, 1 / 512))
 
 
 def test_an_explicit_batch_size_wins_and_auto_is_fixed_on_the_cpu(monkeypatch):
-    monkeypatch.setattr(device_module, "free_memory", lambda device: 80 * GIB)
-    assert attribution_batch_size(80, BERT_BASE, 128, GPU) == 80
-    assert attribution_batch_size(7, BERT_BASE, 128, torch.device("cpu")) == 7
-    assert attribution_batch_size("auto", BERT_BASE, 128, torch.device("cpu")) == CPU_BATCH_SIZE
-    assert attribution_batch_size("auto", BERT_BASE, 128, torch.device("cpu"), cpu_rows=5) == 5
+    monkeypatch.setattr(batch_size, "free_memory", lambda device: 80 * GIB)
+    cpu = torch.device("cpu")
+    assert rows_per_pass(BERT_BASE, {**RIEMANN_20, "batch_size": 80}, 128, GPU) == 80
+    assert rows_per_pass(BERT_BASE, {**RIEMANN_20, "batch_size": 7}, 128, cpu) == 7
+    assert rows_per_pass(BERT_BASE, RIEMANN_20, 128, cpu) == CPU_BATCH_SIZE
+    # a caller of lighter rows scales the setting and the CPU's default, not the GPU estimate
+    assert rows_per_pass(BERT_BASE, {**RIEMANN_20, "batch_size": 7}, 128, cpu, scale=8) == 56
+    assert rows_per_pass(BERT_BASE, RIEMANN_20, 128, cpu, scale=8) == 8 * CPU_BATCH_SIZE
+    assert rows_per_pass(BERT_BASE, RIEMANN_20, 128, GPU, scale=8) == rows_per_pass(
+        BERT_BASE, RIEMANN_20, 128, GPU)
+
+
+def test_an_engine_call_holds_the_examples_its_passes_cover():
+    assert examples_per_call({**RIEMANN_20, "batch_size": 100}) == 5
+    assert examples_per_call({**RIEMANN_20, "batch_size": 7}) == 1  # at least one
+    assert examples_per_call({**ADAPTIVE, "batch_size": 100}) == 100
 
 
 @pytest.mark.parametrize("value, advice", [

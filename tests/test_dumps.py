@@ -21,11 +21,11 @@ from attnlab.data.tasks import TaskSpec, load_split, prepare_task
 from attnlab.data.tokenization import build_tokenizer, training_words
 from attnlab.engine import dump_rows
 from attnlab.engine.attribution import Attribution
+from attnlab.engine.batch_size import CPU_BATCH_SIZE
 from attnlab.engine.dump_rows import example_row
 from attnlab.engine.models import load_classifier
 from attnlab.job import Job
 from attnlab.model_job import ModelJob
-from attnlab.plumbing.device import CPU_BATCH_SIZE
 from attnlab.plumbing.errors import AttnlabError, ConfigError
 from attnlab.stages import attribute, summarise_attributions
 

@@ -24,7 +24,6 @@ from attnlab.data.hub import SOURCE_FILE, fetch_checkpoint
 from attnlab.data.tasks import read_task
 from attnlab.engine import models
 from attnlab.plumbing.errors import TRACEBACK_VARIABLE, AttnlabError, ConfigError, one_line_errors
-from attnlab.plumbing.preflight import MODEL_TYPES
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -189,11 +188,6 @@ def test_a_class_without_rows_is_a_warning(tmp_path, caplog, train, dev, expecte
     with caplog.at_level(logging.WARNING, "attnlab"):
         read_task("reviews", task, 0)
     assert [expected in message for message in caplog.messages] == [True]
-
-
-def test_the_dry_run_knows_every_classifier_family_the_library_supports():
-    classifiers = {name for name, family in models.FAMILIES.items() if not family.causal}
-    assert classifiers == set(MODEL_TYPES)
 
 
 def save_checkpoint(path: Path, family: str, weights: bool = True) -> str:

@@ -417,11 +417,3 @@ def test_a_gpt2_checkpoint_is_trained_further_and_analysed(tmp_path):
     claims = pd.read_parquet(out["claims.parquet"])
     assert len(claims) == 8 and claims["verdict"].isin(["holds", "does not hold"]).all()
     assert len(pd.read_parquet(out["heads.parquet"])) == 4
-
-
-def test_the_dry_run_knows_every_decoder_family_the_library_supports():
-    from attnlab.engine import models
-    from attnlab.plumbing.preflight import DECODER_TYPES
-
-    decoders = {name for name, family in models.FAMILIES.items() if family.causal}
-    assert decoders == set(DECODER_TYPES)

@@ -445,7 +445,7 @@ def test_a_decoders_attention_norm_parts_rebuild_its_attention_output(decoder_ex
     (grouped-query attention); float64, so 1e-10."""
     model, example = decoder_example
     seen = []
-    module = models.family_of(model).attention.split(".")
+    module = models.family_of(model).layout.attention.split(".")
     hooks = []
     for block in models.layer_stack(model):
         attention = block

@@ -29,7 +29,9 @@ from transformers import (
     RobertaForSequenceClassification,
 )
 
-FAMILIES = ("bert", "roberta", "electra", "distilbert", "bart")
+from attnlab.plumbing.families import CLASSIFIER, DECODER, names
+
+FAMILIES = names(CLASSIFIER)
 VOCAB = 40
 
 
@@ -87,7 +89,7 @@ def tiny_batch(family: str, lengths=(9, 6, 8), seed: int = 0) -> dict[str, torch
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
-CAUSAL_FAMILIES = ("gpt2", "llama", "qwen2", "mistral")
+CAUSAL_FAMILIES = names(DECODER)
 # a window of 3 tokens, shorter than the prompts: Mistral's layers and Qwen2's second layer
 # attend only to the last 3 tokens (themselves included)
 WINDOW = 3

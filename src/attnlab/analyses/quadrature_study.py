@@ -31,15 +31,20 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from attnlab.data import tasks
 from attnlab.data.dumps import completeness_errors, dump_frame
 from attnlab.engine.attribution import attribute, composite_gauss_legendre
+from attnlab.engine.batch_size import rows_per_pass
 from attnlab.engine.dump_rows import dump_rows
 from attnlab.engine.examples import encoded_frame
-from attnlab.plumbing.device import CPU_BATCH_SIZE, attribution_batch_size
 
 # (rule, steps of a fixed rule or tolerance of the adaptive one)
 RULES = [("riemann_right", 20), ("riemann_right", 64), ("gauss_legendre", 6),
          ("gauss_legendre", 16), ("gauss_legendre", 64), ("adaptive", 1e-2), ("adaptive", 1e-3),
          ("adaptive", 1e-4)]
 BASELINE = "gauss_legendre_6"
+# The reference's rows per pass, in rows of attribution.batch_size (or of its CPU default):
+# its 512 nodes per example share one example's state among 512 rows (an ordinary rule's
+# among 1 to 20), so its rows are lighter and 8 times as many fit. `auto` on a GPU estimates
+# the reference's own rows and is not scaled (`rows_per_pass`).
+REFERENCE_ROWS = 8
 
 
 def rule_name(rule: str, setting: float) -> str:
@@ -67,18 +72,12 @@ def reference_head_maxima(model: PreTrainedModel, inputs: dict[str, torch.Tensor
     """Per-head maxima (B, L, H) of the converged reference on tokenized examples (on
     `device`), and their largest change when the panel count is halved, relative to the
     largest maximum (the reference's own error)."""
-    # the reference's hundreds of nodes per example: 8 times attribution.batch_size rows per
-    # pass (on a CPU 8 x its auto default); auto on a GPU fills its memory already (counting
-    # an example's state per row, more than the study's few examples hold)
-    batch_size = attribution_batch_size(
-        batch_size if batch_size == "auto" else 8 * batch_size, model.config,
-        inputs["input_ids"].shape[1], device, cpu_rows=8 * CPU_BATCH_SIZE)
+    rules = [composite_gauss_legendre(n, 8) for n in (panels, panels // 2)]
+    rows = rows_per_pass(model.config, {"quadrature_rule": rules[0], "batch_size": batch_size},
+                         inputs["input_ids"].shape[1], device, scale=REFERENCE_ROWS)
     mask = inputs["attention_mask"].cpu()
-    maxima = [
-        _head_maxima(attribute(model, inputs, target, composite_gauss_legendre(n, 8),
-                               batch_size=batch_size).attr.double().cpu(), mask)
-        for n in (panels, panels // 2)
-    ]
+    maxima = [_head_maxima(attribute(model, inputs, target, rule, batch_size=rows)
+                           .attr.double().cpu(), mask) for rule in rules]
     return maxima[0], float(np.abs(maxima[0] - maxima[1]).max() / np.abs(maxima[0]).max())
 
 

@@ -23,8 +23,8 @@ from transformers import PreTrainedModel
 
 from attnlab.data import words
 from attnlab.data.dumps import has_words
-from attnlab.engine.attribution import PANEL_NODES, Attribution, attribute, engine_options
-from attnlab.plumbing.device import attribution_batch_size
+from attnlab.engine.attribution import Attribution, attribute, engine_options
+from attnlab.engine.batch_size import rows_per_pass
 from attnlab.plumbing.errors import ConfigError
 
 
@@ -37,12 +37,11 @@ def attribute_again(
     """The full attributions of tokenized examples, with the config's `attribution` section (the
     engine's settings and target) as the dumps were made, as many rows per pass as `device`
     holds."""
-    rows_per_pass = attribution_batch_size(
-        attribution["batch_size"], model.config, encoded["input_ids"].shape[1], device,
-        panels=attribution["max_steps"] // PANEL_NODES)
+    engine = engine_options(attribution)
+    engine["batch_size"] = rows_per_pass(model.config, engine, encoded["input_ids"].shape[1],
+                                         device)
     return attribute(model, {k: v.to(device) for k, v in encoded.items()},
-                     attribution["target"],
-                     **{**engine_options(attribution), "batch_size": rows_per_pass})
+                     attribution["target"], **engine)
 
 
 def example_matrices(result: Attribution, b: int, n_tokens: int) -> tuple[np.ndarray, np.ndarray]:

@@ -22,9 +22,10 @@ from attnlab.data.dumps import PAIR_COLUMNS, completeness_errors
 from attnlab.data.prompts import PromptSpec
 from attnlab.data.tokenization import length_limit
 from attnlab.engine import next_token
-from attnlab.engine.attribution import PANEL_NODES, Attribution, attribute, engine_options
+from attnlab.engine.attribution import Attribution, attribute, engine_options
+from attnlab.engine.batch_size import examples_per_call, rows_per_pass
 from attnlab.engine.examples import encoded_frame
-from attnlab.plumbing.device import attribution_batch_size, out_of_memory_names
+from attnlab.plumbing.device import out_of_memory_names
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +179,7 @@ def dump_rows(
     `settings` are those of the config's `attribution` section that the engine
     (`engine_options`) and the rows (`example_row`) read, and its `target`; `model_settings`
     the model's max_length and truncate. `batch_size: auto` is resolved here, for the longest
-    example (`device.attribution_batch_size`). `bf16`: the forward and backward passes run
+    example (`batch_size.rows_per_pass`). `bf16`: the forward and backward passes run
     under bfloat16 autocast; F, the gradients' sum over the quadrature nodes and Attr stay
     float32 or float64 (the engine's own casts). `shard` of `n_shards` says which part of a
     split the examples are, in the log and the progress bar.
@@ -205,25 +206,20 @@ def dump_rows(
     # Similar lengths together waste less padding; rows are returned in the examples' order.
     order = torch.argsort(lengths, stable=True).tolist()
     adaptive = settings["quadrature"] == "adaptive"
-    setting = settings["batch_size"]
-    rows_per_pass = attribution_batch_size(
-        setting, model.config, int(lengths.max()), device,
-        examples_per_row=1.0 if adaptive else 1 / settings["steps"],
-        panels=settings["max_steps"] // PANEL_NODES if adaptive else 0)
-    # examples per engine call: a fixed rule's rows of them fill a pass; the adaptive rule's
-    # later rounds refine only some examples' panels, so it takes one example per row of a pass
-    per_call = rows_per_pass if adaptive else max(1, rows_per_pass // settings["steps"])
+    engine = engine_options(settings)
+    engine["batch_size"] = rows_per_pass(model.config, engine, int(lengths.max()), device)
+    per_call = examples_per_call(engine)
     rows: dict[int, dict[str, Any]] = {}
     rule = (f"adaptive (tolerance {settings['tolerance']}, scan {settings['scan_steps']}, at "
             f"most {settings['max_steps']} nodes)" if adaptive
             else f"{settings['quadrature']} {settings['steps']}")
     log.info("task %s shard %d/%d: %d examples, quadrature %s, target %s, %d rows per pass%s",
-             spec.name, shard, n_shards, len(examples), rule, settings["target"], rows_per_pass,
-             ", bf16 autocast" if bf16 else "")
+             spec.name, shard, n_shards, len(examples), rule, settings["target"],
+             engine["batch_size"], ", bf16 autocast" if bf16 else "")
     with (tqdm(total=len(examples), desc=f"attribute {spec.name}[{shard}]", unit="ex") as bar,
-          out_of_memory_names("attribution.batch_size", setting,
-                              f"attributing task {spec.name} ({rows_per_pass} rows per pass, "
-                              f"up to {int(lengths.max())} tokens)"),
+          out_of_memory_names("attribution.batch_size", settings["batch_size"],
+                              f"attributing task {spec.name} ({engine['batch_size']} rows "
+                              f"per pass, up to {int(lengths.max())} tokens)"),
           torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)):
         for start in range(0, len(order), per_call):
             group = order[start : start + per_call]
@@ -231,7 +227,7 @@ def dump_rows(
             batch = {k: v[group, :width].to(device) if v.dim() == 2 else v[group].to(device)
                      for k, v in encoded.items()}
             result = attribute(model, batch, settings["target"],
-                               **{**engine_options(settings), "batch_size": rows_per_pass})
+                               **engine)
             for b, row_index in enumerate(group):
                 real_ids = encoded["input_ids"][row_index, : lengths[row_index]].tolist()
                 text = text_columns(tokenizer, encoding, row_index, real_ids)
@@ -253,6 +249,6 @@ def dump_rows(
                     f" (refinement stopped at max_steps {settings['max_steps']})"
                     if adaptive else "")
     return DumpRows(rows=[rows[i] for i in range(len(examples))], n_layers=result.attr.shape[1],
-                    n_heads=result.attr.shape[2], batch_size=rows_per_pass,
+                    n_heads=result.attr.shape[2], batch_size=engine["batch_size"],
                     completeness_abs_error_max=float(residuals.max()),
                     outside_tolerance=outside)

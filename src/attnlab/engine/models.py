@@ -1,8 +1,9 @@
 """Model families the intervention point supports, and the pieces the engines need of them.
 
-A family says where its analysed attention modules are, how to compute the hidden states
-entering the first of them (the input embeddings x = e^0), and how to run the model in three
-parts (embeddings, the layer stack, the head) so that the attribution engine can start from a
+A family (its row in attnlab.plumbing.families) says where its analysed attention modules
+are, how to compute the hidden states entering the first of them (the input embeddings
+x = e^0; this module's EMBEDDINGS), and how to run the model in three parts (embeddings, the
+layer stack, the head: HEADS) so that the attribution engine can start from a
 cached hidden state at layer l instead of recomputing every layer below it. BART's encoder
 runs from its embeddings like the others (for analyses of hidden states), but its classifier
 reads the decoder: as a classifier it is always run whole.
@@ -19,6 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -38,6 +40,7 @@ from transformers.masking_utils import (
 
 from attnlab.engine.intervention import ATTN_IMPLEMENTATION, LAYER_ATTRIBUTE, Intervention
 from attnlab.plumbing.errors import AttnlabError, ConfigError
+from attnlab.plumbing.families import FAMILIES, Family
 
 log = logging.getLogger(__name__)
 
@@ -46,33 +49,12 @@ class UnsupportedModelError(AttnlabError, ValueError):
     """The model's family does not route attention through transformers' AttentionInterface."""
 
 
-@dataclass(frozen=True)
-class Family:
-    base: str  # attribute of the classifier holding the base model
-    layers: str  # dotted path, inside the base model, of the layer list
-    attention: str  # dotted path, inside one layer, of its self-attention module
-    embed: Callable[[PreTrainedModel, dict[str, torch.Tensor]], torch.Tensor]  # inputs -> e^0
-    # hidden -> logits: for encoders the last layer's (B, S, d); for decoders the (B, d) at the
-    # read position, before the final norm
-    head: Callable[[PreTrainedModel, torch.Tensor], torch.Tensor] | None
-    output: str  # dotted path, inside the model, of its last layer (one row per class/token)
-    # dotted paths, inside one layer, of the attention's output projection W_O (every family)
-    # and of the layer norm after its residual connection (post-LN encoders; None for the
-    # pre-LN decoders): the norm-based interaction methods decompose the attention sublayer
-    # with them
-    out_proj: str
-    attention_norm: str | None
-    # dotted path, inside one layer, of the layer norm after the feed-forward sublayer's
-    # residual connection (GlobEnc decomposes it too)
-    output_norm: str | None
-    split: bool = True  # can the model be run from a cached hidden state at layer l?
-    causal: bool = False  # a decoder language model (causal mask, next-token head)
-
-
-def _embeddings(model: PreTrainedModel, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-    base = getattr(model, family_of(model).base)
+def _embeddings(
+    model: PreTrainedModel, inputs: dict[str, torch.Tensor], token_types: bool = True
+) -> torch.Tensor:
+    base = _base(model)
     kwargs = {"input_ids": inputs["input_ids"]}
-    if "token_type_ids" in inputs and model.config.model_type != "distilbert":
+    if "token_type_ids" in inputs and token_types:
         kwargs["token_type_ids"] = inputs["token_type_ids"]
     hidden = base.embeddings(**kwargs)
     if hasattr(base, "embeddings_project"):  # ELECTRA with embedding_size != hidden_size
@@ -82,13 +64,13 @@ def _embeddings(model: PreTrainedModel, inputs: dict[str, torch.Tensor]) -> torc
 
 def _bart_embeddings(model: PreTrainedModel, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
     # as BartEncoder.forward computes them (its dropout is off in eval mode)
-    encoder = model.model.encoder
+    encoder = _base(model).encoder
     tokens = encoder.embed_tokens(inputs["input_ids"])
     return encoder.layernorm_embedding(tokens + encoder.embed_positions(tokens[:, :, -1]))
 
 
-def _bert_head(model: PreTrainedModel, hidden: torch.Tensor) -> torch.Tensor:
-    return model.classifier(model.dropout(model.bert.pooler(hidden)))
+def _pooler_head(model: PreTrainedModel, hidden: torch.Tensor) -> torch.Tensor:
+    return model.classifier(model.dropout(_base(model).pooler(hidden)))
 
 
 def _sequence_head(model: PreTrainedModel, hidden: torch.Tensor) -> torch.Tensor:
@@ -96,7 +78,7 @@ def _sequence_head(model: PreTrainedModel, hidden: torch.Tensor) -> torch.Tensor
     return model.classifier(hidden)
 
 
-def _distilbert_head(model: PreTrainedModel, hidden: torch.Tensor) -> torch.Tensor:
+def _pre_classifier_head(model: PreTrainedModel, hidden: torch.Tensor) -> torch.Tensor:
     pooled = nn.functional.relu(model.pre_classifier(hidden[:, 0]))
     return model.classifier(model.dropout(pooled))
 
@@ -118,45 +100,38 @@ def read_positions(model: PreTrainedModel, attention_mask: torch.Tensor) -> torc
 
 def _gpt2_embeddings(model: PreTrainedModel, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
     # as GPT2Model.forward computes them (its dropout is off in eval mode)
-    base = model.transformer
+    base = _base(model)
     return base.wte(inputs["input_ids"]) + base.wpe(positions(inputs["attention_mask"]))
 
 
 def _token_embeddings(model: PreTrainedModel, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
     # Llama, Qwen2, Mistral: positions enter each layer as rotary embeddings (`layer_inputs`)
-    return model.model.embed_tokens(inputs["input_ids"])
+    return _base(model).embed_tokens(inputs["input_ids"])
 
 
 def _gpt2_head(model: PreTrainedModel, hidden: torch.Tensor) -> torch.Tensor:
-    return model.lm_head(model.transformer.ln_f(hidden))
+    return model.lm_head(_base(model).ln_f(hidden))
 
 
 def _norm_head(model: PreTrainedModel, hidden: torch.Tensor) -> torch.Tensor:
-    return model.lm_head(model.model.norm(hidden))
+    return model.lm_head(_base(model).norm(hidden))
 
 
-BERT_SUBLAYER = ("attention.output.dense", "attention.output.LayerNorm", "output.LayerNorm")
-FAMILIES: dict[str, Family] = {
-    "bert": Family("bert", "encoder.layer", "attention.self", _embeddings, _bert_head,
-                   "classifier", *BERT_SUBLAYER),
-    "roberta": Family("roberta", "encoder.layer", "attention.self", _embeddings, _sequence_head,
-                      "classifier.out_proj", *BERT_SUBLAYER),
-    "electra": Family("electra", "encoder.layer", "attention.self", _embeddings, _sequence_head,
-                      "classifier.out_proj", *BERT_SUBLAYER),
-    "distilbert": Family("distilbert", "transformer.layer", "attention", _embeddings,
-                         _distilbert_head, "classifier", "attention.out_lin", "sa_layer_norm",
-                         "output_layer_norm"),
-    "bart": Family("model", "encoder.layers", "self_attn", _bart_embeddings, None,
-                   "classification_head.out_proj", "self_attn.out_proj", "self_attn_layer_norm",
-                   "final_layer_norm", split=False),
-    "gpt2": Family("transformer", "h", "attn", _gpt2_embeddings, _gpt2_head, "lm_head",
-                   "attn.c_proj", None, None, causal=True),
-    "llama": Family("model", "layers", "self_attn", _token_embeddings, _norm_head, "lm_head",
-                    "self_attn.o_proj", None, None, causal=True),
-    "qwen2": Family("model", "layers", "self_attn", _token_embeddings, _norm_head, "lm_head",
-                    "self_attn.o_proj", None, None, causal=True),
-    "mistral": Family("model", "layers", "self_attn", _token_embeddings, _norm_head, "lm_head",
-                      "self_attn.o_proj", None, None, causal=True),
+# The functions the rows of FAMILIES name (attnlab.plumbing.families): inputs -> e^0, and
+# hidden -> logits.
+EMBEDDINGS: dict[str, Callable[[PreTrainedModel, dict[str, torch.Tensor]], torch.Tensor]] = {
+    "embeddings": _embeddings,
+    "embeddings_without_types": partial(_embeddings, token_types=False),  # DistilBERT's
+    "bart": _bart_embeddings,
+    "learned_positions": _gpt2_embeddings,
+    "tokens": _token_embeddings,
+}
+HEADS: dict[str, Callable[[PreTrainedModel, torch.Tensor], torch.Tensor]] = {
+    "pooler": _pooler_head,
+    "sequence": _sequence_head,
+    "pre_classifier": _pre_classifier_head,
+    "ln_f": _gpt2_head,
+    "norm": _norm_head,
 }
 
 
@@ -181,7 +156,7 @@ def attention_sublayer(model: PreTrainedModel, layer: int) -> tuple[nn.Linear, n
     """The output projection W_O of layer `layer`'s attention and the layer norm after it."""
     family = _post_ln(model)
     block = layer_stack(model)[layer]
-    return _get(block, family.out_proj), _get(block, family.attention_norm)
+    return _get(block, family.layout.out_proj), _get(block, family.layout.attention_norm)
 
 
 def output_projection(
@@ -189,19 +164,19 @@ def output_projection(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """W_O of layer `layer`'s attention as nn.Linear stores it, (d, H·d_v), and its bias (None
     without one), every family: GPT-2's Conv1D stores the transpose."""
-    module = _get(layer_stack(model)[layer], family_of(model).out_proj)
+    module = _get(layer_stack(model)[layer], family_of(model).layout.out_proj)
     weight = module.weight if isinstance(module, nn.Linear) else module.weight.T
     return weight, module.bias
 
 
 def output_norm(model: PreTrainedModel, layer: int) -> nn.LayerNorm:
     """The layer norm that closes layer `layer` (after the feed-forward sublayer)."""
-    return _get(layer_stack(model)[layer], _post_ln(model).output_norm)
+    return _get(layer_stack(model)[layer], _post_ln(model).layout.output_norm)
 
 
 def _post_ln(model: PreTrainedModel) -> Family:
     family = family_of(model)
-    if family.attention_norm is None:
+    if family.layout.attention_norm is None:
         raise UnsupportedModelError(
             f"model family {model.config.model_type!r} is pre-LN; ALTI and GlobEnc "
             f"decompose post-LN encoders only")
@@ -209,15 +184,18 @@ def _post_ln(model: PreTrainedModel) -> Family:
 
 
 def layer_stack(model: PreTrainedModel) -> nn.ModuleList:
-    family = family_of(model)
-    return _get(getattr(model, family.base), family.layers)
+    return _get(_base(model), family_of(model).layout.layers)
+
+
+def _base(model: PreTrainedModel) -> nn.Module:
+    return getattr(model, family_of(model).layout.base)
 
 
 def prepare_model(model: PreTrainedModel) -> PreTrainedModel:
     """Route the model's attention through the intervention point; put it in eval mode."""
     family = family_of(model)
     for index, layer in enumerate(layer_stack(model)):
-        setattr(_get(layer, family.attention), LAYER_ATTRIBUTE, index)
+        setattr(_get(layer, family.layout.attention), LAYER_ATTRIBUTE, index)
     model.set_attn_implementation(ATTN_IMPLEMENTATION)
     return model.eval()
 
@@ -315,7 +293,7 @@ def head_shape(model: PreTrainedModel) -> tuple[int, int]:
 
 def embed(model: PreTrainedModel, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
     """Hidden states entering layer 0, the input embeddings x = e^0 (every family)."""
-    return family_of(model).embed(model, inputs)
+    return EMBEDDINGS[family_of(model).embeddings](model, inputs)
 
 
 @dataclass(frozen=True)
@@ -356,7 +334,7 @@ def layer_inputs(
                                attention_mask=attention_mask, past_key_values=None,
                                position_ids=position_ids, allow_is_causal_skip=False)
              for kind in set(types)}
-    base = getattr(model, family_of(model).base)
+    base = _base(model)
     rotary = base.rotary_emb(hidden, position_ids) if hasattr(base, "rotary_emb") else None
     return LayerInputs(masks, types, rotary)
 
@@ -408,7 +386,7 @@ def classify(
     if family.causal:
         rows = torch.arange(len(hidden), device=hidden.device)
         hidden = hidden[rows, read_positions(model, attention_mask)]
-    return family.head(model, hidden)
+    return HEADS[family.head](model, hidden)
 
 
 def logits(

@@ -22,14 +22,12 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 from transformers import (
+    AutoConfig,
     AutoModelForCausalLM,
+    AutoModelForMaskedLM,
     AutoModelForSequenceClassification,
     AutoTokenizer,
-    BertConfig,
-    BertForMaskedLM,
-    BertForSequenceClassification,
-    GPT2Config,
-    LlamaConfig,
+    PretrainedConfig,
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
@@ -49,8 +47,9 @@ from attnlab.engine.models import align_labels
 from attnlab.engine.next_token import encode_prompts
 from attnlab.plumbing.device import device_name, out_of_memory_names
 from attnlab.plumbing.errors import ConfigError
+from attnlab.plumbing.families import CLASSIFIER, DECODER, FAMILIES, SCRATCH_DEFAULT, names
 from attnlab.plumbing.outputs import atomic_path
-from attnlab.plumbing.preflight import DECODER_FAMILIES, checkpoint_shape
+from attnlab.plumbing.preflight import checkpoint_shape
 
 log = logging.getLogger(__name__)
 
@@ -78,21 +77,31 @@ class Trained(NamedTuple):
 
 
 def scratch_config(
-    model_cfg: dict[str, Any], tokenizer: PreTrainedTokenizerBase, **labels: Any
-) -> BertConfig:
-    """The BERT of model.scratch's sizes over `tokenizer`'s vocabulary."""
+    model_cfg: dict[str, Any], tokenizer: PreTrainedTokenizerBase, kind: str, **labels: Any
+) -> PretrainedConfig:
+    """The model of model.scratch's family (absent: bert) and sizes over `tokenizer`'s
+    vocabulary, under the config.json keys of its row in attnlab.plumbing.families; refused in
+    one line unless it is a family of `kind` that can be built from scratch."""
     size = model_cfg["scratch"]
-    return BertConfig(
+    name = size.get("family", SCRATCH_DEFAULT)
+    fitting = names(kind, scratch=True)
+    if name not in fitting:
+        raise ConfigError(f"model.scratch.family: {name!r} is not a {kind} family built from "
+                          f"scratch ({', '.join(fitting)})")
+    family = FAMILIES[name]
+    keys = family.sizes
+    special = {"pad_token_id": tokenizer.pad_token_id}
+    if family.causal:  # the word-level vocabulary's one boundary token begins and ends
+        special |= {"bos_token_id": tokenizer.bos_token_id,
+                    "eos_token_id": tokenizer.bos_token_id}
+    return AutoConfig.for_model(
+        name,
         vocab_size=len(tokenizer),
-        hidden_size=size["hidden"],
-        num_hidden_layers=size["layers"],
-        num_attention_heads=size["heads"],
-        intermediate_size=size["intermediate"],
-        max_position_embeddings=model_cfg["max_length"],
-        hidden_dropout_prob=size.get("dropout", 0.1),
-        attention_probs_dropout_prob=size.get("dropout", 0.1),
-        pad_token_id=tokenizer.pad_token_id,
+        **{keys.hidden: size["hidden"], keys.layers: size["layers"], keys.heads: size["heads"],
+           keys.intermediate: size["intermediate"], keys.positions: model_cfg["max_length"]},
+        **dict.fromkeys(family.scratch_dropout, size.get("dropout", 0.1)),
         attn_implementation="eager",
+        **special,
         **labels,
     )
 
@@ -108,13 +117,13 @@ def _build_model(
     source = model_cfg["source"]
     if source == "scratch" and start is not None:
         # the shared starting point of every task (pretrain): its vocabulary and weights
-        model = BertForSequenceClassification.from_pretrained(
+        model = AutoModelForSequenceClassification.from_pretrained(
             start, attn_implementation="eager", **labels)
         return model, AutoTokenizer.from_pretrained(start)
     if source == "scratch":
         tokenizer = model_tokenizer(spec, model_cfg, train)
-        config = scratch_config(model_cfg, tokenizer, **labels)
-        return BertForSequenceClassification(config), tokenizer
+        config = scratch_config(model_cfg, tokenizer, CLASSIFIER, **labels)
+        return AutoModelForSequenceClassification.from_config(config), tokenizer
     name = model_cfg["pretrained"]
     checkpoint_shape(name)  # an unsupported family is refused before any training
     if source == "pretrained":
@@ -376,7 +385,8 @@ def pretrain(
     words = sorted(set().union(*(training_words(df, spec) for df, spec in frames)))
     tokenizer = build_tokenizer(words)
     torch.manual_seed(seed)  # initialisation and dropout
-    model = BertForMaskedLM(scratch_config(model_cfg, tokenizer)).to(device)
+    config = scratch_config(model_cfg, tokenizer, CLASSIFIER)
+    model = AutoModelForMaskedLM.from_config(config).to(device)
     texts = _pretraining_texts(frames, tokenizer)
     log.info("pretrain: masked-LM on %d texts of %d tasks, vocabulary %d",
              len(texts["input_ids"]), len(frames), len(tokenizer))
@@ -393,39 +403,13 @@ def pretrain(
         "seconds": round(time.monotonic() - started, 1)})
 
 
-CAUSAL_FAMILIES = DECODER_FAMILIES  # model.scratch.family of a decoder built from scratch
-
-
-def causal_config(model_cfg: dict[str, Any], tokenizer: PreTrainedTokenizerBase):
-    """The decoder of model.scratch's family and sizes over `tokenizer`'s vocabulary: GPT-2
-    (learned absolute positions, GELU feed-forward) or Llama (rotary positions, gated SiLU
-    feed-forward, RMS norm)."""
-    size, family = model_cfg["scratch"], model_cfg["scratch"].get("family", "gpt2")
-    special = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.bos_token_id,
-               "pad_token_id": tokenizer.pad_token_id, "attn_implementation": "eager"}
-    dropout = size.get("dropout", 0.1)
-    if family == "gpt2":
-        return GPT2Config(vocab_size=len(tokenizer), n_positions=model_cfg["max_length"],
-                          n_embd=size["hidden"], n_layer=size["layers"], n_head=size["heads"],
-                          n_inner=size["intermediate"], resid_pdrop=dropout,
-                          embd_pdrop=dropout, attn_pdrop=dropout, **special)
-    if family == "llama":
-        return LlamaConfig(vocab_size=len(tokenizer), hidden_size=size["hidden"],
-                           intermediate_size=size["intermediate"],
-                           num_hidden_layers=size["layers"], num_attention_heads=size["heads"],
-                           num_key_value_heads=size["heads"],
-                           max_position_embeddings=model_cfg["max_length"],
-                           attention_dropout=dropout, **special)
-    raise ConfigError(f"model.scratch.family: {family!r} is not a decoder family "
-                      f"({', '.join(CAUSAL_FAMILIES)})")
-
-
 def _causal_model(spec: PromptSpec, model_cfg: dict[str, Any], train: pd.DataFrame):
     if model_cfg["source"] == "scratch":
         words = sorted({word for column in (spec.prompt_field, spec.target_field)
                         for text in train[column] for word in text.split()})
         tokenizer = build_causal_tokenizer(words)
-        return AutoModelForCausalLM.from_config(causal_config(model_cfg, tokenizer)), tokenizer
+        config = scratch_config(model_cfg, tokenizer, DECODER)
+        return AutoModelForCausalLM.from_config(config), tokenizer
     name = model_cfg["pretrained"]
     checkpoint_shape(name)  # an unsupported family is refused before any training
     model = AutoModelForCausalLM.from_pretrained(name, attn_implementation="eager")
@@ -460,7 +444,7 @@ def train_language_model(
 ) -> Trained:
     """Train a decoder language model on a next-token task and evaluate it on `dev`.
 
-    A scratch model (model.scratch.family: gpt2 or llama) gets a word-level vocabulary of the
+    A scratch model (model.scratch.family a decoder family) gets a word-level vocabulary of the
     training split's words; a pretrained checkpoint is trained further, and one of source
     `finetuned` is only evaluated. The loss is the next-token cross-entropy from each
     example's `train_from` position to its target (`attnlab.engine.next_token.encode_prompts`),

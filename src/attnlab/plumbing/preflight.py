@@ -17,22 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from attnlab.plumbing.errors import ConfigError
+from attnlab.plumbing.families import CLASSIFIER, DECODER, FAMILIES, SCRATCH_DEFAULT, names
 
-# The classifier families attnlab.engine.models supports (its FAMILIES that are not decoder
-# language models; a test keeps the two equal).
-MODEL_TYPES = ("bert", "roberta", "electra", "distilbert", "bart")
-# The decoder language models it supports (its other FAMILIES; tests/test_induction.py keeps the
-# two equal): they learn next_token tasks, the classifiers classification tasks.
-DECODER_TYPES = ("gpt2", "llama", "qwen2", "mistral")
-# model.scratch.family of a decoder language model (attnlab.engine.training.CAUSAL_FAMILIES)
-DECODER_FAMILIES = ("gpt2", "llama")
-# config.json keys of the layer count, heads per layer and hidden size, by family
-SIZE_KEYS = {
-    "distilbert": ("n_layers", "n_heads", "dim"),
-    "bart": ("encoder_layers", "encoder_attention_heads", "d_model"),
-    "gpt2": ("n_layer", "n_head", "n_embd"),
-}
-BERT_SIZE_KEYS = ("num_hidden_layers", "num_attention_heads", "hidden_size")
 WEIGHTS = ("*.safetensors", "pytorch_model*.bin")
 # A hub id: "name" or "owner/name" (also a path under resources/).
 HUB_ID = r"[A-Za-z0-9][\w.-]*(?:/[\w.-]+)?"
@@ -60,11 +46,10 @@ def checkpoint_shape(path: str | Path) -> ModelShape:
     except (ValueError, UnicodeDecodeError) as err:
         raise ConfigError(f"model.pretrained: {config_file} is not valid JSON ({err})") from None
     model_type = cfg.get("model_type")
-    if model_type not in MODEL_TYPES + DECODER_TYPES:
+    if model_type not in FAMILIES:
         raise ConfigError(
             f"model.pretrained: {path} is a {model_type!r} model, a family whose attention "
-            f"cannot be intervened on; supported families: "
-            f"{', '.join(MODEL_TYPES + DECODER_TYPES)}"
+            f"cannot be intervened on; supported families: {', '.join(FAMILIES)}"
         )
     if not any(next(Path(path).glob(pattern), None) for pattern in WEIGHTS):
         raise ConfigError(f"model.pretrained: {path} has no weights (model.safetensors or "
@@ -74,12 +59,13 @@ def checkpoint_shape(path: str | Path) -> ModelShape:
         if damage:
             raise ConfigError(f"model.pretrained: {weights} is damaged ({damage}); download or "
                               "save the checkpoint again")
-    keys = SIZE_KEYS.get(model_type, BERT_SIZE_KEYS)
+    sizes = FAMILIES[model_type].sizes
+    keys = (sizes.layers, sizes.heads, sizes.hidden)
     missing = [key for key in keys if not isinstance(cfg.get(key), int)]
     if missing:
         raise ConfigError(f"model.pretrained: {config_file} has no {', '.join(missing)}")
     layers, heads, hidden = (cfg[key] for key in keys)
-    positions = cfg.get("n_positions" if model_type == "gpt2" else "max_position_embeddings")
+    positions = cfg.get(sizes.positions)
     return ModelShape(layers, heads, hidden, positions, model_type)
 
 
@@ -187,11 +173,14 @@ def _check_kind(config: dict[str, Any]) -> None:
     runs no stage that compares tasks, and its trees are normalised by the layer's maximum."""
     decoder = task_kind(config) == "next_token"
     model = config["model"]
-    family = model["scratch"].get("family", "bert")
-    if model["source"] == "scratch" and (family != "bert") != decoder:
+    family = model["scratch"].get("family", SCRATCH_DEFAULT)
+    fitting = names(DECODER if decoder else CLASSIFIER, scratch=True)
+    if family not in names(scratch=True):
+        raise ConfigError(f"model.scratch.family: {family!r} is not a family built from "
+                          f"scratch ({', '.join(names(scratch=True))})")
+    if model["source"] == "scratch" and family not in fitting:
         raise ConfigError(f"model.scratch.family: {family!r} cannot learn "
-                          f"{task_kind(config)} tasks; use "
-                          f"{' or '.join(DECODER_FAMILIES) if decoder else 'bert'}")
+                          f"{task_kind(config)} tasks; use {' or '.join(fitting)}")
     if decoder and config["trees"]["normalise"] != "layer":
         raise ConfigError(f"trees.normalise: {config['trees']['normalise']!r} leaves out a "
                           "classifier's [CLS] row; a decoder's trees (next_token tasks) take "
@@ -261,8 +250,8 @@ def check_config(config: dict[str, Any], pretrained: str | None) -> None:
     if shape is None:
         return
     decoder = task_kind(config) == "next_token"
-    if config["model"]["source"] != "scratch" and (shape.model_type in DECODER_TYPES) != decoder:
-        fitting = DECODER_TYPES if decoder else MODEL_TYPES
+    if config["model"]["source"] != "scratch" and FAMILIES[shape.model_type].causal != decoder:
+        fitting = names(DECODER if decoder else CLASSIFIER)
         raise ConfigError(f"model.pretrained: {pretrained} is a {shape.model_type!r} model, "
                           f"which cannot do {task_kind(config)} tasks; they need "
                           f"{'a decoder' if decoder else 'an encoder'} ({', '.join(fitting)})")

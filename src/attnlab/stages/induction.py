@@ -8,8 +8,8 @@ import torch
 from attnlab.analyses import induction
 from attnlab.analyses.claims import log_claims
 from attnlab.engine import attribution, next_token
+from attnlab.engine.batch_size import rows_per_pass
 from attnlab.model_job import ModelJob
-from attnlab.plumbing.device import attribution_batch_size
 
 
 def run(job: ModelJob) -> None:
@@ -21,8 +21,8 @@ def run(job: ModelJob) -> None:
              for column in ("gt_induction", "gt_previous")}
     inputs = {k: v.to(job.device) for k, v in job.encoded("dev", len(dev)).items()}
     engine = attribution.engine_options(job.settings.attribution)
-    engine["batch_size"] = attribution_batch_size(engine["batch_size"], job.model.config,
-                                                  inputs["input_ids"].shape[1], job.device)
+    engine["batch_size"] = rows_per_pass(job.model.config, engine, inputs["input_ids"].shape[1],
+                                         job.device)
     result = induction.induction_analysis(
         job.model, inputs, induction=truth["gt_induction"], previous=truth["gt_previous"],
         engine=engine)

@@ -17,10 +17,10 @@ from attnlab.analyses.claims import log_claims
 from attnlab.data.dumps import read_task_dump
 from attnlab.engine import examples, models
 from attnlab.engine.attribution import engine_options
+from attnlab.engine.batch_size import rows_per_pass
 from attnlab.methods import registry
 from attnlab.methods.method import Method, Variants
 from attnlab.model_job import ModelJob
-from attnlab.plumbing.device import attribution_batch_size
 from attnlab.plumbing.outputs import write_table
 from attnlab.report.interaction_figures import plot_deletion, plot_ground_truth, plot_leaderboard
 from attnlab.report.interaction_page import write_leaderboard_page
@@ -73,8 +73,8 @@ def _options(job: ModelJob, chosen: list[Method],
     engine = engine_options(job.settings.attribution)
     # AttAttr's copies per pass (attribution.batch_size: auto resolved, as the attribute stage
     # does, for the longest example)
-    engine["batch_size"] = attribution_batch_size(engine["batch_size"], job.model.config,
-                                                  encoded["input_ids"].shape[1], job.device)
+    engine["batch_size"] = rows_per_pass(job.model.config, engine,
+                                         encoded["input_ids"].shape[1], job.device)
     return interaction_methods.Options(
         methods=chosen, variants=Variants(flow_normalised=cfg.flow_normalised,
                                           alti_biases=cfg.alti_biases),
