@@ -56,7 +56,7 @@ from attnlab.data.dumps import SCHEMA, read_dump, write_dump
 from attnlab.data.tasks import TaskSpec, load_split
 from attnlab.data.tokenization import build_tokenizer
 from attnlab.engine import models
-from attnlab.engine.attribution import Attribution, _softmax, attribute, quadrature
+from attnlab.engine.attribution import Attribution, _softmax, attribute, fixed_rule
 from attnlab.engine.dump_rows import dump_rows, example_row
 from attnlab.engine.intervention import Intervention
 from attnlab.plumbing.device import EncoderShape, set_precision
@@ -71,7 +71,7 @@ DUMP_CFG = {"top_pairs": 3, "keep_full": False, "edge_min_fraction": 0.1,
 
 def naive_attribute(model, inputs: dict[str, torch.Tensor], steps: int) -> Attribution:
     """The official code's loop: per example, per layer, a whole forward of m scaled copies."""
-    nodes, weights = quadrature("riemann_right", steps)
+    nodes, weights = fixed_rule("riemann_right", steps)
     results = []
     for b in range(len(inputs["labels"])):
         one = {k: v[b : b + 1] for k, v in inputs.items() if k != "labels"}
@@ -267,7 +267,7 @@ def main() -> None:
         "labels": torch.arange(args.examples) % 3,
     }
     inputs = {k: v.to(device) for k, v in inputs.items()}
-    engine_default = f"engine_{ENGINE_DEFAULTS['quadrature_rule'].default}"
+    engine_default = f"engine_{ENGINE_DEFAULTS['quadrature'].default}"
     variants = {
         "naive_riemann_right_20": lambda one: naive_attribute(model, one, 20),
         "engine_riemann_right_20": lambda one: attribute(model, one, "gold", "riemann_right", 20),
