@@ -52,7 +52,7 @@ from measure import (
 )
 from transformers import BertConfig, BertForSequenceClassification
 
-from attnlab.data.dumps import SCHEMA, read_dump, write_dump
+from attnlab.data.dumps import SCHEMA, read_dump, within_tolerance, write_dump
 from attnlab.data.tasks import TaskSpec, load_split
 from attnlab.data.tokenization import build_tokenizer
 from attnlab.engine import models
@@ -170,7 +170,7 @@ def attribute_end_to_end(model_dir: Path, dev_path: Path, spec: TaskSpec, cfg: d
     pass it took."""
     model, tokenizer = models.load_classifier(model_dir, device)
     attributed = dump_rows(model, tokenizer, load_split(dev_path, spec), spec, cfg, model_cfg,
-                           device=device, bf16=bf16)
+                           bf16=bf16)
     write_dump(attributed.rows, out_path,
                {"n_layers": attributed.n_layers, "n_heads": attributed.n_heads})
     return attributed.batch_size
@@ -206,8 +206,8 @@ def end_to_end(model, config: BertConfig, args: argparse.Namespace, device: torc
             "examples_per_s": round(len(dump) / seconds, 2),
             "batch_size": batch_size, "memory": memory,
             "grad_nodes_mean": float(np.stack(dump["grad_nodes"]).mean()),
-            "within_tolerance": float(
-                (np.abs(np.stack(dump["residual"])) <= cfg["tolerance"]).mean()),
+            "within_tolerance": float(within_tolerance(np.abs(np.stack(dump["residual"])),
+                                                       cfg["tolerance"]).mean()),
             **device_report(device, precision, flops, seconds),
         }
         if precision != "fp32":
