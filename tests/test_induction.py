@@ -144,6 +144,8 @@ def _induction_config(**changes):
      "next_token tasks"),
     ({"trees": {"normalise": "no_cls"}},
      "trees.normalise: 'no_cls' leaves out a classifier's "),
+    ({"model.truncate": True},
+     "model.truncate: a next_token task's prompts are never truncated; raise model.max_length"),
 ])
 def test_a_config_that_mixes_decoders_and_classifiers_stops_the_dry_run_in_one_line(
         changes, message):

@@ -88,7 +88,7 @@ def scratch_config(
         num_hidden_layers=size["layers"],
         num_attention_heads=size["heads"],
         intermediate_size=size["intermediate"],
-        max_position_embeddings=model_cfg["max_length"],
+        max_position_embeddings=length_limit(model_cfg)[0],
         hidden_dropout_prob=size.get("dropout", 0.1),
         attention_probs_dropout_prob=size.get("dropout", 0.1),
         pad_token_id=tokenizer.pad_token_id,
@@ -403,9 +403,9 @@ def causal_config(model_cfg: dict[str, Any], tokenizer: PreTrainedTokenizerBase)
     size, family = model_cfg["scratch"], model_cfg["scratch"].get("family", "gpt2")
     special = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.bos_token_id,
                "pad_token_id": tokenizer.pad_token_id, "attn_implementation": "eager"}
-    dropout = size.get("dropout", 0.1)
+    dropout, positions = size.get("dropout", 0.1), length_limit(model_cfg)[0]
     if family == "gpt2":
-        return GPT2Config(vocab_size=len(tokenizer), n_positions=model_cfg["max_length"],
+        return GPT2Config(vocab_size=len(tokenizer), n_positions=positions,
                           n_embd=size["hidden"], n_layer=size["layers"], n_head=size["heads"],
                           n_inner=size["intermediate"], resid_pdrop=dropout,
                           embd_pdrop=dropout, attn_pdrop=dropout, **special)
@@ -414,7 +414,7 @@ def causal_config(model_cfg: dict[str, Any], tokenizer: PreTrainedTokenizerBase)
                            intermediate_size=size["intermediate"],
                            num_hidden_layers=size["layers"], num_attention_heads=size["heads"],
                            num_key_value_heads=size["heads"],
-                           max_position_embeddings=model_cfg["max_length"],
+                           max_position_embeddings=positions,
                            attention_dropout=dropout, **special)
     raise ConfigError(f"model.scratch.family: {family!r} is not a decoder family "
                       f"({', '.join(CAUSAL_FAMILIES)})")
@@ -457,6 +457,7 @@ def train_language_model(
     train_cfg: dict[str, Any],
     device: torch.device,
     seed: int,
+    bf16: bool = False,
 ) -> Trained:
     """Train a decoder language model on a next-token task and evaluate it on `dev`.
 
@@ -464,13 +465,15 @@ def train_language_model(
     training split's words; a pretrained checkpoint is trained further, and one of source
     `finetuned` is only evaluated. The loss is the next-token cross-entropy from each
     example's `train_from` position to its target (`attnlab.engine.next_token.encode_prompts`),
-    minimised by `finetune`'s training loop. The metric is next-token accuracy at the query:
-    dev_accuracy, the share of dev prompts whose argmax next token is the target."""
+    minimised by `finetune`'s training loop (`bf16`: under bfloat16 autocast). The metric is
+    next-token accuracy at the query: dev_accuracy, the share of dev prompts whose argmax next
+    token is the target. Prompts are never truncated (the config check refuses model.truncate
+    for next-token tasks): one longer than model.max_length is an error."""
     started = time.monotonic()
     torch.manual_seed(seed)
     model, tokenizer = _causal_model(spec, model_cfg, train)
     model.to(device)
-    max_length = model_cfg["max_length"]
+    max_length, _ = length_limit(model_cfg)
     dev_data = encode_prompts(dev, spec, tokenizer, max_length)
     evaluate = partial(next_token.accuracy, data=dev_data, batch_size=train_cfg["batch_size"],
                        device=device)
@@ -480,7 +483,7 @@ def train_language_model(
         log.info("%s: training a %s language model", spec.name, model.config.model_type)
         result = _train(model, encode_prompts(train, spec, tokenizer, max_length),
                         loss_of=_next_token_loss, evaluate=evaluate, name=spec.name,
-                        train_cfg=train_cfg, device=device, seed=seed, bf16=False)
+                        train_cfg=train_cfg, device=device, seed=seed, bf16=bf16)
     return Trained(model, tokenizer, {
         **result, "n_dev": len(dev_data["query"]), "device": device_name(device),
         "seconds": round(time.monotonic() - started, 1)})
