@@ -66,8 +66,8 @@ def encoded_examples(
     model_cfg: Mapping[str, Any],
     n: int | None = None,
 ) -> dict[str, torch.Tensor]:
-    """The first `n` examples (all when None) of a split, tokenized for the model as `encode`
-    does with config["model"]'s max_length and truncate."""
+    """The first `n` examples (all when None) of a split, tokenized for the model as
+    `encoded_texts` does under config["model"]'s length rule."""
     df = load_split(path, spec)
     return encoded_frame(df.iloc[:n] if n is not None else df, spec, tokenizer, model_cfg)
 
