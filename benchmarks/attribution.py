@@ -52,11 +52,11 @@ from measure import (
 )
 from transformers import BertConfig, BertForSequenceClassification
 
-from attnlab.data.dumps import SCHEMA, read_dump, write_dump
+from attnlab.data.dumps import SCHEMA, read_dump, within_tolerance, write_dump
 from attnlab.data.tasks import TaskSpec, load_split
 from attnlab.data.tokenization import build_tokenizer
 from attnlab.engine import models
-from attnlab.engine.attribution import Attribution, _softmax, attribute, quadrature
+from attnlab.engine.attribution import Attribution, _softmax, attribute, fixed_rule
 from attnlab.engine.batch_size import EncoderShape
 from attnlab.engine.dump_rows import dump_rows, example_row
 from attnlab.engine.intervention import Intervention
@@ -72,7 +72,7 @@ DUMP_CFG = {"top_pairs": 3, "keep_full": False, "edge_min_fraction": 0.1,
 
 def naive_attribute(model, inputs: dict[str, torch.Tensor], steps: int) -> Attribution:
     """The official code's loop: per example, per layer, a whole forward of m scaled copies."""
-    nodes, weights = quadrature("riemann_right", steps)
+    nodes, weights = fixed_rule("riemann_right", steps)
     results = []
     for b in range(len(inputs["labels"])):
         one = {k: v[b : b + 1] for k, v in inputs.items() if k != "labels"}
@@ -152,7 +152,7 @@ def write_model_and_dev(model, folder: Path, n_examples: int, tokens: int, seed:
     return folder / "model", folder / "dev.parquet", spec
 
 
-def shard_cfg(args: argparse.Namespace) -> dict:
+def shard_attribution(args: argparse.Namespace) -> dict:
     """The attribution settings of the end-to-end run: the schema's defaults but the rule and
     the batch size asked for."""
     engine = {name: p.default for name, p in ENGINE_DEFAULTS.items()}
@@ -163,15 +163,15 @@ def shard_cfg(args: argparse.Namespace) -> dict:
             "target": "gold"}
 
 
-def attribute_end_to_end(model_dir: Path, dev_path: Path, spec: TaskSpec, cfg: dict,
+def attribute_end_to_end(model_dir: Path, dev_path: Path, spec: TaskSpec, attribution: dict,
                          model_cfg: dict, device: torch.device, out_path: Path,
                          bf16: bool = False) -> int:
     """What an attribute job does with its shard (attnlab.stages.attribute): read the model
     and the examples, attribute them into dump rows, write the dump; returns the rows per
     pass it took."""
     model, tokenizer = models.load_classifier(model_dir, device)
-    attributed = dump_rows(model, tokenizer, load_split(dev_path, spec), spec, cfg, model_cfg,
-                           device=device, bf16=bf16)
+    attributed = dump_rows(model, tokenizer, load_split(dev_path, spec), spec, attribution,
+                           model_cfg, bf16=bf16)
     write_dump(attributed.rows, out_path,
                {"n_layers": attributed.n_layers, "n_heads": attributed.n_heads})
     return attributed.batch_size
@@ -181,7 +181,7 @@ def end_to_end(model, config: BertConfig, args: argparse.Namespace, device: torc
                precision: str) -> dict:
     """Attribute --shard-examples examples end to end, timed, with its dump's
     FLOPs and the peak memory; against fp32 on the same examples when precision is not fp32."""
-    cfg = shard_cfg(args)
+    attribution = shard_attribution(args)
     shape = EncoderShape.of(config)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -190,30 +190,32 @@ def end_to_end(model, config: BertConfig, args: argparse.Namespace, device: torc
         model_cfg = {"max_length": args.tokens, "truncate": False}
         reset_peak_memory(device)
         start = time.perf_counter()
-        batch_size = attribute_end_to_end(model_dir, dev_path, spec, cfg, model_cfg, device,
+        batch_size = attribute_end_to_end(model_dir, dev_path, spec, attribution, model_cfg, device,
                                           folder / "dump.parquet", bf16=precision == "bf16")
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         seconds = time.perf_counter() - start
         memory = peak_memory(device)
         dump, _ = read_dump(folder / "dump.parquet")
-        forward_rows = 1 + (cfg["scan_steps"] - 1 if cfg["quadrature"] == "adaptive" else 0)
+        adaptive = attribution["quadrature"] == "adaptive"
+        forward_rows = 1 + (attribution["scan_steps"] - 1 if adaptive else 0)
         flops = sum(engine_flops(shape, int(row.n_tokens), list(row.grad_nodes), forward_rows)
                     for row in dump.itertuples())
         report = {
-            "rule": cfg["quadrature"] if cfg["quadrature"] == "adaptive"
-            else f"{cfg['quadrature']}_{cfg['steps']}",
-            "tolerance": cfg["tolerance"], "examples": len(dump), "seconds": round(seconds, 2),
+            "rule": "adaptive" if adaptive
+            else f"{attribution['quadrature']}_{attribution['steps']}",
+            "tolerance": attribution["tolerance"], "examples": len(dump),
+            "seconds": round(seconds, 2),
             "examples_per_s": round(len(dump) / seconds, 2),
             "batch_size": batch_size, "memory": memory,
             "grad_nodes_mean": float(np.stack(dump["grad_nodes"]).mean()),
-            "within_tolerance": float(
-                (np.abs(np.stack(dump["residual"])) <= cfg["tolerance"]).mean()),
+            "within_tolerance": float(within_tolerance(np.abs(np.stack(dump["residual"])),
+                                                       attribution["tolerance"]).mean()),
             **device_report(device, precision, flops, seconds),
         }
         if precision != "fp32":
             set_precision("fp32", device)
-            attribute_end_to_end(model_dir, dev_path, spec, cfg, model_cfg, device,
+            attribute_end_to_end(model_dir, dev_path, spec, attribution, model_cfg, device,
                                  folder / "fp32.parquet")
             set_precision(args.precision, device)
             exact, _ = read_dump(folder / "fp32.parquet")
@@ -268,7 +270,7 @@ def main() -> None:
         "labels": torch.arange(args.examples) % 3,
     }
     inputs = {k: v.to(device) for k, v in inputs.items()}
-    engine_default = f"engine_{ENGINE_DEFAULTS['quadrature_rule'].default}"
+    engine_default = f"engine_{ENGINE_DEFAULTS['quadrature'].default}"
     variants = {
         "naive_riemann_right_20": lambda one: naive_attribute(model, one, 20),
         "engine_riemann_right_20": lambda one: attribute(model, one, "gold", "riemann_right", 20),

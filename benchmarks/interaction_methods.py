@@ -39,7 +39,7 @@ from attnlab.methods.registry import METHODS
 FLOW_SHAPES = [(4, 15), (6, 25), (6, 32)]  # (layers, tokens)
 MODEL_SHAPES = {"default (4 layers, 8 heads, d 64)": (4, 8, 64, 128, 15),
                 "MiniLM (6 layers, 12 heads, d 384)": (6, 12, 384, 1536, 25)}
-ENGINE = {"quadrature_rule": "adaptive", "steps": 6, "batch_size": 64, "tolerance": 1e-3,
+ENGINE = {"quadrature": "adaptive", "steps": 6, "batch_size": 64, "tolerance": 1e-3,
           "max_steps": 120, "scan_steps": 8}
 
 

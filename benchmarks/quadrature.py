@@ -61,7 +61,7 @@ def main() -> None:
         model, tokenizer = load_classifier(results / "finetune" / task / "model", cpu)
         dev = load_split(results / "data" / task / "dev.parquet", spec)
         report[task] = study(model, tokenizer, dev.iloc[: args.examples].reset_index(drop=True),
-                             spec, config["attribution"], config["model"], device=cpu)
+                             spec, config["attribution"], config["model"])
     Path(args.figure).parent.mkdir(parents=True, exist_ok=True)
     plot_study(report, args.figure)
     write_report({"config": args.config, "figure": args.figure, "tasks": report}, None)

@@ -52,7 +52,7 @@ from attnlab.engine.attribution import (
     _softmax,
     attribute,
     engine_options,
-    quadrature,
+    fixed_rule,
 )
 from attnlab.engine.batch_size import EncoderShape, rows_per_pass
 from attnlab.engine.examples import encode
@@ -209,7 +209,7 @@ def crop(attr: torch.Tensor, n: int) -> torch.Tensor:
 def run_engine(model, inputs: Batch, rows: list[int], options: dict) -> Run:
     """The engine on the rows, grouped as the attribute job groups them."""
     shape = EncoderShape.of(model.config)
-    adaptive = options["quadrature_rule"] == "adaptive"
+    adaptive = options["quadrature"] == "adaptive"
     # forward-only rows per layer: F(0·A^l), and the adaptive rule's scan
     forward_rows = options["scan_steps"] if adaptive else 1
     run = Run(stats={"nodes": [], "residual": []})
@@ -234,7 +234,7 @@ def examples_per_call(options: dict) -> int:
     """As `attnlab.engine.dump_rows` calls the engine: a fixed rule's calls hold
     batch_size // steps examples (all their copies fill one pass), the adaptive rule's
     batch_size examples (its later rounds refine only some of them)."""
-    if options["quadrature_rule"] == "adaptive":
+    if options["quadrature"] == "adaptive":
         return options["batch_size"]
     return max(1, options["batch_size"] // options["steps"])
 
@@ -242,7 +242,7 @@ def examples_per_call(options: dict) -> int:
 def naive_attribute(model, one: Batch, steps: int) -> torch.Tensor:
     """The authors' loop for one example: per layer, one alpha at a time, a whole forward with
     layer l's attention scaled by alpha and a backward to it. Returns (L, H, n, n)."""
-    nodes, weights = quadrature("riemann_right", steps)
+    nodes, weights = fixed_rule("riemann_right", steps)
     inputs = {k: v for k, v in one.items() if k != "labels"}
     capture = Intervention(capture=True)
     with torch.no_grad():
@@ -302,7 +302,7 @@ def run_captum(model, inputs: Batch, rows: list[int], steps: int, batch_size: in
     shape = EncoderShape.of(model.config)
     run = Run()
     lengths = real_lengths(inputs)
-    per_call = examples_per_call({"quadrature_rule": "riemann_right", "steps": steps,
+    per_call = examples_per_call({"quadrature": "riemann_right", "steps": steps,
                                   "batch_size": batch_size})
     for group in engine_groups(inputs, rows, per_call):
         batch = select(inputs, group)
@@ -524,7 +524,7 @@ def main() -> None:
     # `auto` as the attribute job resolves it on the CPU
     options["batch_size"] = rows_per_pass(model.config, options, max(lengths),
                                           torch.device("cpu"))
-    riemann = {**options, "quadrature_rule": "riemann_right", "steps": STEPS}
+    riemann = {**options, "quadrature": "riemann_right", "steps": STEPS}
     n = len(inputs["input_ids"])
     # a pass's rows are copies of examples of similar length, run as wide as the longest
     width = int(statistics.median(lengths))

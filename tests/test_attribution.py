@@ -4,12 +4,11 @@ brute-force reference."""
 from __future__ import annotations
 
 import inspect
-import re
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from conftest import DEFAULT_CONFIG
 from tiny_models import FAMILIES, tiny_batch, tiny_classifier
 from torch import nn
 from transformers import AttentionInterface
@@ -23,11 +22,10 @@ from attnlab.engine.attribution import (
     attribute,
     composite_gauss_legendre,
     engine_options,
-    quadrature,
+    fixed_rule,
 )
+from attnlab.engine.options import ENGINE_KEYS
 from attnlab.plumbing.settings import Settings
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
@@ -36,7 +34,7 @@ def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
 
 @pytest.mark.parametrize("rule", FIXED_RULES)
 def test_quadrature_integrates_low_degree_polynomials(rule):
-    nodes, weights = quadrature(rule, 8)
+    nodes, weights = fixed_rule(rule, 8)
     assert float(weights.sum()) == pytest.approx(1.0, abs=1e-12)
     assert ((nodes >= 0) & (nodes <= 1)).all()
     # ∫_0^1 α^3 dα = 1/4: Gauss-Legendre with 8 nodes is exact up to degree 15; Riemann sums
@@ -51,7 +49,7 @@ def test_quadrature_integrates_low_degree_polynomials(rule):
 
 def test_unknown_quadrature_is_one_clear_line():
     with pytest.raises(ValueError) as error:
-        quadrature("simpson", 8)
+        fixed_rule("simpson", 8)
     message = str(error.value)
     assert "\n" not in message and "simpson" in message and "gauss_legendre" in message
 
@@ -329,20 +327,10 @@ def test_under_bf16_autocast_the_integral_and_attr_stay_full_precision():
     assert low.residual.abs().max() < 2e-3
 
 
-def engine_keys() -> list[str]:
-    """The attribution keys of ENGINE, the params every attributing rule passes
-    (workflow/rules/common.smk)."""
-    common = (ROOT / "workflow" / "rules" / "common.smk").read_text()
-    match = re.search(r'^ENGINE = tuple\(f"attribution\.\{key\}" for key in\s*\(([^)]*)\)\)',
-                      common, flags=re.M)
-    assert match, "ENGINE is no longer a tuple of attribution keys in common.smk"
-    return re.findall(r'"(\w+)"', match[1])
-
-
-def test_engine_options_reads_exactly_the_keys_the_rules_pass():
-    keys = engine_keys()
-    # a distinct value per key, so that each argument shows which key it came from
-    values = {key: f"value of {key}" for key in keys}
-    options = engine_options(Settings(values))  # a key ENGINE lacks would fail here
-    assert sorted(options.values()) == sorted(values.values())  # and every key is read
-    assert set(options) <= set(inspect.signature(attribute).parameters)
+def test_the_engine_keys_are_config_keys_and_the_engine_s_arguments():
+    """ENGINE_KEYS (the params of every attributing rule) under one name from the config's
+    `attribution` section to `attribute`'s keyword arguments."""
+    assert set(ENGINE_KEYS) <= set(DEFAULT_CONFIG["attribution"])
+    assert set(ENGINE_KEYS) <= set(inspect.signature(attribute).parameters)
+    options = engine_options(Settings(DEFAULT_CONFIG["attribution"]))
+    assert options == {key: DEFAULT_CONFIG["attribution"][key] for key in ENGINE_KEYS}

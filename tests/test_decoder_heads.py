@@ -39,7 +39,7 @@ def decoder():
         next_token.encode_prompts(dev, SPEC, trained.tokenizer, max_length=32))
     # a fixed rule of 20 nodes, as tests/test_induction.py: the ranking, not the last digit
     result = attribution.attribute(model, inputs, target=inputs["labels"],
-                                   quadrature_rule="riemann_right", steps=20)
+                                   quadrature="riemann_right", steps=20)
     lengths = inputs["attention_mask"].sum(dim=1).tolist()
     dump = {name: np.stack([
         values[i, :, :, :n, :n].flatten(2).amax(dim=-1).double().numpy()

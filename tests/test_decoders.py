@@ -15,7 +15,7 @@ from transformers import AttentionInterface, PreTrainedTokenizerFast
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 from attnlab.engine import models
-from attnlab.engine.attribution import attribute, quadrature
+from attnlab.engine.attribution import attribute, fixed_rule
 from attnlab.engine.intervention import Intervention
 from attnlab.plumbing.errors import AttnlabError
 
@@ -86,7 +86,7 @@ def test_attribution_equals_an_independent_reference(family, side):
     only differences are the order of sums (about 1e-15 here)."""
     model = models.prepare_model(tiny_causal_lm(family))
     batch = tiny_prompts(side=side)
-    rule = quadrature("gauss_legendre", 4)
+    rule = fixed_rule("gauss_legendre", 4)
     engine = attribute(model, batch, "gold", rule, batch_size=5)
     for row in range(len(batch["labels"])):
         ids, target = _real(batch, row), int(batch["labels"][row])
@@ -108,7 +108,7 @@ def test_log_probability_is_attributed_when_asked():
     """score="log_probability": F is log p(target); same reference, its log."""
     model = models.prepare_model(tiny_causal_lm("llama", seed=1))
     batch = tiny_prompts(lengths=(5, 3), seed=1)
-    rule = quadrature("gauss_legendre", 4)
+    rule = fixed_rule("gauss_legendre", 4)
     engine = attribute(model, batch, "gold", rule, score="log_probability")
     assert torch.allclose(engine.f_full, engine.probs.gather(1, batch["labels"][:, None])[:, 0]
                           .log())
@@ -143,7 +143,7 @@ def test_an_example_alone_and_in_a_batch_padded_on_either_side_gives_the_same(fa
     """Batch and padding invariance: the middle example alone (no padding) and in a batch of
     longer and shorter ones, right- and left-padded. 1e-9: float64, sums in another order."""
     model = models.prepare_model(tiny_causal_lm(family, seed=3))
-    rule = quadrature("gauss_legendre", 3)
+    rule = fixed_rule("gauss_legendre", 3)
     results = {}
     for side in ("right", "left"):
         batch = tiny_prompts(lengths=(8, 5, 3), seed=3, side=side)

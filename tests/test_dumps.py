@@ -313,8 +313,7 @@ def test_bf16_shard_stays_near_float32(tiny_shard):
     spec = TaskSpec.from_config("syn_mnli", task)
     model, tokenizer = load_classifier(model_dir)
     fp32, bf16 = (dump_frame(dump_rows.dump_rows(model, tokenizer, load_split(dev, spec), spec,
-                                                 SHARD_CFG, MODEL_CFG, device=torch.device("cpu"),
-                                                 bf16=low).rows)
+                                                 SHARD_CFG, MODEL_CFG, bf16=low).rows)
                   for low in (False, True))
     maxima = {name: np.stack(dump["attr_max"]) for name, dump in (("32", fp32), ("16", bf16))}
     change = np.abs(maxima["16"] - maxima["32"]).max() / np.abs(maxima["32"]).max()

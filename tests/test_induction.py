@@ -95,7 +95,7 @@ def _analysed(trained, n: int = 100):
     truth = {column: torch.tensor(next_token.token_positions(dev, SPEC, tokenizer, column))
              for column in ("gt_induction", "gt_previous")}
     # a fixed rule of 20 nodes: the analysis compares where edges point, not their last digit
-    engine = {"quadrature_rule": "riemann_right", "steps": 20, "score": "probability"}
+    engine = {"quadrature": "riemann_right", "steps": 20, "score": "probability"}
     return induction_analysis(model, next_token.prompt_inputs(data),
                               induction=truth["gt_induction"], previous=truth["gt_previous"],
                               engine=engine)
@@ -144,6 +144,8 @@ def _induction_config(**changes):
      "next_token tasks"),
     ({"trees": {"normalise": "no_cls"}},
      "trees.normalise: 'no_cls' leaves out a classifier's "),
+    ({"model.truncate": True},
+     "model.truncate: a next_token task's prompts are never truncated; raise model.max_length"),
 ])
 def test_a_config_that_mixes_decoders_and_classifiers_stops_the_dry_run_in_one_line(
         changes, message):

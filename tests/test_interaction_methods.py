@@ -183,7 +183,7 @@ def test_attention_x_gradient_sums_to_the_slope_of_f_along_the_scaled_path(bert_
         assert float(scores[layer].sum()) == pytest.approx((f[1] - f[0]) / (2 * eps), abs=1e-4)
 
 
-ENGINE = {"quadrature_rule": "adaptive", "steps": 6, "batch_size": 32, "tolerance": 1e-4,
+ENGINE = {"quadrature": "adaptive", "steps": 6, "batch_size": 32, "tolerance": 1e-4,
           "max_steps": 120, "scan_steps": 8}
 
 

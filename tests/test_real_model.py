@@ -93,7 +93,7 @@ def test_the_packaged_checkpoint_is_minilm_with_every_file_checksummed(minilm):
 def test_adaptive_attribution_is_complete_on_real_sentences(minilm, reviews):
     _, model, tokenizer = minilm
     batch = reviews(tokenizer, 3)
-    result = attribute(model, batch, quadrature_rule="adaptive", tolerance=1e-3)
+    result = attribute(model, batch, quadrature="adaptive", tolerance=1e-3)
     assert result.residual.shape == (6, 6)  # (example, layer)
     # not vacuous: removing some layer's attention moves F by far more than the tolerance
     assert float((result.f_full[:, None] - result.f_zero).abs().max()) > 0.05

@@ -348,7 +348,7 @@ def test_merging_is_the_identity_on_the_synthetic_word_level_tokenizer(pair_task
     spec = TaskSpec.from_config("syn_mnli", task)
     model, tokenizer = load_classifier(model_dir)
     attributed = dump_rows.dump_rows(model, tokenizer, load_split(dev, spec), spec, SHARD_CFG,
-                                     MODEL_CFG, device=torch.device("cpu"))
+                                     MODEL_CFG)
     dump = dump_frame(attributed.rows)
     assert dump["word_ids"].isna().all() and dump["words"].isna().all()
     assert word_level(dump) is dump

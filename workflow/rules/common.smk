@@ -3,6 +3,7 @@ from pathlib import Path
 
 from snakemake.io import strip_wildcard_constraints
 
+from attnlab.engine.options import ENGINE_KEYS
 from attnlab.plumbing.config import validate_config
 from attnlab.plumbing.errors import ConfigError, stop
 from attnlab.plumbing.code_version import code_version
@@ -76,11 +77,9 @@ def config_paths(*paths):
 # The settings of every stage that runs a trained model: its tokenization settings (the model
 # itself is an input) and where and in which precision it runs.
 MODEL_JOB = ("model.max_length", "model.truncate", "device", "precision")
-# The settings of every stage that attributes: the attribution engine's
-# (attnlab.engine.attribution.engine_options reads exactly these).
-ENGINE = tuple(f"attribution.{key}" for key in
-               ("quadrature", "steps", "tolerance", "max_steps", "scan_steps", "batch_size",
-                "score"))
+# The settings of every stage that attributes: the attribution engine's, the keyword arguments
+# of attnlab.engine.attribution.attribute.
+ENGINE = tuple(f"attribution.{key}" for key in ENGINE_KEYS)
 # Rules that run a model declare `gpu=GPU`: one GPU is requested (from SLURM, or from the
 # local `gpu` limit of profiles/local) unless the config pins the CPU. Memory and run time
 # depend on the scale of the configuration and the machine, so they live in the profiles.

@@ -11,7 +11,12 @@ from typing import Any
 import numpy as np
 
 from attnlab.analyses.claims import claim
-from attnlab.data.dumps import RELATIVE_FLOOR, completeness_errors, read_task_dump
+from attnlab.data.dumps import (
+    RELATIVE_FLOOR,
+    completeness_errors,
+    read_task_dump,
+    within_tolerance,
+)
 from attnlab.data.groundtruth import planted_pair_recovery
 from attnlab.plumbing.errors import AttnlabError
 
@@ -41,6 +46,7 @@ def summarise_task(shard_paths: list[str | os.PathLike], n_shards: int, *,
     # The relative error explodes on layers whose removal barely moves F (saturated models):
     # it is taken above a stated floor of the change only.
     _, absolute, relative = completeness_errors(dump)
+    within = within_tolerance(absolute, tolerance)
     moved = relative[~np.isnan(relative)]
     nodes = np.stack(dump["grad_nodes"].to_numpy())
     return {
@@ -52,8 +58,8 @@ def summarise_task(shard_paths: list[str | os.PathLike], n_shards: int, *,
             "change_floor": RELATIVE_FLOOR, "pairs": int(moved.size),
             "pairs_below_floor": int(relative.size - moved.size)},
         "tolerance": tolerance,
-        "within_tolerance": float((absolute <= tolerance).mean()),
-        "outside_tolerance": int((absolute > tolerance).sum()),
+        "within_tolerance": float(within.mean()),
+        "outside_tolerance": int((~within).sum()),
         "grad_nodes": {"mean": float(nodes.mean()), **_quantiles(nodes)},
         "bytes_per_example": sum(Path(p).stat().st_size for p in shard_paths) / len(dump),
         "planted_pair_recovery": planted_pair_recovery(dump),

@@ -29,7 +29,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from attnlab.data import tasks
-from attnlab.data.dumps import completeness_errors, dump_frame
+from attnlab.data.dumps import completeness_errors, dump_frame, within_tolerance
 from attnlab.engine.attribution import attribute, composite_gauss_legendre
 from attnlab.engine.batch_size import rows_per_pass
 from attnlab.engine.dump_rows import dump_rows
@@ -73,7 +73,7 @@ def reference_head_maxima(model: PreTrainedModel, inputs: dict[str, torch.Tensor
     `device`), and their largest change when the panel count is halved, relative to the
     largest maximum (the reference's own error)."""
     rules = [composite_gauss_legendre(n, 8) for n in (panels, panels // 2)]
-    rows = rows_per_pass(model.config, {"quadrature_rule": rules[0], "batch_size": batch_size},
+    rows = rows_per_pass(model.config, {"quadrature": rules[0], "batch_size": batch_size},
                          inputs["input_ids"].shape[1], device, scale=REFERENCE_ROWS)
     mask = inputs["attention_mask"].cpu()
     maxima = [_head_maxima(attribute(model, inputs, target, rule, batch_size=rows)
@@ -82,18 +82,21 @@ def reference_head_maxima(model: PreTrainedModel, inputs: dict[str, torch.Tensor
 
 
 def study(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, dev: pd.DataFrame,
-          spec: tasks.TaskSpec, settings: Mapping[str, Any], model_settings: Mapping[str, Any],
-          *, device: torch.device, panels: int = 64, min_delta: float = 0.05) -> dict[str, Any]:
+          spec: tasks.TaskSpec, attribution: Mapping[str, Any],
+          model_settings: Mapping[str, Any], *, panels: int = 64,
+          min_delta: float = 0.05) -> dict[str, Any]:
     """Every rule of RULES against the reference on the examples `dev` (rows of a prepared
-    split). `settings`: the config's `attribution` section, whose rule each of RULES replaces;
-    `model_settings`: the model's max_length and truncate."""
+    split), on the model's device. `attribution`: the config's `attribution` section, whose
+    rule each of RULES replaces (and whose tolerance every rule is measured against);
+    `model_settings`: the config's `model` section (max_length and truncate)."""
+    device = next(model.parameters()).device
     inputs = {key: value.to(device)
               for key, value in encoded_frame(dev, spec, tokenizer, model_settings).items()}
     reference, reference_error = reference_head_maxima(
-        model, inputs, target=settings["target"], panels=panels,
-        batch_size=settings["batch_size"], device=device)
+        model, inputs, target=attribution["target"], panels=panels,
+        batch_size=attribution["batch_size"], device=device)
     report: dict[str, Any] = {
-        "examples": len(dev), "min_delta": min_delta, "tolerance": settings["tolerance"],
+        "examples": len(dev), "min_delta": min_delta, "tolerance": attribution["tolerance"],
         "reference": {"rule": f"composite Gauss-Legendre, {panels} panels x 8 nodes",
                       "head_max_change_when_halved": reference_error},
         "rules": {},
@@ -103,11 +106,11 @@ def study(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, dev: pd.Da
     # every rule twice, the second time in reverse order, so that load from other jobs on a
     # shared machine falls on the rules alike (the dumps are the same both times)
     for rule, setting in RULES + RULES[::-1]:
-        cfg = {**settings, "quadrature": rule,
-               **({"tolerance": setting} if rule == "adaptive" else {"steps": int(setting)})}
+        with_rule = {**attribution, "quadrature": rule,
+                     **({"tolerance": setting} if rule == "adaptive" else {"steps": int(setting)})}
         start = time.perf_counter()
         dumps[rule, setting] = dump_frame(
-            dump_rows(model, tokenizer, dev, spec, cfg, model_settings, device=device).rows)
+            dump_rows(model, tokenizer, dev, spec, with_rule, model_settings).rows)
         seconds[rule, setting] += (time.perf_counter() - start) / 2
     for rule, setting in RULES:
         dump = dumps[rule, setting]
@@ -119,7 +122,7 @@ def study(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, dev: pd.Da
         nodes = np.stack(dump["grad_nodes"].to_numpy())
         report["rules"][rule_name(rule, setting)] = {
             "completeness_abs_error": _quantiles(error),
-            "within_tolerance": float((error <= settings["tolerance"]).mean()),
+            "within_tolerance": float(within_tolerance(error, attribution["tolerance"]).mean()),
             "head_max_error": _quantiles(head_error),
             "layers_compared": int(head_error.size),
             "grad_nodes_mean": float(nodes.mean()),

@@ -243,3 +243,10 @@ def completeness_errors(dump: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.
     relative = np.full(absolute.shape, np.nan)
     relative[moved] = absolute[moved] / np.abs(delta[moved])
     return delta, absolute, relative
+
+
+def within_tolerance(absolute: np.ndarray, tolerance: float) -> np.ndarray:
+    """Whether each absolute completeness error (`completeness_errors`) is within the tolerance
+    (attribution.tolerance, in units of F), as the adaptive rule guarantees: the one test of
+    the tolerance, whether a shard's rows, a task's summary or the quadrature study asks."""
+    return absolute <= tolerance

@@ -43,6 +43,7 @@ from transformers import PreTrainedModel
 
 from attnlab.engine import models
 from attnlab.engine.intervention import Intervention
+from attnlab.engine.options import ENGINE_KEYS
 
 FIXED_RULES = ("riemann_right", "riemann_left", "gauss_legendre")
 QUADRATURES = ("adaptive", *FIXED_RULES)
@@ -56,8 +57,9 @@ PANEL_NODES = 3  # Gauss–Legendre nodes per panel of the adaptive rule
 MAX_PADDING = 0.2
 
 
-def quadrature(rule: str, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Nodes α_k in [0, 1] and weights w_k with Σ_k w_k g(α_k) ≈ ∫_0^1 g(α) dα (fixed rules)."""
+def fixed_rule(rule: str, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Nodes α_k in [0, 1] and weights w_k with Σ_k w_k g(α_k) ≈ ∫_0^1 g(α) dα of the fixed
+    rule named `rule`."""
     if steps < 1:
         raise ValueError(f"attribution.steps must be >= 1, got {steps}")
     if rule == "riemann_right":  # the paper: α_k = k/m, k = 1..m
@@ -79,7 +81,7 @@ def quadrature(rule: str, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
 def composite_gauss_legendre(panels: int, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Nodes and weights of `steps`-node Gauss–Legendre on each of `panels` equal panels of
     [0, 1]: the converged reference the quadrature study measures every rule against."""
-    nodes, weights = quadrature("gauss_legendre", steps)
+    nodes, weights = fixed_rule("gauss_legendre", steps)
     starts = torch.arange(panels, dtype=torch.float64)[:, None]
     return ((starts + nodes) / panels).flatten(), (weights / panels).repeat(panels)
 
@@ -267,7 +269,7 @@ def _adaptive_layer(runner: _Runner, layer: int, attention: torch.Tensor, *,
                for b in range(n_examples) for i, j in _scan_panels(grid_np, f_np[b], tolerance)]
     # 3. integrate the pending panels; while an example's panel residuals add up to more than
     # the tolerance, halve its worst panels (globally adaptive, as QUADPACK's QAG)
-    rule = quadrature("gauss_legendre", PANEL_NODES)
+    rule = fixed_rule("gauss_legendre", PANEL_NODES)
     done: list[list[dict]] = [[] for _ in range(n_examples)]  # each example's integrated panels
     nodes = torch.zeros(n_examples, dtype=torch.long)
     while pending:
@@ -305,20 +307,17 @@ def _adaptive_layer(runner: _Runner, layer: int, attention: torch.Tensor, *,
     return integral, nodes.to(device)
 
 
-def engine_options(cfg: Mapping[str, Any]) -> dict[str, Any]:
+def engine_options(attribution: Mapping[str, Any]) -> dict[str, Any]:
     """The keyword arguments of `attribute` that the config's `attribution` section (a dict or
-    `Settings`) sets: the one place its engine keys (the workflow's ENGINE) become arguments."""
-    return {"quadrature_rule": cfg["quadrature"], "steps": cfg["steps"],
-            "batch_size": cfg["batch_size"], "tolerance": cfg["tolerance"],
-            "max_steps": cfg["max_steps"], "scan_steps": cfg["scan_steps"],
-            "score": cfg["score"]}
+    `Settings`) sets: its ENGINE_KEYS, under the same names."""
+    return {key: attribution[key] for key in ENGINE_KEYS}
 
 
 def attribute(
     model: PreTrainedModel,
     inputs: dict[str, torch.Tensor],
     target: str | torch.Tensor = "gold",
-    quadrature_rule: str | tuple[torch.Tensor, torch.Tensor] = "adaptive",
+    quadrature: str | tuple[torch.Tensor, torch.Tensor] = "adaptive",
     steps: int = 6,
     batch_size: int = 32,
     *,
@@ -334,21 +333,21 @@ def attribute(
     for a decoder language model the class is the next token's id after each example's last
     real token (`labels` = the token ids to predict, one per example), padded on either side.
     `score`: F is the target's "probability" (the paper) or its "log_probability".
-    `quadrature_rule`: a name of QUADRATURES or a fixed rule's own (nodes, weights) on [0, 1].
+    `quadrature`: a name of QUADRATURES or a fixed rule's own (nodes, weights) on [0, 1].
     `steps` is the number of nodes of a named fixed rule; `tolerance` (absolute, in units of F),
     `max_steps` (gradient nodes per example and layer) and `scan_steps` (forward-only points
     of the scan) steer the adaptive rule. `batch_size` is the number of scaled copies per
     forward pass (fewer where their examples' lengths differ much: `_Runner.passes`).
     """
-    if quadrature_rule == "adaptive":
+    if quadrature == "adaptive":
         if max_steps < PANEL_NODES * scan_steps:
             raise ValueError(f"attribution.max_steps ({max_steps}) must be at least "
                              f"{PANEL_NODES} x attribution.scan_steps ({scan_steps})")
-        fixed_rule = None
-    elif isinstance(quadrature_rule, str):
-        fixed_rule = quadrature(quadrature_rule, steps)
+        rule = None
+    elif isinstance(quadrature, str):
+        rule = fixed_rule(quadrature, steps)
     else:
-        fixed_rule = quadrature_rule
+        rule = quadrature
     if score not in SCORES:
         raise ValueError(f"attribution.score: {score!r} is not one of {', '.join(SCORES)}")
     runner = _Runner(model, inputs, score)
@@ -375,16 +374,15 @@ def attribute(
             layer, everyone, torch.zeros(n_examples, dtype=runner.attention.dtype, device=device),
             target, batch_size
         ).to(f_full.dtype)
-        if fixed_rule is None:
+        if rule is None:
             integral[:, layer], nodes[:, layer] = _adaptive_layer(
                 runner, layer, attention[:, layer].double(), target=target,
                 f_zero=f_zero[:, layer], f_full=f_full, tolerance=tolerance,
                 max_steps=max_steps, scan_steps=scan_steps, batch_size=batch_size,
             )
         else:
-            integral[:, layer], _ = runner.integrate(layer, whole_path, fixed_rule, target,
-                                                     batch_size)
-            nodes[:, layer] = len(fixed_rule[0])
+            integral[:, layer], _ = runner.integrate(layer, whole_path, rule, target, batch_size)
+            nodes[:, layer] = len(rule[0])
 
     attr = attention.double() * integral * real_pairs
     residual = attr.sum(dim=(2, 3, 4)) - (f_full[:, None] - f_zero).double()

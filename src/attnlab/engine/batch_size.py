@@ -92,7 +92,7 @@ def rows_that_fit(free: int, per_row: int) -> int:
 
 def _nodes(engine: Mapping[str, Any]) -> int | None:
     """Gradient nodes per example of a fixed rule; None for the adaptive rule."""
-    rule = engine["quadrature_rule"]
+    rule = engine["quadrature"]
     if rule == "adaptive":
         return None
     return engine["steps"] if isinstance(rule, str) else len(rule[0])

@@ -18,13 +18,12 @@ from tqdm import tqdm
 from transformers import BatchEncoding, PreTrainedModel, PreTrainedTokenizerBase
 
 from attnlab.data import tasks, words
-from attnlab.data.dumps import PAIR_COLUMNS, completeness_errors
+from attnlab.data.dumps import PAIR_COLUMNS, completeness_errors, within_tolerance
 from attnlab.data.prompts import PromptSpec
-from attnlab.data.tokenization import length_limit
 from attnlab.engine import next_token
 from attnlab.engine.attribution import Attribution, attribute, engine_options
 from attnlab.engine.batch_size import examples_per_call, rows_per_pass
-from attnlab.engine.examples import encoded_frame
+from attnlab.engine.examples import encoded_texts
 from attnlab.plumbing.device import out_of_memory_names
 
 log = logging.getLogger(__name__)
@@ -58,12 +57,12 @@ def _layer_edges(a: torch.Tensor, fraction: float, cap: int) -> dict[str, Any]:
     }
 
 
-def _pair_columns(attr: torch.Tensor, cfg: Mapping[str, Any]) -> dict[str, Any]:
+def _pair_columns(attr: torch.Tensor, attribution: Mapping[str, Any]) -> dict[str, Any]:
     """The PAIR_COLUMNS of a dump row (attnlab.data.dumps) from attributions `attr` (L, H, n, n)
     over n positions: top pairs per head, and each layer's head-summed edges, maxima and row
     sums."""
     n_layers, _, n, _ = attr.shape
-    k = min(cfg["top_pairs"], n * n)
+    k = min(attribution["top_pairs"], n * n)
     top_score, top_flat = attr.flatten(2).topk(k, dim=-1)
     columns = {"top_i": (top_flat // n).flatten().tolist(),
                "top_j": (top_flat % n).flatten().tolist(),
@@ -72,7 +71,8 @@ def _pair_columns(attr: torch.Tensor, cfg: Mapping[str, Any]) -> dict[str, Any]:
                                     "layer_max", "layer_max_no_cls", "row_sum")}
     for layer in range(n_layers):
         edges = _layer_edges(
-            attr[layer].sum(dim=0), cfg["edge_min_fraction"], cfg["max_edges_per_layer"]
+            attr[layer].sum(dim=0), attribution["edge_min_fraction"],
+            attribution["max_edges_per_layer"]
         )
         columns["edge_layer"] += [layer] * len(edges["i"])
         columns["edge_i"] += edges["i"]
@@ -85,7 +85,7 @@ def _pair_columns(attr: torch.Tensor, cfg: Mapping[str, Any]) -> dict[str, Any]:
     return columns
 
 
-def example_row(result: Attribution, b: int, cfg: Mapping[str, Any],
+def example_row(result: Attribution, b: int, attribution: Mapping[str, Any],
                 word_ids: list[int] | None = None, *, vocabulary: bool = False
                 ) -> dict[str, Any]:
     """The dump row of example b of an engine result (without the dataset columns).
@@ -118,14 +118,14 @@ def example_row(result: Attribution, b: int, cfg: Mapping[str, Any],
         "attn_max": attention.flatten(2).max(dim=-1).values.flatten().tolist(),
         "attn_top_i": (attn_top // n).tolist(),
         "attn_top_j": (attn_top % n).tolist(),
-        "attr_full": attr.flatten().tolist() if cfg["keep_full"] else None,
-        **_pair_columns(attr, cfg),
+        "attr_full": attr.flatten().tolist() if attribution["keep_full"] else None,
+        **_pair_columns(attr, attribution),
     }
     if word_ids is None:
         by_word = dict.fromkeys(PAIR_COLUMNS)
     else:  # word pairs summed in float64, then on in float32 as the tokens' columns go
         merged = torch.from_numpy(words.merge_pairs(attr.numpy(), word_ids)).float()
-        by_word = _pair_columns(merged, cfg)
+        by_word = _pair_columns(merged, attribution)
     return {**row, **{f"word_{name}": value for name, value in by_word.items()}}
 
 
@@ -158,97 +158,150 @@ class DumpRows:
     outside_tolerance: int
 
 
+@dataclass(frozen=True)
+class _Encoded:
+    """Examples as the model reads them, from one tokenization (`encoded_texts`)."""
+
+    idx: list[int]  # each example's idx (its row where the split has none)
+    inputs: dict[str, torch.Tensor]  # the engine's, padded to the longest example
+    encoding: BatchEncoding  # the tokenization they come from: each token's segment and word
+    lengths: torch.Tensor  # each example's real tokens
+    planted: list[tuple[int, int] | None] | None  # each example's planted pair, where known
+    vocabulary: bool  # a decoder's: its probabilities are over the vocabulary, not stored
+
+
+def _encoded(examples: pd.DataFrame, spec: tasks.TaskSpec | PromptSpec,
+             tokenizer: PreTrainedTokenizerBase, model_settings: Mapping[str, Any]) -> _Encoded:
+    """The examples tokenized once, with their planted (query, key) pairs: a next-token task's
+    from `next_token.planted_pairs`, a synthetic classification task's from its ground-truth
+    columns."""
+    inputs, encoding = encoded_texts(examples, spec, tokenizer, model_settings)
+    decoder = isinstance(spec, PromptSpec)
+    if decoder:
+        planted = (next_token.planted_pairs(examples, spec, tokenizer)
+                   if "gt_induction" in examples else None)
+    else:
+        planted = (tasks.planted_token_positions(examples, spec, tokenizer)
+                   if set(tasks.GROUND_TRUTH_COLUMNS) <= set(examples.columns) else None)
+    idx = examples["idx"].tolist() if "idx" in examples else list(range(len(examples)))
+    return _Encoded([int(i) for i in idx], inputs, encoding, inputs["attention_mask"].sum(dim=1),
+                    planted, vocabulary=decoder)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """How the examples go through the engine."""
+
+    order: list[int]  # the examples shortest first: similar lengths together waste less padding
+    rows_per_pass: int  # scaled copies per forward pass (attribution.batch_size, auto resolved)
+    per_call: int  # examples per engine call
+
+
+def _plan(lengths: torch.Tensor, attribution: Mapping[str, Any], model: PreTrainedModel,
+          device: torch.device) -> _Plan:
+    """The batch plan of examples of `lengths` tokens; `batch_size: auto` is resolved for the
+    longest (`batch_size.rows_per_pass`)."""
+    engine = engine_options(attribution)
+    rows = rows_per_pass(model.config, engine, int(lengths.max()), device)
+    return _Plan(torch.argsort(lengths, stable=True).tolist(), rows,
+                 examples_per_call({**engine, "batch_size": rows}))
+
+
+def _rule(attribution: Mapping[str, Any]) -> str:
+    """The quadrature rule in words, for the log."""
+    if attribution["quadrature"] == "adaptive":
+        return (f"adaptive (tolerance {attribution['tolerance']}, scan "
+                f"{attribution['scan_steps']}, at most {attribution['max_steps']} nodes)")
+    return f"{attribution['quadrature']} {attribution['steps']}"
+
+
+def _row(result: Attribution, b: int, example: int, encoded: _Encoded,
+         tokenizer: PreTrainedTokenizerBase, attribution: Mapping[str, Any]) -> dict[str, Any]:
+    """The dump row of example number `example`, example b of the engine's `result`."""
+    real_ids = encoded.inputs["input_ids"][example, : encoded.lengths[example]].tolist()
+    text = text_columns(tokenizer, encoded.encoding, example, real_ids)
+    row = {**example_row(result, b, attribution, text["word_ids"],
+                         vocabulary=encoded.vocabulary), **text}
+    row["idx"] = encoded.idx[example]
+    # a next-token task's label is its target token (encoded_texts)
+    row["label"] = int(encoded.inputs["labels"][example])
+    pair = encoded.planted[example] if encoded.planted is not None else None
+    row["planted_i"], row["planted_j"] = pair if pair is not None else (None, None)
+    return row
+
+
+def _attributed(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, encoded: _Encoded,
+                plan: _Plan, attribution: Mapping[str, Any],
+                progress: str) -> tuple[list[dict[str, Any]], Attribution]:
+    """Every example through the engine as `plan` says (a bar named `progress`); their rows in
+    the examples' order, and the last engine result (for the model's shape)."""
+    device = next(model.parameters()).device
+    options = {**engine_options(attribution), "batch_size": plan.rows_per_pass}
+    rows: dict[int, dict[str, Any]] = {}
+    with tqdm(total=len(plan.order), desc=progress, unit="ex") as bar:
+        for start in range(0, len(plan.order), plan.per_call):
+            group = plan.order[start : start + plan.per_call]
+            width = int(encoded.lengths[group].max())
+            batch = {k: v[group, :width].to(device) if v.dim() == 2 else v[group].to(device)
+                     for k, v in encoded.inputs.items()}
+            result = attribute(model, batch, attribution["target"], **options)
+            for b, example in enumerate(group):
+                rows[example] = _row(result, b, example, encoded, tokenizer, attribution)
+            bar.update(len(group))
+    return [rows[i] for i in range(len(plan.order))], result
+
+
+def _completeness(rows: list[dict[str, Any]], attribution: Mapping[str, Any]) -> tuple[float, int]:
+    """The largest |Σ Attr(A^l) − (F(A) − F(0·A^l))| over every (example, layer) pair of the
+    rows and how many pairs are outside attribution.tolerance (logged)."""
+    _, residuals, _ = completeness_errors(
+        pd.DataFrame(rows, columns=["f_full", "f_zero", "residual"]))
+    outside = int((~within_tolerance(residuals, attribution["tolerance"])).sum())
+    if outside:
+        log.warning("%d of %d (example, layer) pairs miss the completeness tolerance %g%s",
+                    outside, residuals.size, attribution["tolerance"],
+                    f" (refinement stopped at max_steps {attribution['max_steps']})"
+                    if attribution["quadrature"] == "adaptive" else "")
+    return float(residuals.max()), outside
+
+
 def dump_rows(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     examples: pd.DataFrame,
     spec: tasks.TaskSpec | PromptSpec,
-    settings: Mapping[str, Any],
+    attribution: Mapping[str, Any],
     model_settings: Mapping[str, Any],
     *,
-    device: torch.device,
     bf16: bool = False,
-    shard: int = 0,
-    n_shards: int = 1,
+    shard: tuple[int, int] = (0, 1),
 ) -> DumpRows:
-    """Attribute the examples (rows of a prepared split, at least one) into dump rows. A
-    next-token task's prompts (`spec` a PromptSpec) are attributed at their last token; their
-    label is the target token's id, their planted pair the induction task's
+    """Attribute the examples (rows of a prepared split, at least one) into dump rows, on the
+    model's device. A next-token task's prompts (`spec` a PromptSpec) are attributed at their
+    last token; their label is the target token's id, their planted pair the induction task's
     (`next_token.planted_pairs`).
 
-    `settings` are those of the config's `attribution` section that the engine
-    (`engine_options`) and the rows (`example_row`) read, and its `target`; `model_settings`
-    the model's max_length and truncate. `batch_size: auto` is resolved here, for the longest
-    example (`batch_size.rows_per_pass`). `bf16`: the forward and backward passes run
-    under bfloat16 autocast; F, the gradients' sum over the quadrature nodes and Attr stay
-    float32 or float64 (the engine's own casts). `shard` of `n_shards` says which part of a
-    split the examples are, in the log and the progress bar.
+    `attribution`: the config's `attribution` section, of which the engine (`engine_options`),
+    the rows (`example_row`) and the log read theirs, and its `target`; `model_settings`: the
+    config's `model` section, whose max_length and truncate the examples are tokenized under.
+    `bf16`: the forward and backward passes run under bfloat16 autocast; F, the gradients' sum
+    over the quadrature nodes and Attr stay float32 or float64 (the engine's own casts).
+    `shard` (k, of n) says which part of a split the examples are, in the log and the progress
+    bar.
     """
-    encoded = encoded_frame(examples, spec, tokenizer, model_settings)
-    decoder = isinstance(spec, PromptSpec)
-    if decoder:  # the prompts; the label is the target token (encoded_frame)
-        encoding = tokenizer(examples[spec.prompt_field].tolist())
-        planted = (next_token.planted_pairs(examples, spec, tokenizer)
-                   if "gt_induction" in examples else None)
-        labels = encoded["labels"].tolist()
-    else:
-        # the segments and words of the tokens the model reads: truncated as `encoded` is
-        max_length, truncate = length_limit(model_settings)
-        encoding = tokenizer(*tasks.split_texts(examples, spec), truncation=truncate,
-                             max_length=max_length if truncate else None)
-        planted = (
-            tasks.planted_token_positions(examples, spec, tokenizer)
-            if set(tasks.GROUND_TRUTH_COLUMNS) <= set(examples.columns)
-            else None
-        )
-        labels = examples[spec.label_field].tolist()
-    lengths = encoded["attention_mask"].sum(dim=1)
-    # Similar lengths together waste less padding; rows are returned in the examples' order.
-    order = torch.argsort(lengths, stable=True).tolist()
-    adaptive = settings["quadrature"] == "adaptive"
-    engine = engine_options(settings)
-    engine["batch_size"] = rows_per_pass(model.config, engine, int(lengths.max()), device)
-    per_call = examples_per_call(engine)
-    rows: dict[int, dict[str, Any]] = {}
-    rule = (f"adaptive (tolerance {settings['tolerance']}, scan {settings['scan_steps']}, at "
-            f"most {settings['max_steps']} nodes)" if adaptive
-            else f"{settings['quadrature']} {settings['steps']}")
+    device = next(model.parameters()).device
+    encoded = _encoded(examples, spec, tokenizer, model_settings)
+    plan = _plan(encoded.lengths, attribution, model, device)
     log.info("task %s shard %d/%d: %d examples, quadrature %s, target %s, %d rows per pass%s",
-             spec.name, shard, n_shards, len(examples), rule, settings["target"],
-             engine["batch_size"], ", bf16 autocast" if bf16 else "")
-    with (tqdm(total=len(examples), desc=f"attribute {spec.name}[{shard}]", unit="ex") as bar,
-          out_of_memory_names("attribution.batch_size", settings["batch_size"],
-                              f"attributing task {spec.name} ({engine['batch_size']} rows "
-                              f"per pass, up to {int(lengths.max())} tokens)"),
+             spec.name, *shard, len(examples), _rule(attribution), attribution["target"],
+             plan.rows_per_pass, ", bf16 autocast" if bf16 else "")
+    with (out_of_memory_names("attribution.batch_size", attribution["batch_size"],
+                              f"attributing task {spec.name} ({plan.rows_per_pass} rows per "
+                              f"pass, up to {int(encoded.lengths.max())} tokens)"),
           torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)):
-        for start in range(0, len(order), per_call):
-            group = order[start : start + per_call]
-            width = int(lengths[group].max())
-            batch = {k: v[group, :width].to(device) if v.dim() == 2 else v[group].to(device)
-                     for k, v in encoded.items()}
-            result = attribute(model, batch, settings["target"],
-                               **engine)
-            for b, row_index in enumerate(group):
-                real_ids = encoded["input_ids"][row_index, : lengths[row_index]].tolist()
-                text = text_columns(tokenizer, encoding, row_index, real_ids)
-                row = {**example_row(result, b, settings, text["word_ids"],
-                                     vocabulary=decoder), **text}
-                row["idx"] = (int(examples["idx"].iloc[row_index]) if "idx" in examples
-                              else row_index)
-                row["label"] = int(labels[row_index])
-                pair = planted[row_index] if planted is not None else None
-                row["planted_i"], row["planted_j"] = pair if pair is not None else (None, None)
-                rows[row_index] = row
-            bar.update(len(group))
-    _, residuals, _ = completeness_errors(
-        pd.DataFrame(list(rows.values()), columns=["f_full", "f_zero", "residual"]))
-    outside = int((residuals > settings["tolerance"]).sum())
-    if outside:
-        log.warning("%d of %d (example, layer) pairs miss the completeness tolerance %g%s",
-                    outside, residuals.size, settings["tolerance"],
-                    f" (refinement stopped at max_steps {settings['max_steps']})"
-                    if adaptive else "")
-    return DumpRows(rows=[rows[i] for i in range(len(examples))], n_layers=result.attr.shape[1],
-                    n_heads=result.attr.shape[2], batch_size=engine["batch_size"],
-                    completeness_abs_error_max=float(residuals.max()),
+        rows, result = _attributed(model, tokenizer, encoded, plan, attribution,
+                                   f"attribute {spec.name}[{shard[0]}]")
+    error_max, outside = _completeness(rows, attribution)
+    return DumpRows(rows=rows, n_layers=result.attr.shape[1], n_heads=result.attr.shape[2],
+                    batch_size=plan.rows_per_pass, completeness_abs_error_max=error_max,
                     outside_tolerance=outside)

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pandas as pd
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import BatchEncoding, PreTrainedModel, PreTrainedTokenizerBase
 
 from attnlab.data.prompts import PromptSpec
 from attnlab.data.tasks import TaskSpec, load_split, split_texts
@@ -22,6 +22,31 @@ from attnlab.engine.intervention import Intervention
 log = logging.getLogger(__name__)
 
 
+def tokenized(
+    df: pd.DataFrame,
+    spec: TaskSpec,
+    tokenizer: PreTrainedTokenizerBase,
+    max_length: int,
+    truncate: bool = False,
+) -> BatchEncoding:
+    """Tokenize a split (single sentences or pairs), padded to its longest example, as tensors:
+    input_ids, attention_mask and token_type_ids (when the tokenizer has them), and (a fast
+    tokenizer's) the segment and word of each token. An example longer than `max_length` is an
+    error unless `truncate` is set."""
+    if not truncate:
+        check_lengths(df, spec, tokenizer, max_length)
+    return tokenizer(*split_texts(df, spec), padding="longest", truncation=truncate,
+                     max_length=max_length if truncate else None, return_tensors="pt")
+
+
+def _inputs(batch: BatchEncoding, df: pd.DataFrame, spec: TaskSpec) -> dict[str, torch.Tensor]:
+    """A tokenized split's model inputs with its labels."""
+    encoded = {key: batch[key] for key in ("input_ids", "attention_mask", "token_type_ids")
+               if key in batch}
+    encoded["labels"] = torch.tensor(df[spec.label_field].to_numpy(), dtype=torch.long)
+    return encoded
+
+
 def encode(
     df: pd.DataFrame,
     spec: TaskSpec,
@@ -29,51 +54,53 @@ def encode(
     max_length: int,
     truncate: bool = False,
 ) -> dict[str, torch.Tensor]:
-    """Tokenize a split (single sentences or pairs), padded to its longest example.
-
-    Returns input_ids, attention_mask, token_type_ids (when the tokenizer has them) and
-    labels. An example longer than `max_length` is an error unless `truncate` is set.
-    """
-    texts = split_texts(df, spec)
-    if truncate:
-        batch = tokenizer(*texts, padding="longest", truncation=True, max_length=max_length,
-                          return_tensors="pt")
-    else:
-        check_lengths(df, spec, tokenizer, max_length)
-        batch = tokenizer(*texts, padding="longest", return_tensors="pt")
-    encoded = {key: batch[key] for key in ("input_ids", "attention_mask", "token_type_ids")
-               if key in batch}
-    encoded["labels"] = torch.tensor(df[spec.label_field].to_numpy(), dtype=torch.long)
-    return encoded
+    """A split `tokenized`: input_ids, attention_mask, token_type_ids (when the tokenizer has
+    them) and labels."""
+    return _inputs(tokenized(df, spec, tokenizer, max_length, truncate), df, spec)
 
 
 def encoded_examples(
     path: str | os.PathLike,
     spec: TaskSpec | PromptSpec,
     tokenizer: PreTrainedTokenizerBase,
-    model_cfg: dict[str, Any],
+    model_cfg: Mapping[str, Any],
     n: int | None = None,
 ) -> dict[str, torch.Tensor]:
-    """The first `n` examples (all when None) of a split, tokenized for the model as `encode`
-    does with config["model"]'s max_length and truncate."""
+    """The first `n` examples (all when None) of a split, tokenized for the model as
+    `encoded_texts` does under config["model"]'s length rule."""
     df = load_split(path, spec)
     return encoded_frame(df.iloc[:n] if n is not None else df, spec, tokenizer, model_cfg)
+
+
+def encoded_texts(
+    df: pd.DataFrame,
+    spec: TaskSpec | PromptSpec,
+    tokenizer: PreTrainedTokenizerBase,
+    model_cfg: Mapping[str, Any],
+) -> tuple[dict[str, torch.Tensor], BatchEncoding]:
+    """The examples (rows) of a split already read, tokenized once under config["model"]'s
+    length rule (`length_limit`): the model's inputs, and the encoding they come from (the
+    segment and word of each token; a next-token task's: of the prompt's tokens). A next-token
+    task's prompts are right-padded and read at their last token, and their labels are the
+    target tokens (`next_token.prompt_inputs`): every stage that runs a model on them then runs
+    a decoder as it runs a classifier."""
+    max_length, truncate = length_limit(model_cfg)
+    if isinstance(spec, PromptSpec):  # model.truncate is refused for them (config check)
+        data, prompts = next_token.tokenized_prompts(df, spec, tokenizer, max_length)
+        return next_token.prompt_inputs(data), prompts
+    batch = tokenized(df, spec, tokenizer, max_length, truncate)
+    return _inputs(batch, df, spec), batch
 
 
 def encoded_frame(
     df: pd.DataFrame,
     spec: TaskSpec | PromptSpec,
     tokenizer: PreTrainedTokenizerBase,
-    model_cfg: dict[str, Any],
+    model_cfg: Mapping[str, Any],
 ) -> dict[str, torch.Tensor]:
-    """The examples (rows) of a split already read, tokenized as `encoded_examples` does. A
-    next-token task's prompts are right-padded and read at their last token, and their labels
-    are the target tokens (`next_token.prompt_inputs`): every stage that runs a model on them
-    then runs a decoder as it runs a classifier."""
-    if isinstance(spec, PromptSpec):
-        return next_token.prompt_inputs(
-            next_token.encode_prompts(df, spec, tokenizer, model_cfg["max_length"]))
-    return encode(df, spec, tokenizer, *length_limit(model_cfg))
+    """The examples (rows) of a split already read, tokenized for the model as
+    `encoded_texts` does."""
+    return encoded_texts(df, spec, tokenizer, model_cfg)[0]
 
 
 def special_tokens_mask(

@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import BatchEncoding, PreTrainedModel, PreTrainedTokenizerBase
 
 from attnlab.data.prompts import PromptSpec
 from attnlab.data.tasks import DataError
@@ -30,10 +30,19 @@ def encode_prompts(
     target token's id) and `train_from` (the first position whose next token is trained: the
     start of the repeat in the induction task, whose repeated words are all predictable; the
     query otherwise)."""
+    return tokenized_prompts(df, spec, tokenizer, max_length)[0]
+
+
+def tokenized_prompts(
+    df: pd.DataFrame, spec: PromptSpec, tokenizer: PreTrainedTokenizerBase, max_length: int
+) -> tuple[dict[str, torch.Tensor], BatchEncoding]:
+    """`encode_prompts`'s tensors, and the encoding of the prompts alone they were cut from
+    (the words of each prompt token)."""
     prompts = df[spec.prompt_field].tolist()
     continued = tokenizer([f"{p} {t}" for p, t in zip(prompts, df[spec.target_field],
                                                          strict=True)])["input_ids"]
-    alone = tokenizer(prompts)["input_ids"]
+    encoding = tokenizer(prompts)
+    alone = encoding["input_ids"]
     rows, queries = [], []
     for row, (ids, prompt_ids) in enumerate(zip(continued, alone, strict=True)):
         n = len(prompt_ids)
@@ -57,7 +66,8 @@ def encode_prompts(
     else:
         train_from = query.clone()
     return {"input_ids": input_ids, "attention_mask": attention_mask, "query": query,
-            "target": input_ids[torch.arange(len(rows)), query + 1], "train_from": train_from}
+            "target": input_ids[torch.arange(len(rows)), query + 1],
+            "train_from": train_from}, encoding
 
 
 def token_positions(

@@ -98,7 +98,7 @@ def scratch_config(
         name,
         vocab_size=len(tokenizer),
         **{keys.hidden: size["hidden"], keys.layers: size["layers"], keys.heads: size["heads"],
-           keys.intermediate: size["intermediate"], keys.positions: model_cfg["max_length"]},
+           keys.intermediate: size["intermediate"], keys.positions: length_limit(model_cfg)[0]},
         **dict.fromkeys(family.scratch_dropout, size.get("dropout", 0.1)),
         attn_implementation="eager",
         **special,
@@ -441,6 +441,7 @@ def train_language_model(
     train_cfg: dict[str, Any],
     device: torch.device,
     seed: int,
+    bf16: bool = False,
 ) -> Trained:
     """Train a decoder language model on a next-token task and evaluate it on `dev`.
 
@@ -448,13 +449,15 @@ def train_language_model(
     training split's words; a pretrained checkpoint is trained further, and one of source
     `finetuned` is only evaluated. The loss is the next-token cross-entropy from each
     example's `train_from` position to its target (`attnlab.engine.next_token.encode_prompts`),
-    minimised by `finetune`'s training loop. The metric is next-token accuracy at the query:
-    dev_accuracy, the share of dev prompts whose argmax next token is the target."""
+    minimised by `finetune`'s training loop (`bf16`: under bfloat16 autocast). The metric is
+    next-token accuracy at the query: dev_accuracy, the share of dev prompts whose argmax next
+    token is the target. Prompts are never truncated (the config check refuses model.truncate
+    for next-token tasks): one longer than model.max_length is an error."""
     started = time.monotonic()
     torch.manual_seed(seed)
     model, tokenizer = _causal_model(spec, model_cfg, train)
     model.to(device)
-    max_length = model_cfg["max_length"]
+    max_length, _ = length_limit(model_cfg)
     dev_data = encode_prompts(dev, spec, tokenizer, max_length)
     evaluate = partial(next_token.accuracy, data=dev_data, batch_size=train_cfg["batch_size"],
                        device=device)
@@ -464,7 +467,7 @@ def train_language_model(
         log.info("%s: training a %s language model", spec.name, model.config.model_type)
         result = _train(model, encode_prompts(train, spec, tokenizer, max_length),
                         loss_of=_next_token_loss, evaluate=evaluate, name=spec.name,
-                        train_cfg=train_cfg, device=device, seed=seed, bf16=False)
+                        train_cfg=train_cfg, device=device, seed=seed, bf16=bf16)
     return Trained(model, tokenizer, {
         **result, "n_dev": len(dev_data["query"]), "device": device_name(device),
         "seconds": round(time.monotonic() - started, 1)})

@@ -170,7 +170,8 @@ def task_kind(config: dict[str, Any]) -> str:
 
 def _check_kind(config: dict[str, Any]) -> None:
     """A next_token configuration needs a decoder, and a classification one an encoder; it
-    runs no stage that compares tasks, and its trees are normalised by the layer's maximum."""
+    runs no stage that compares tasks, its trees are normalised by the layer's maximum, and
+    its prompts are not truncated."""
     decoder = task_kind(config) == "next_token"
     model = config["model"]
     family = model["scratch"].get("family", SCRATCH_DEFAULT)
@@ -181,6 +182,10 @@ def _check_kind(config: dict[str, Any]) -> None:
     if model["source"] == "scratch" and family not in fitting:
         raise ConfigError(f"model.scratch.family: {family!r} cannot learn "
                           f"{task_kind(config)} tasks; use {' or '.join(fitting)}")
+    # a prompt cut short would lose the query (its last token) or shift every planted position
+    if decoder and model["truncate"]:
+        raise ConfigError("model.truncate: a next_token task's prompts are never truncated; "
+                          "raise model.max_length instead")
     if decoder and config["trees"]["normalise"] != "layer":
         raise ConfigError(f"trees.normalise: {config['trees']['normalise']!r} leaves out a "
                           "classifier's [CLS] row; a decoder's trees (next_token tasks) take "

@@ -29,14 +29,14 @@ def run(job: ModelJob) -> None:
     """Writes the shard's dump `part` and its `summary` (examples, accuracy, largest absolute
     completeness error and the (example, layer) pairs outside the tolerance, rows per pass,
     bytes)."""
-    cfg = job.settings.attribution
-    shard, n_shards = int(job.wildcards["shard"]), cfg.shards
+    attribution = job.settings.attribution
+    shard, n_shards = int(job.wildcards["shard"]), attribution.shards
     dev = job.split("dev")
-    if cfg.max_examples:
-        dev = dev.iloc[: cfg.max_examples]
+    if attribution.max_examples:
+        dev = dev.iloc[: attribution.max_examples]
     dev = dev.iloc[list(shard_rows(len(dev), shard, n_shards))].reset_index(drop=True)
-    meta = {"top_pairs": cfg.top_pairs, "task": job.task, "shard": shard, "n_shards": n_shards,
-            **job.provenance}
+    meta = {"top_pairs": attribution.top_pairs, "task": job.task, "shard": shard,
+            "n_shards": n_shards, **job.provenance}
     path = job.outputs["part"]
     if dev.empty:
         # More shards than examples: this shard has none. Its dump is empty but complete, so
@@ -50,9 +50,8 @@ def run(job: ModelJob) -> None:
             "examples": 0, "accuracy": None, "completeness_abs_error_max": None,
             "outside_tolerance": 0, "bytes": Path(path).stat().st_size})
         return
-    attributed = dump_rows(job.model, job.tokenizer, dev, job.spec, cfg, job.settings.model,
-                           device=job.device, bf16=job.precision.bf16, shard=shard,
-                           n_shards=n_shards)
+    attributed = dump_rows(job.model, job.tokenizer, dev, job.spec, attribution,
+                           job.settings.model, bf16=job.precision.bf16, shard=(shard, n_shards))
     write_dump(attributed.rows, path,
                {"n_layers": attributed.n_layers, "n_heads": attributed.n_heads, **meta})
     job.write_json("summary", {

@@ -17,7 +17,8 @@ def run(job: ModelJob) -> None:
     if job.next_token:
         trained = training.train_language_model(
             job.split("train"), job.split("dev"), spec=job.spec, model_cfg=model,
-            train_cfg=job.settings.finetune, device=device, seed=job.settings.seed)
+            train_cfg=job.settings.finetune, device=device, seed=job.settings.seed,
+            bf16=precision.bf16)
     else:
         trained = training.finetune(
             job.split("train"),

@@ -20,17 +20,17 @@ LOGGED_RANKS = 3  # the log shows each class's top triggers, as many as the pape
 def run(job: ModelJob) -> None:
     """Writes the dump of the source examples (`source`), their patterns (`patterns`) and the
     triggers ranked per class (`triggers`)."""
-    cfg, attribution = job.settings.triggers, job.settings.attribution
+    cfg = job.settings.triggers
     source = job.split("source").iloc[: cfg.source_examples].reset_index(drop=True)
     # the dumps' engine and edges, attributed to the triggers' target; two pairs per head at
     # least, as the patterns take them
-    settings = {**attribution, "target": cfg.target, "keep_full": False,
-                "top_pairs": max(2, attribution.top_pairs)}
-    attributed = dump_rows(job.model, job.tokenizer, source, job.spec, settings,
-                           job.settings.model, device=job.device)
+    attribution = {**job.settings.attribution, "target": cfg.target, "keep_full": False,
+                   "top_pairs": max(2, job.settings.attribution.top_pairs)}
+    attributed = dump_rows(job.model, job.tokenizer, source, job.spec, attribution,
+                           job.settings.model)
     write_dump(attributed.rows, job.outputs["source"],
                {"n_layers": attributed.n_layers, "n_heads": attributed.n_heads,
-                "top_pairs": settings["top_pairs"], "task": job.task, **job.provenance})
+                "top_pairs": attribution["top_pairs"], "task": job.task, **job.provenance})
     dump, meta = read_dump(job.outputs["source"])
     # patterns of words: the pieces of a word the tokenizer split merged into it
     patterns = triggers.patterns_table(word_level(dump), meta["n_layers"], meta["n_heads"], cfg,

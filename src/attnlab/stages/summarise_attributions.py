@@ -16,8 +16,9 @@ def run(job: Job) -> None:
     """Writes the JSON `summary` (accuracy, completeness error, gradient evaluations, bytes per
     example, planted-pair recovery) and the table `claims` (no rows for a task without planted
     pairs)."""
-    cfg = job.settings.attribution
-    summary = summarise_task(job.paths("parts"), cfg.shards, tolerance=cfg.tolerance)
+    attribution = job.settings.attribution
+    summary = summarise_task(job.paths("parts"), attribution.shards,
+                             tolerance=attribution.tolerance)
     log.info("task %s: %s", job.task, summary)
     job.write_json("summary", summary)
     job.write_tables({"claims": claims_frame(recovery_claims(summary["planted_pair_recovery"]))})
