@@ -79,8 +79,8 @@ def test_auto_falls_back_to_cpu_with_a_log_line(caplog, monkeypatch):
 BERT_BASE = BertConfig()  # 12 layers, 12 heads, hidden 768, intermediate 3072
 GPU, GIB = torch.device("cuda"), 2**30
 # attribute()'s options of the paper's rule and of the adaptive rule (up to 40 panels)
-RIEMANN_20 = {"batch_size": "auto", "quadrature_rule": "riemann_right", "steps": 20}
-ADAPTIVE = {"batch_size": "auto", "quadrature_rule": "adaptive", "max_steps": 120}
+RIEMANN_20 = {"batch_size": "auto", "quadrature": "riemann_right", "steps": 20}
+ADAPTIVE = {"batch_size": "auto", "quadrature": "adaptive", "max_steps": 120}
 
 
 def saved_bytes_per_row(model, tokens: int, rows: int = 3) -> float:
@@ -152,7 +152,7 @@ def test_auto_batch_size_on_a_gpu_comes_from_its_free_memory(monkeypatch, caplog
     assert rows_per_pass(BERT_BASE, ADAPTIVE, 256, GPU) == 16
     # a rule of its own nodes (the quadrature study's reference) holds an example per 512 rows
     nodes = torch.linspace(0, 1, 512)
-    own = {"batch_size": "auto", "quadrature_rule": (nodes, nodes)}
+    own = {"batch_size": "auto", "quadrature": (nodes, nodes)}
     assert rows_per_pass(BERT_BASE, own, 128, GPU) == rows_that_fit(
         20 * GIB, attribution_row_bytes(EncoderShape.of(BERT_BASE), 128, 1 / 512))
 
