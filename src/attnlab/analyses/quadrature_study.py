@@ -4,8 +4,8 @@ Each rule attributes the examples into dump rows through `attnlab.engine.dump_ro
 workflow's `attribute` jobs run (so its seconds are those of a job's encoding, engine and dump
 rows; the job's model loading and file writing aside). Each is compared with a converged
 reference that the study computes itself: composite Gauss–Legendre (8 nodes on each of
-`panels` equal panels), whose own error is estimated by halving the panel count. Reported per
-rule:
+`panels` equal panels, doubled until converged), whose own error is estimated by halving the
+panel count. Reported per rule:
 
 * completeness error |Σ Attr(A^l) − (F(A) − F(0·A^l))| over every (example, layer) pair
   (median, p99, max) and the share within the configured tolerance;
@@ -19,6 +19,7 @@ rule:
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -35,6 +36,8 @@ from attnlab.engine.batch_size import rows_per_pass
 from attnlab.engine.dump_rows import dump_rows
 from attnlab.engine.examples import encoded_frame
 
+log = logging.getLogger(__name__)
+
 # (rule, steps of a fixed rule or tolerance of the adaptive one)
 RULES = [("riemann_right", 20), ("riemann_right", 64), ("gauss_legendre", 6),
          ("gauss_legendre", 16), ("gauss_legendre", 64), ("adaptive", 1e-2), ("adaptive", 1e-3),
@@ -45,6 +48,10 @@ BASELINE = "gauss_legendre_6"
 # among 1 to 20), so its rows are lighter and 8 times as many fit. `auto` on a GPU estimates
 # the reference's own rows and is not scaled (`rows_per_pass`).
 REFERENCE_ROWS = 8
+# The reference is converged when halving its panels moves no per-head maximum by more than
+# this share of the largest; it doubles its panels at most MAX_DOUBLINGS times to get there.
+CONVERGED = 1e-5
+MAX_DOUBLINGS = 3
 
 
 def rule_name(rule: str, setting: float) -> str:
@@ -68,17 +75,34 @@ def _head_maxima(attr: torch.Tensor, mask: torch.Tensor) -> np.ndarray:
 
 def reference_head_maxima(model: PreTrainedModel, inputs: dict[str, torch.Tensor], *,
                           target: str, panels: int, batch_size: int | str,
-                          device: torch.device) -> tuple[np.ndarray, float]:
+                          device: torch.device) -> tuple[np.ndarray, float, int]:
     """Per-head maxima (B, L, H) of the converged reference on tokenized examples (on
-    `device`), and their largest change when the panel count is halved, relative to the
-    largest maximum (the reference's own error)."""
-    rules = [composite_gauss_legendre(n, 8) for n in (panels, panels // 2)]
-    rows = rows_per_pass(model.config, {"quadrature": rules[0], "batch_size": batch_size},
-                         inputs["input_ids"].shape[1], device, scale=REFERENCE_ROWS)
+    `device`), their largest change when the panel count is halved, relative to the largest
+    maximum (the reference's own error), and the panels it took. It starts at `panels` and
+    doubles them while that change is above CONVERGED, up to MAX_DOUBLINGS times: how many
+    a model needs depends on how steep its F(αA) is, which differs from one trained model
+    (and one CPU's float path through training) to the next."""
     mask = inputs["attention_mask"].cpu()
-    maxima = [_head_maxima(attribute(model, inputs, target, rule, batch_size=rows)
-                           .attr.double().cpu(), mask) for rule in rules]
-    return maxima[0], float(np.abs(maxima[0] - maxima[1]).max() / np.abs(maxima[0]).max())
+
+    def maxima(n: int) -> np.ndarray:
+        rule = composite_gauss_legendre(n, 8)
+        rows = rows_per_pass(model.config, {"quadrature": rule, "batch_size": batch_size},
+                             inputs["input_ids"].shape[1], device, scale=REFERENCE_ROWS)
+        return _head_maxima(attribute(model, inputs, target, rule, batch_size=rows)
+                            .attr.double().cpu(), mask)
+
+    coarse, fine = maxima(panels // 2), maxima(panels)
+    for doubling in range(MAX_DOUBLINGS + 1):
+        change = float(np.abs(fine - coarse).max() / np.abs(fine).max())
+        if change <= CONVERGED or doubling == MAX_DOUBLINGS:
+            break
+        panels *= 2
+        coarse, fine = fine, maxima(panels)
+    if change > CONVERGED:
+        log.warning("the quadrature study's reference changes by %.2g when its %d panels are "
+                    "halved (converged: <= %g); its errors are uncertain by as much",
+                    change, panels, CONVERGED)
+    return fine, change, panels
 
 
 def study(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, dev: pd.DataFrame,
@@ -92,7 +116,7 @@ def study(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, dev: pd.Da
     device = next(model.parameters()).device
     inputs = {key: value.to(device)
               for key, value in encoded_frame(dev, spec, tokenizer, model_settings).items()}
-    reference, reference_error = reference_head_maxima(
+    reference, reference_error, panels = reference_head_maxima(
         model, inputs, target=attribution["target"], panels=panels,
         batch_size=attribution["batch_size"], device=device)
     report: dict[str, Any] = {
