@@ -54,7 +54,6 @@ def test_the_quadrature_study_refuses_a_bad_scan_in_one_line_before_any_model_ru
 
 @pytest.mark.slow
 def test_the_real_shape_benchmark_agrees_with_the_naive_loop_and_captum(tmp_path):
-    pytest.importorskip("captum")  # not a dependency of attnlab: pip install captum
     import pandas as pd
     from transformers import BertConfig, BertForSequenceClassification
 
