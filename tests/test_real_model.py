@@ -146,8 +146,12 @@ SMALL = {
     "explanation": {"attention_permutation": {"examples": 6, "permutations": 2},
                     "adversarial_keys": {"train_examples": 16, "examples": 6, "epochs": 1},
                     "adversarial_attention": {"examples": 1, "steps": 3}},
-    # occlusion: a forward copy per edge and layer, ~17 s a sentence
-    "interaction_methods": {"examples": 1, "deletion_steps": 3},
+    # every method but occlusion, which takes a forward copy per edge and layer (~17 s a
+    # sentence, most of the stage's time here; tests/test_interaction_methods.py checks it on
+    # tiny models of every family)
+    "interaction_methods": {"examples": 1, "deletion_steps": 3, "methods": [
+        "attention", "attattr", "attention_x_gradient", "rollout", "flow", "attention_norm",
+        "alti", "globenc", "value_zeroing"]},
 }
 
 
