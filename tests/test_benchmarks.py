@@ -11,17 +11,22 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def run_benchmark(script: str, out: Path, *options: str) -> dict:
+    """Run benchmarks/`script` at a toy shape (one layer of 2 heads, hidden 16, 8 tokens, one
+    thread) with `options`; its JSON report."""
+    subprocess.run([sys.executable, f"benchmarks/{script}", "--layers", "1", "--heads", "2",
+                    "--hidden", "16", "--tokens", "8", "--threads", "1", *options,
+                    "--out", str(out)], cwd=ROOT, check=True, capture_output=True)
+    return json.loads(out.read_text())
+
+
 @pytest.mark.slow
 def test_the_attribution_benchmark_compares_every_variant_and_records_its_code(tmp_path):
     # weights' std 0.5 at a toy shape: F(αA) steps, so the rules' errors differ by far more than
     # the float noise of any CPU (measured: Riemann-20 2.8 %, Gauss-Legendre 6 28 %, adaptive
-    # 0.12 % with 22 nodes per layer)
-    out = tmp_path / "attribution.json"
-    subprocess.run([sys.executable, "benchmarks/attribution.py", "--layers", "1", "--heads", "2",
-                    "--hidden", "16", "--tokens", "8", "--examples", "2", "--threads", "1",
-                    "--init", "0.5", "--out", str(out)], cwd=ROOT, check=True,
-                   capture_output=True)
-    report = json.loads(out.read_text())
+    # 0.12 % with 22 nodes per layer); 4 examples also attributed end to end, as a job does
+    report = run_benchmark("attribution.py", tmp_path / "attribution.json", "--examples", "2",
+                           "--init", "0.5", "--shard-examples", "4")
     variants = report["variants"]
     assert set(variants) == {"naive_riemann_right_20", "engine_riemann_right_20",
                              "engine_gauss_legendre_6", "engine_adaptive",
@@ -39,6 +44,35 @@ def test_the_attribution_benchmark_compares_every_variant_and_records_its_code(t
     provenance = report["provenance"]
     assert provenance["params"]["command"][0] == "attribution.py"
     assert len(provenance["code_version"]) == 12
+    # the end-to-end shard: every example in the dump, each (example, layer) within the adaptive
+    # rule's tolerance (its guarantee, on any CPU), on a path steep enough to need more than one
+    # panel of 6 nodes (measured 26 nodes a layer)
+    shard = report["end_to_end"]
+    assert shard["rule"] == "adaptive" and shard["tolerance"] == 1e-3
+    assert shard["examples"] == 4 and shard["within_tolerance"] == 1.0
+    assert shard["grad_nodes_mean"] > 6 and shard["batch_size"] >= 1
+    assert shard["tflop"] > 0 and shard["gpu_target"]["met"] is False  # 4 examples, on a CPU
+
+
+@pytest.mark.slow
+def test_the_finetune_benchmark_pads_buckets_less_than_random_batches(tmp_path):
+    # 64 examples of 4 to 8 tokens in batches of 16: random batches pad to the longest (8),
+    # length buckets to their own longest
+    report = run_benchmark("finetune.py", tmp_path / "finetune.json", "--min-tokens", "4",
+                           "--train-examples", "64", "--batch-size", "16")
+    random, buckets = (report["variants"][name] for name in ("random_batches", "length_buckets"))
+    assert random["mean_padded_width"] == 8
+    assert buckets["mean_padded_width"] < 8  # measured 6.5 (the lengths are seeded)
+    # a step's FLOPs grow with the padded width w between linearly and as w² (attention): so
+    # the buckets' share of random batches' FLOPs lies between the widths' ratio and its square
+    ratio = buckets["mean_padded_width"] / 8
+    assert ratio**2 <= buckets["tflop"] / random["tflop"] <= ratio * 1.01  # 1 %: 4 digits kept
+    for variant in (random, buckets):
+        # the MNLI estimate is 3 epochs of 392,702 examples at the measured rate
+        hours = 3 * 392_702 / variant["examples_per_s"] / 3600
+        assert variant["mnli_3_epochs_hours"] == pytest.approx(hours, rel=1e-3)
+    assert report["shape"]["train_examples"] == 64
+    assert report["provenance"]["params"]["command"][0] == "finetune.py"
 
 
 @pytest.mark.parametrize(("scan", "message"), [
@@ -54,7 +88,6 @@ def test_the_quadrature_study_refuses_a_bad_scan_in_one_line_before_any_model_ru
 
 @pytest.mark.slow
 def test_the_real_shape_benchmark_agrees_with_the_naive_loop_and_captum(tmp_path):
-    pytest.importorskip("captum")  # not a dependency of attnlab: pip install captum
     import pandas as pd
     from transformers import BertConfig, BertForSequenceClassification
 

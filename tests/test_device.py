@@ -8,7 +8,7 @@ import logging
 import pytest
 import torch
 from tiny_models import CAUSAL_FAMILIES, tiny_batch, tiny_causal_lm, tiny_classifier, tiny_prompts
-from transformers import BertConfig
+from transformers import BertConfig, BertForSequenceClassification
 
 from attnlab.engine import batch_size, models
 from attnlab.engine.attribution import _Runner
@@ -114,13 +114,22 @@ def test_row_estimate_covers_what_autograd_keeps_without_doubling_it(family, tok
     assert kept <= estimate <= 2.5 * kept
 
 
-def test_row_estimate_at_the_papers_shape():
+@pytest.mark.slow
+def test_row_estimate_at_the_papers_shape_is_what_autograd_keeps_there_within_a_third():
     shape = EncoderShape.of(BERT_BASE)
     assert shape == EncoderShape(layers=12, heads=12, hidden=768, intermediate=3072)
-    mib = 2**20
-    # a pass row of BERT-base at 128 tokens, alone and with an adaptive example's state
-    assert round(attribution_row_bytes(shape, 128, examples_per_row=0) / mib) == 99
-    assert round(attribution_row_bytes(shape, 128, panels=40) / mib) == 254
+    torch.manual_seed(0)
+    model = models.prepare_model(BertForSequenceClassification(
+        BertConfig(num_labels=3, attn_implementation="eager")))
+    # a pass row of BERT-base at 128 tokens (the papers' length): autograd keeps 82 MiB of it,
+    # the estimate says 99 MiB (its one layer of temporaries on top); a storage count, the
+    # same on every CPU
+    kept = saved_bytes_per_row(model, 128, rows=1)
+    estimate = attribution_row_bytes(shape, 128, examples_per_row=0)
+    assert kept <= estimate <= 1.3 * kept
+    # the adaptive rule's state: a float64 partial integral (H x S x S) per panel
+    panels = attribution_row_bytes(shape, 128, panels=40) - attribution_row_bytes(shape, 128)
+    assert panels == 40 * 8 * 12 * 128 * 128
     # the quadratic term: four times the tokens, more than four times the memory
     assert attribution_row_bytes(shape, 512, 0) > 4 * attribution_row_bytes(shape, 128, 0)
 
@@ -143,13 +152,16 @@ def test_auto_batch_size_on_a_gpu_comes_from_its_free_memory(monkeypatch, caplog
     monkeypatch.setattr(batch_size, "free_memory", lambda device: 80 * GIB)
     per_row = attribution_row_bytes(EncoderShape.of(BERT_BASE), 128, 1 / 20)
     rows = rows_per_pass(BERT_BASE, RIEMANN_20, 128, GPU)
-    assert rows == int(0.7 * 80 * GIB) // per_row == 552
-    assert "attribution.batch_size: auto -> 552 rows per pass (80.0 GiB free" in caplog.text
-    # less free memory, longer inputs or the adaptive rule's state: fewer rows
+    # 70 % of the free memory in whole rows: the rows fit, one row more would not
+    assert rows * per_row <= 0.7 * 80 * GIB < (rows + 1) * per_row
+    assert f"attribution.batch_size: auto -> {rows} rows per pass (80.0 GiB free" in caplog.text
+    # a quarter of the free memory, a quarter of the rows (to the row rounded off)
     monkeypatch.setattr(batch_size, "free_memory", lambda device: 20 * GIB)
-    assert rows_per_pass(BERT_BASE, RIEMANN_20, 128, GPU) == 138
-    assert rows_per_pass(BERT_BASE, ADAPTIVE, 128, GPU) == 56
-    assert rows_per_pass(BERT_BASE, ADAPTIVE, 256, GPU) == 16
+    quarter = rows_per_pass(BERT_BASE, RIEMANN_20, 128, GPU)
+    assert abs(quarter - rows / 4) <= 1
+    # the adaptive rule's state (an example per row, 40 panels), then longer inputs: fewer rows
+    adaptive = rows_per_pass(BERT_BASE, ADAPTIVE, 128, GPU)
+    assert 1 <= rows_per_pass(BERT_BASE, ADAPTIVE, 256, GPU) < adaptive < quarter
     # a rule of its own nodes (the quadrature study's reference) holds an example per 512 rows
     nodes = torch.linspace(0, 1, 512)
     own = {"batch_size": "auto", "quadrature": (nodes, nodes)}

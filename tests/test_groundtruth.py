@@ -10,22 +10,21 @@ a margin below what seeds 0 and 1 measured (docs/replication.md), and no outcome
 asserted strictly. Attribution beats raw attention clearly on syn_mnli on every run we have; on
 syn_rte and syn_sst2 attention finds the pair as often on some runs (a tie) and clearly less
 often on others, so there the test asserts "at least a tie", as the ground-truth claims do.
+The metric itself and the claims' bars are tested on hand-built dump rows and shares.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 
+import pandas as pd
 import pytest
 from conftest import DEFAULT_CONFIG
 
-from attnlab.analyses.attribution_summary import (
-    RECOVERY_BAR,
-    TIE_MARGIN,
-    recovery_claims,
-    summarise_task,
-)
+from attnlab.analyses.attribution_summary import recovery_claims, summarise_task
+from attnlab.data.groundtruth import planted_pair_recovery, strongest_edges
 from attnlab.model_job import ModelJob
 from attnlab.stages import attribute
 
@@ -61,14 +60,65 @@ def test_attribution_finds_the_planted_pair_and_wins_or_ties_attention(trained):
     print(name, json.dumps(recovery))  # both numbers, for the record (pytest -s)
     # examples with a deciding pair: all but the last class's examples without a trigger
     assert recovery["examples"] >= ATTRIBUTION["max_examples"] / 3, recovery
-    # the claim's bar is RECOVERY_BAR (0.8); lowest measured 0.79 (syn_mnli, seed 1, whose
-    # training stopped at 20 epochs above stop_loss), so the test keeps TIE_MARGIN below it
-    assert recovery["attribution"] >= RECOVERY_BAR - TIE_MARGIN, recovery
+    # the claim's bar is 0.8; lowest measured 0.79 (syn_mnli, seed 1, whose training stopped at
+    # 20 epochs above stop_loss), so the test keeps the tie margin (0.1) below it
+    assert recovery["attribution"] >= 0.7, recovery
     lead = recovery["attribution"] - recovery["attention"]
     if name in ATTRIBUTION_WINS:
-        assert lead >= TIE_MARGIN, recovery  # measured 0.28-0.52
+        assert lead >= 0.1, recovery  # measured 0.28-0.52
     else:
-        assert lead >= -TIE_MARGIN, recovery  # at least a tie: measured -0.04 to +0.28
-    # and the ground-truth claim of the workflow says the same
-    holding = {row["claim"] for row in recovery_claims(recovery) if row["verdict"] == "holds"}
-    assert "attribution finds the planted pair at least as often as attention" in holding
+        assert lead >= -0.1, recovery  # at least a tie: measured -0.04 to +0.28
+
+
+def dump_row(planted: tuple[int, int] | None, edges: list[tuple[int, int, int]],
+             attention_top: list[tuple[int, int]]) -> dict:
+    """A dump row's ground-truth columns: `edges` as (layer, i, j), each layer's strongest
+    first; `attention_top` as (i, j), raw attention's strongest edge of each layer."""
+    layer, i, j = zip(*edges, strict=True)
+    top_i, top_j = zip(*attention_top, strict=True)
+    a, b = planted or (math.nan, math.nan)
+    return {"planted_i": a, "planted_j": b, "edge_layer": list(layer), "edge_i": list(i),
+            "edge_j": list(j), "attn_top_i": list(top_i), "attn_top_j": list(top_j)}
+
+
+def test_recovery_counts_a_pair_found_by_the_strongest_edge_of_some_layer_either_way_round():
+    dump = pd.DataFrame([
+        # found by layer 0's strongest edge, reversed (j reads i counts as well); attention not
+        dump_row((1, 3), [(0, 3, 1), (0, 2, 0), (1, 0, 2)], [(0, 1), (2, 0)]),
+        # the pair is layer 0's second edge and no layer's strongest: missed; attention finds
+        # it in layer 1
+        dump_row((2, 4), [(0, 0, 1), (0, 2, 4), (1, 1, 2)], [(0, 1), (4, 2)]),
+        # found by layer 1's strongest edge, with the layers' edges interleaved in the row
+        dump_row((1, 2), [(1, 2, 1), (0, 0, 1), (1, 0, 2)], [(1, 2), (0, 0)]),
+        # no planted pair (a class decided by the absence of a trigger): not counted
+        dump_row(None, [(0, 1, 2)], [(1, 2)]),
+    ])
+    assert strongest_edges(dump.iloc[2]) == {1: (2, 1), 0: (0, 1)}
+    assert planted_pair_recovery(dump) == {"examples": 3, "attribution": 2 / 3,
+                                           "attention": 2 / 3}
+
+
+def test_recovery_without_planted_pairs_counts_no_example():
+    dump = pd.DataFrame([dump_row(None, [(0, 1, 2)], [(1, 2)])])
+    recovery = planted_pair_recovery(dump)
+    assert recovery["examples"] == 0 and math.isnan(recovery["attribution"])
+    assert recovery_claims(recovery) == []
+
+
+@pytest.mark.parametrize(("attribution", "attention", "verdicts"), [
+    # finds it, ties attention (0.05 less is within the margin of 0.1), does not win clearly
+    (0.85, 0.9, ("holds", "holds", "does not hold")),
+    # below the bar of 0.8, but wins clearly (by 0.25)
+    (0.75, 0.5, ("does not hold", "holds", "holds")),
+    # finds it, and loses to attention by more than the margin (0.15)
+    (0.85, 1.0, ("holds", "does not hold", "does not hold")),
+])
+def test_the_ground_truth_claims_judge_the_share_at_0_8_and_the_lead_at_a_margin_of_0_1(
+        attribution, attention, verdicts):
+    claims = recovery_claims({"examples": 60, "attribution": attribution,
+                              "attention": attention})
+    assert [row["claim"] for row in claims] == [
+        "the strongest attribution edge of some layer joins the planted pair",
+        "attribution finds the planted pair at least as often as attention",
+        "attribution finds the planted pair clearly more often than attention"]
+    assert tuple(row["verdict"] for row in claims) == verdicts

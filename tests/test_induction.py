@@ -106,6 +106,12 @@ def induction_model():
     return _trained(seed=0)
 
 
+@pytest.fixture(scope="module")
+def induction_result(induction_model):
+    """The induction analysis of the seed-0 model (shared by the tests that read it)."""
+    return _analysed(induction_model)
+
+
 def test_a_tiny_decoder_learns_induction_on_held_out_sequences(induction_model):
     metrics = induction_model.metrics
     # before its phase change (Olsson et al. 2022) it is right at most 0.4-0.6 of the time
@@ -157,12 +163,11 @@ def test_a_config_that_mixes_decoders_and_classifiers_stops_the_dry_run_in_one_l
         check_config(_induction_config(**changes), None)
 
 
-def test_attattr_finds_the_planted_mechanism_on_the_trained_model(induction_model):
-    result = _analysed(induction_model)
-    # every claim holds on this seed (observed: AttAttr finds B in 1.0 of the examples,
-    # attention in 0.98, rollout in 0.97; masking AttAttr's top two heads costs 0.66 accuracy,
-    # the worst other pair 0.05); the claims' own thresholds carry the margins
-    assert (result.claims["verdict"] == "holds").all(), result.claims.to_string()
+def test_attattr_finds_the_planted_mechanism_on_the_trained_model(induction_result):
+    result = induction_result
+    # The claims' verdicts are judged over seeds (below): of one seed's, none is guaranteed on
+    # another CPU's float path. What this seed shows, with margins: AttAttr's strongest edge
+    # at the query points to B (observed 1.0 of the examples; 0.9 for another CPU)
     assert result.summary["share_attattr"] >= 0.9
     # the attribution tree rooted at the query: its top node is B and its layer-0 edge B <- A
     # (observed 0.99 of the examples; 0.9 leaves a margin for another CPU's float path)
@@ -240,8 +245,11 @@ def test_the_induction_config_runs_through_the_snakemake_command_line(tmp_path):
     results = tmp_path / "results" / "tiny_induction"
     metrics = json.loads((results / "finetune/induction/metrics.json").read_text())
     assert metrics["dev_accuracy"] >= 0.9, metrics  # observed 1.0 (the seed of the config)
+    # the eight claims of rule induction, judged (their verdicts over seeds: the test below);
+    # AttAttr's strongest edge at the query points to B (observed 1.0; 0.9 for another CPU)
     claims = pd.read_parquet(results / "induction/induction/claims.parquet")
-    assert len(claims) == 8 and (claims["verdict"] == "holds").all(), claims.to_string()
+    assert len(claims) == 8 and claims["verdict"].isin(["holds", "does not hold"]).all()
+    assert claims.loc[0, "value"] >= 0.9, claims.to_string()
     # the dumps' and the trees' ground-truth claims, on the planted pair (query, B)
     for path in ("attribution_summary/induction_claims.parquet",
                  "trees/induction/claims.parquet"):
@@ -281,13 +289,16 @@ def test_the_induction_config_runs_through_the_snakemake_command_line(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_induction_claims_hold_on_four_of_five_seeds():
-    """Seeds 0-4 of the induction config's training: about 30 s on a free machine."""
-    held = {}
-    for seed in range(5):
+def test_the_induction_claims_hold_on_four_of_five_seeds(induction_model, induction_result):
+    """Seeds 0-4 of the induction config's training (seed 0's model and analysis are the other
+    tests'): about 25 s on a free machine. All eight claims held together on all 5 seeds
+    (docs/decoders.md); 4 of 5 is the margin for another machine's float path."""
+    held = {0: (induction_model.metrics["dev_accuracy"], list(induction_result.claims["verdict"]))}
+    for seed in range(1, 5):
         trained = _trained(seed)
         claims = _analysed(trained).claims
         held[seed] = (trained.metrics["dev_accuracy"], list(claims["verdict"]))
+    assert all(len(verdicts) == 8 for _, verdicts in held.values()), held
     assert sum(all(v == "holds" for v in verdicts) for _, verdicts in held.values()) >= 4, held
 
 
@@ -395,7 +406,7 @@ def test_a_gpt2_checkpoint_is_trained_further_and_analysed(tmp_path):
     """A GPT-2 saved by save_pretrained (untrained, tiny) with model.source: pretrained: one
     epoch of next-token training from it, then the induction analysis, through the jobs."""
     import yaml
-    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
     from attnlab.data.tokenization import build_causal_tokenizer
 
@@ -413,7 +424,22 @@ def test_a_gpt2_checkpoint_is_trained_further_and_analysed(tmp_path):
     config["induction"]["examples"] = 30
     out = _run_stages(config, checkpoint, tmp_path / "out")
     metrics = json.loads(out["metrics.json"].read_text())
-    assert metrics["steps"] == 2 and 0.0 <= metrics["dev_accuracy"] <= 1.0, metrics
+    assert metrics["steps"] == 2, metrics
+    # trained further: the saved model is not the checkpoint
+    saved = GPT2LMHeadModel.from_pretrained(out["model"]).eval()
+    before = GPT2LMHeadModel.from_pretrained(checkpoint)
+    assert not torch.equal(saved.transformer.wte.weight, before.transformer.wte.weight)
+    # its dev accuracy is the share of dev prompts whose argmax next word is the target, as
+    # plain transformers computes it one unpadded prompt at a time (within one prompt of the 30:
+    # a near-tie of an untrained model's logits may fall the other way in a padded batch)
+    dev = pd.read_parquet(out["dev.parquet"])
+    tokenizer = AutoTokenizer.from_pretrained(out["model"])
+    with torch.no_grad():
+        right = [int(saved(**tokenizer(text, return_tensors="pt")).logits[0, -1].argmax())
+                 == tokenizer.convert_tokens_to_ids(target)
+                 for text, target in zip(dev["text"], dev["target"], strict=True)]
+    assert len(right) == 30
+    assert abs(metrics["dev_accuracy"] - sum(right) / 30) <= 1 / 30 + 1e-9, (metrics, right)
     # the analysis runs whatever the model learned: every claim has a verdict, and the heads
     # table has one row per head of the 2 x 2
     claims = pd.read_parquet(out["claims.parquet"])

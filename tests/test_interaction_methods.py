@@ -44,7 +44,6 @@ from attnlab.methods.attention_norm import attention_norm
 from attnlab.methods.attention_x_gradient import attention_x_gradient
 from attnlab.methods.edge_masking import masked_probabilities
 from attnlab.methods.flow import flow
-from attnlab.methods.globenc import METHOD as GLOBENC
 from attnlab.methods.method import GRADIENTS, Variants
 from attnlab.methods.occlusion import occlusion
 from attnlab.methods.rollout import rollout
@@ -171,16 +170,26 @@ def test_occlusion_is_the_drop_of_f_with_one_edge_replaced_in_every_head(bert_ex
         assert float(scores[layer, i, j]) == pytest.approx(expected, abs=1e-6)
 
 
+def f_scaled(model, example, layer: int, alpha: float) -> float:
+    """F(α A^l): the target's probability with layer `layer`'s attention scaled by α."""
+    with torch.no_grad():
+        logits = models.logits(model, example.inputs,
+                               Intervention(scale_layer=layer, scale=torch.tensor([alpha])))
+    return float(target_probability(logits, example.target)[0])
+
+
+def slope_at_one(model, example, layer: int, eps: float = 1e-3) -> float:
+    """dF(α A^l)/dα at α = 1, by a central difference (error O(eps²), far below 1e-4 here)."""
+    return (f_scaled(model, example, layer, 1 + eps)
+            - f_scaled(model, example, layer, 1 - eps)) / (2 * eps)
+
+
 def test_attention_x_gradient_sums_to_the_slope_of_f_along_the_scaled_path(bert_example):
     model, example = bert_example
     scores = attention_x_gradient(model, example)
-    eps = 1e-3
     for layer in range(3):
-        with torch.no_grad():
-            f = [float(target_probability(models.logits(model, example.inputs, Intervention(
-                scale_layer=layer, scale=torch.tensor([alpha]))), example.target)[0])
-                 for alpha in (1 - eps, 1 + eps)]
-        assert float(scores[layer].sum()) == pytest.approx((f[1] - f[0]) / (2 * eps), abs=1e-4)
+        assert float(scores[layer].sum()) == pytest.approx(slope_at_one(model, example, layer),
+                                                           abs=1e-4)
 
 
 ENGINE = {"quadrature": "adaptive", "steps": 6, "batch_size": 32, "tolerance": 1e-4,
@@ -322,8 +331,7 @@ def test_the_registry_holds_every_method_module_once_in_the_order_of_the_tables(
     assert all(method.needs <= known for method in registry.METHODS)
 
 
-def test_every_method_scores_an_example_from_what_it_needs_as_its_own_function_does(
-        bert_example):
+def test_every_method_scores_an_example_with_its_defining_property(bert_example):
     model, example = bert_example
     seconds = defaultdict(float)
     options = Options(methods=registry.METHODS, variants=Variants(), engine=ENGINE,
@@ -332,19 +340,32 @@ def test_every_method_scores_an_example_from_what_it_needs_as_its_own_function_d
     assert list(scores) == TABLE_ORDER
     for matrices in scores.values():
         assert matrices.shape == (3, 7, 7) and matrices.dtype == np.float64
-    attention = attention_graph.head_mean(example.probs.double().numpy())
-    assert np.array_equal(scores["attention"], attention)
-    assert np.array_equal(scores["rollout"], rollout(attention))
-    assert np.array_equal(scores["flow"], flow(attention))
-    with torch.no_grad():
-        zeroed = normalise_rows(value_zeroing(model, example.states))
-        assert np.array_equal(scores["globenc"], GLOBENC.score(model=model, captured=example))
-    assert np.array_equal(scores["value_zeroing"], zeroed.double().numpy())
-    assert np.array_equal(scores["occlusion"], occlusion(model, example, 64).double().numpy())
-    assert np.array_equal(scores["attention_x_gradient"],
-                          attention_x_gradient(model, example).double().numpy())
-    assert np.allclose(scores["attattr"], attattr(model, example, ENGINE).double().numpy())
-    assert np.allclose(scores["alti"][0].sum(axis=-1), 1) and (scores["attention_norm"] >= 0).all()
+    # raw attention: the heads' mean of the captured probabilities
+    attention = example.probs.double().mean(dim=1).numpy()
+    assert np.allclose(scores["attention"], attention)
+    # rollout and (normalised) flow of one layer: its residual attention ½ A + ½ I; rollout
+    # then multiplies the layers' residual attentions
+    residual = 0.5 * attention + 0.5 * np.eye(7)
+    assert np.allclose(scores["rollout"][0], residual[0])
+    assert np.allclose(scores["rollout"][2], residual[2] @ residual[1] @ residual[0])
+    assert np.allclose(scores["flow"][0], residual[0])
+    # the methods whose rows are shares of a token's input: non-negative, summing to 1
+    for name in ("attention", "rollout", "flow", "alti", "value_zeroing"):
+        assert np.allclose(scores[name].sum(axis=-1), 1), name
+        assert (scores[name] >= -1e-12).all(), name
+    assert (scores["attention_norm"] >= 0).all() and (scores["globenc"] >= 0).all()
+    # occlusion: the drop of F with one edge removed in every head, by its own forward pass
+    for layer, i, j in [(0, 1, 2), (2, 6, 0)]:
+        expected = _drop_without_edge(model, example, layer, i, j)
+        assert scores["occlusion"][layer, i, j] == pytest.approx(expected, abs=1e-6)
+    for layer in range(3):
+        # AttAttr is complete: a layer's scores sum to F(A) - F(0·A^l), within the tolerance
+        # the engine was given (1e-4)
+        drop = example.f_full - f_scaled(model, example, layer, 0.0)
+        assert scores["attattr"][layer].sum() == pytest.approx(drop, abs=1e-4)
+        # attention x gradient: the slope of F(αA^l) at α = 1 (Euler's sum over the edges)
+        assert scores["attention_x_gradient"][layer].sum() == pytest.approx(
+            slope_at_one(model, example, layer), abs=1e-4)
     # every method is timed; the gradient methods run last
     assert list(seconds) == ["attention", "rollout", "flow", "attention_norm", "alti", "globenc",
                              "value_zeroing", "occlusion", "attattr", "attention_x_gradient"]

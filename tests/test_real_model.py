@@ -146,9 +146,27 @@ SMALL = {
     "explanation": {"attention_permutation": {"examples": 6, "permutations": 2},
                     "adversarial_keys": {"train_examples": 16, "examples": 6, "epochs": 1},
                     "adversarial_attention": {"examples": 1, "steps": 3}},
-    # occlusion: a forward copy per edge and layer, ~17 s a sentence
-    "interaction_methods": {"examples": 1, "deletion_steps": 3},
+    # every method but occlusion, which takes a forward copy per edge and layer (~17 s a
+    # sentence, most of the stage's time here; tests/test_interaction_methods.py checks it on
+    # tiny models of every family)
+    "interaction_methods": {"examples": 1, "deletion_steps": 3, "methods": [
+        "attention", "attattr", "attention_x_gradient", "rollout", "flow", "attention_norm",
+        "alti", "globenc", "value_zeroing"]},
 }
+
+
+def plain_accuracy(model_dir: Path, dev: pd.DataFrame) -> float:
+    """Share of `dev`'s texts that the classifier in `model_dir` labels right, by transformers
+    alone (no attnlab), one sentence at a time."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir).eval()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    with torch.no_grad():
+        predicted = [int(model(**tokenizer(text, truncation=True, max_length=64,
+                                           return_tensors="pt")).logits.argmax())
+                     for text in dev["text"]]
+    return float((pd.Series(predicted) == dev["label"].to_numpy()).mean())
 
 
 @pytest.fixture(scope="module")
@@ -174,8 +192,16 @@ def test_every_stage_of_the_real_configuration_runs_offline_on_the_packaged_data
     for task, rows in ((t, s["rows"]) for t, s in SMALL["tasks"].items()):
         for split in ("train", "dev"):
             assert len(pd.read_parquet(results / "data" / task / f"{split}.parquet")) == rows[split]
-        accuracy = json.loads((results / "finetune" / task / "metrics.json").read_text())
-        assert 0 <= accuracy["dev_accuracy"] <= 1
+        # 3 steps from a head of std 0.02 leave the model near chance (training loss 0.69, ln 2;
+        # dev accuracy 0.48-0.75 on 40 sentences), so nothing is asserted of what it reaches
+        # (docs/real.md has the full run's); but its dev accuracy is the saved model's, as plain
+        # transformers computes it one unpadded sentence at a time
+        metrics = json.loads((results / "finetune" / task / "metrics.json").read_text())
+        assert metrics["n_train"] == rows["train"] and metrics["steps"] == 3, metrics
+        assert metrics["dev_accuracy"] == pytest.approx(
+            plain_accuracy(results / "finetune" / task / "model",
+                           pd.read_parquet(results / "data" / task / "dev.parquet")),
+            abs=1 / rows["dev"] + 1e-9)  # a near-tie of logits may fall the other way in a batch
         # the adaptive rule meets its tolerance (1e-3) on every (example, layer) of the dumps
         summary = json.loads((results / "attribution_summary" / f"{task}.json").read_text())
         assert summary["examples"] == 12 and summary["within_tolerance"] == 1.0
