@@ -185,7 +185,8 @@ def test_the_first_page_groups_the_claims_by_paper_and_stage(tmp_path):
     assert table["group"].unique().tolist() == [landing.GROUPS[0][0], landing.GROUPS[1][0],
                                                 landing.GROUPS[3][0]]
     assert landing.counts(table) == {"holds": 4, "does not hold": 2, "holds in some seeds": 0,
-                                     "not testable": 2, "not tested by this run": 0}
+                                     "inconclusive": 0, "not testable": 2,
+                                     "not tested by this run": 0}
     page = out["landing"].read_text()
     assert "<b>4 holds, 2 does not hold, 2 not testable</b>" in page
     # each group with its own counts, in the order above
