@@ -6,8 +6,10 @@ import itertools
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
+import torch
 import yaml
 
 from attnlab.analyses import (
@@ -234,11 +236,12 @@ BERT_BASE_D_V, BERT_BASE_LAYERS = 64, 12
 def library_claims(tasks: list[str], similar: list[list[str]], dissimilar: list[list[str]]):
     """Every (stage, claim) the library states on a run of `tasks` with BERT-base, from made-up
     tables of every stage that judges claims."""
-    per_layer = pd.DataFrame(
-        [{"ranking": r, "order": o, "k": k, "accuracy": 0.5}
-         for r, o, k in itertools.product(pruning.RANKINGS, pruning.ORDERS, range(5))])
-    global_ = pd.DataFrame([{"method": m, "seed": 0, "percent": p, "accuracy": 0.5}
-                            for m in heads.METHODS for p in range(0, 101, 10)])
+    half = np.tile([1.0, 0.0], (5, 50))  # every curve at accuracy 0.5 on 100 examples
+    per_layer = pruning.Curves(pd.DataFrame(), {(*r, o): half for r, o in itertools.product(
+        pruning.RANKINGS, pruning.ORDERS)})
+    percents = list(range(0, 101, 10))
+    global_ = pruning.Curves(pd.DataFrame(), {(m,): np.tile([1.0, 0.0], (11, 50))
+                                              for m in heads.METHODS})
     pairs = [{"task_a": a, "task_b": b, "r": 0.5} for a, b in itertools.combinations(tasks, 2)]
     layers = range(BERT_BASE_LAYERS + 1)
     attack_summary = pd.DataFrame([{"before": 0.9, "trigger_after": 0.5, "random_after": 0.8,
@@ -263,7 +266,9 @@ def library_claims(tasks: list[str], similar: list[list[str]], dissimilar: list[
     keys = pd.DataFrame([{"example": 0, "same_prediction": True, "key_distance": 1.0,
                           "jsd": 0.2}])
     adversarial = pd.DataFrame([{"layer": layer, "jsd": 0.2} for layer in layers])
-    claims = (pruning.per_layer_claims(per_layer) + pruning.global_claims(global_)
+    labels = torch.tensor([0, 1] * 50)
+    claims = (pruning.per_layer_claims(per_layer)
+              + pruning.global_claims(global_, percents, labels)
               + task_correlation.cross_task_claims(pd.DataFrame(pairs), similar, dissimilar)
               + attack.attack_claims(attack_summary, no_planted, top=3)
               + effective_attention.claims(per_head, mass, BERT_BASE_D_V)

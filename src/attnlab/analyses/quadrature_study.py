@@ -28,6 +28,7 @@ import pandas as pd
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from attnlab.analyses.heads import head_maxima
 from attnlab.data import tasks
 from attnlab.data.dumps import completeness_errors, dump_frame
 from attnlab.engine.attribution import attribute, composite_gauss_legendre
@@ -55,12 +56,6 @@ def _quantiles(values: np.ndarray) -> dict[str, float | None]:
             "max": float(values.max())}
 
 
-def _head_maxima(attr: torch.Tensor, mask: torch.Tensor) -> np.ndarray:
-    """(B, L, H) max over the real (query, key) pairs of each head."""
-    real = (mask[:, :, None] * mask[:, None, :]).bool()[:, None, None]
-    return attr.masked_fill(~real, -torch.inf).flatten(3).max(-1).values.numpy()
-
-
 def reference_head_maxima(model: PreTrainedModel, inputs: dict[str, torch.Tensor], *,
                           target: str, panels: int, batch_size: int | str,
                           device: torch.device) -> tuple[np.ndarray, float]:
@@ -75,7 +70,7 @@ def reference_head_maxima(model: PreTrainedModel, inputs: dict[str, torch.Tensor
         inputs["input_ids"].shape[1], device, cpu_rows=8 * CPU_BATCH_SIZE)
     mask = inputs["attention_mask"].cpu()
     maxima = [
-        _head_maxima(attribute(model, inputs, target, composite_gauss_legendre(n, 8),
+        head_maxima(attribute(model, inputs, target, composite_gauss_legendre(n, 8),
                                batch_size=batch_size).attr.double().cpu(), mask)
         for n in (panels, panels // 2)
     ]
