@@ -155,8 +155,8 @@ def per_layer_curves(
     predict = _predictor(model, inputs, batch_size)
     rows, correct = [], {}
     for (ranking, label), draws in rankings.items():
+        n_heads = draws[0].shape[-1]
         for order in ORDERS[:1] if (ranking, label) == RANDOM else ORDERS:
-            n_heads = draws[0].shape[-1]
             right, prob = np.zeros((n_heads + 1, len(inputs["labels"]))), np.zeros(n_heads + 1)
             for scores in draws:
                 for k in range(n_heads + 1):
