@@ -17,7 +17,7 @@ from test_induction import SPEC, _trained
 from attnlab.analyses import heads, pruning
 from attnlab.data import induction
 from attnlab.data.dumps import write_dump
-from attnlab.engine import attribution, models, next_token
+from attnlab.engine import attribution, examples, models, next_token
 from attnlab.engine.intervention import Intervention
 from attnlab.model_job import ModelJob
 from attnlab.plumbing.config import validate_config
@@ -99,15 +99,35 @@ def test_taylor_differentiates_the_next_token_loss_at_the_query(decoder):
 
 @pytest.fixture(scope="module")
 def curves(decoder):
+    """Per-layer curves ranked by the attributions to the predicted next token (the dump's,
+    to the target token, where the model is right; those of the few it gets wrong attributed
+    here by the same rule) and global curves."""
     model, inputs = decoder["model"], decoder["inputs"]
     scores = heads.ranking_scores(model, inputs, decoder["dump"])
+    predicted = examples.predict(model, inputs).argmax(-1)
+    engine = {"quadrature": "riemann_right", "steps": 20}
+    by_label = pruning.label_rankings(
+        scores["attribution"], "gold", predicted, inputs["labels"],
+        lambda rows, target: heads.attribution_maxima(
+            model, {k: v[rows] for k, v in inputs.items()}, target, engine))
+    rankings = {pruning.PREDICTED: [by_label["predicted"]],
+                pruning.ATTENTION: [scores["attention"]],
+                pruning.RANDOM: pruning.random_scores(scores["attention"].shape, seed=0,
+                                                      draws=5)}
     table = heads.importance_table(model, inputs, scores, list(heads.METHODS), random_seeds=5,
                                    seed=0)
-    return (pruning.per_layer_curves(model, inputs, scores),
+    return (pruning.per_layer_curves(model, inputs, rankings),
             pruning.global_curves(model, inputs, table, PERCENTS))
 
 
-def test_pruning_top_attribution_heads_costs_more_next_token_accuracy_than_random(curves):
+def _areas(curves: pruning.Curves) -> dict[str, float]:
+    """Each method's area under its accuracy-vs-fraction-pruned curve (random: their mean)."""
+    return {method: float(np.trapezoid(correct.mean(axis=1), np.array(PERCENTS) / 100))
+            for (method,), correct in curves.correct.items()}
+
+
+def test_pruning_top_attribution_heads_costs_more_next_token_accuracy_than_random(curves,
+                                                                                 decoder):
     """Global pruning (Fig. 4): attribution ranks the two heads the task needs last, so the
     model keeps its accuracy until one of them goes (above 6 of 8 heads pruned); a random
     order loses one of them early. Seed 0: areas 0.815 (attribution) vs 0.507 (random, mean
@@ -115,16 +135,19 @@ def test_pruning_top_attribution_heads_costs_more_next_token_accuracy_than_rando
     of the training (checked once: area gaps 0.18-0.43, attribution at half 0.98 or more), so
     another CPU's float path, which trains a slightly different model, keeps them."""
     _, global_ = curves
-    area = pruning.curve_areas(global_)
+    area = _areas(global_)
     assert area["attribution"] - area["random"] >= 0.15, area
     # taylor ranks both mechanism heads last too (seed 0: the same area, 0.815)
     assert area["attribution"] - area["taylor"] >= -pruning.AUC_MARGIN, area
-    at = global_.groupby(["method", "percent"])["accuracy"].mean()
+    at = global_.table.groupby(["method", "percent"])["accuracy"].mean()
     assert at["attribution", 50] >= 0.95, at.unstack()
     # 90 % of 8 heads masked keeps one head: no model of this task can be right then (it
     # needs two; seeds 0-4: 0.005-0.125), which the paper's 10 %-of-144-heads claim does not
-    # foresee: far below the retention it asks
-    assert at["attribution", 90] / at["attribution", 0] <= pruning.PAPER_RETENTION / 2
+    # foresee: retention above chance at most (0.125 - c) / (0.98 - c) < 0.13, far below the
+    # bar
+    chance = pruning.chance(decoder["inputs"]["labels"])
+    retention = (at["attribution", 90] - chance) / (at["attribution", 0] - chance)
+    assert retention <= pruning.RETENTION_BAR / 2
 
 
 def test_per_layer_pruning_by_attribution_on_a_decoder(curves):
@@ -134,7 +157,8 @@ def test_per_layer_pruning_by_attribution_on_a_decoder(curves):
     highest one, with dev accuracy 0.98 or more, and at most 0.02 lost after the two lowest,
     within the claim's own 0.05)."""
     per_layer, _ = curves
-    at = per_layer.set_index(["ranking", "order", "k"])["accuracy"]
+    ranked = per_layer.table[per_layer.table["label"] != "gold"]
+    at = ranked.set_index(["ranking", "order", "k"])["accuracy"]
     drop = at["attribution", "lowest", 0] - at["attribution", "lowest", 2]
     assert drop <= pruning.LOW_PRUNE_TOLERANCE, at
     assert at["attribution", "lowest", 1] - at["attribution", "highest", 1] >= 0.05
@@ -179,6 +203,6 @@ def test_the_head_stages_run_on_a_decoders_dumps(decoder, tmp_path):
                                          {k: v[:n] for k, v in decoder["inputs"].items()})
     np.testing.assert_allclose(attention, expected.mean(axis=0).ravel(), atol=1e-6)
     claims = pd.read_parquet(out["claims"])
-    assert set(claims["verdict"]) <= {"holds", "does not hold"}, claims.to_string()
+    assert "not testable" not in set(claims["verdict"]), claims.to_string()
     # the per-layer ones, and of the global ones the one on random (no taylor, no 90 %)
-    assert len(claims) == 3 + 1
+    assert len(claims) == 4 + 1

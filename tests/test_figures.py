@@ -318,9 +318,10 @@ def test_pruning_a_model_whose_accuracy_never_moves_says_so(tmp_path, monkeypatc
                         lambda figure, path: (kept.setdefault(path.name, figure),
                                               figures.save_figure(figure, path)))
     caplog.set_level(logging.WARNING, logger=CHECKS)
-    curves = pd.DataFrame([{"task": task, "ranking": ranking, "order": order, "k": k,
-                            "accuracy": 0.5 if task == "pairs" else 0.9 - 0.1 * k}
-                           for task in ("pairs", "single") for ranking in ("attribution",)
+    curves = pd.DataFrame([{"task": task, "ranking": ranking, "label": label, "order": order,
+                            "k": k, "accuracy": 0.5 if task == "pairs" else 0.9 - 0.1 * k}
+                           for task in ("pairs", "single")
+                           for ranking, label in (("attribution", "predicted"), ("attention", ""))
                            for order in ("lowest", "highest") for k in range(3)])
     head_figures.plot_per_layer(curves, tmp_path / "per_layer.png")
     flat, moving = kept["per_layer.png"].axes

@@ -16,13 +16,13 @@ from conftest import DEFAULT_CONFIG
 from test_dumps import tiny_task_model
 from tiny_models import tiny_batch, tiny_classifier
 
-from attnlab.analyses import heads, pruning
+from attnlab.analyses import heads, pruning, verdicts
 from attnlab.data.dumps import attributed_head_scores, write_dump
 from attnlab.data.tasks import TaskSpec, load_split
-from attnlab.engine import examples, models
+from attnlab.engine import dump_rows, examples, models
 from attnlab.engine.intervention import Intervention
 from attnlab.model_job import ModelJob
-from attnlab.plumbing.errors import AttnlabError
+from attnlab.plumbing.errors import AttnlabError, ConfigError
 from attnlab.stages import head_importance, prune_eval
 
 
@@ -48,76 +48,185 @@ def test_global_mask_removes_the_least_important_share(percent, masked):
 def test_curves_are_accuracies_of_the_masked_model(monkeypatch):
     model = models.prepare_model(tiny_classifier("bert", init=0.5))
     batch = tiny_batch("bert", (9, 6, 8, 7, 9, 5))
-    rng = np.random.default_rng(0)
-    arrays = {"attribution": rng.random((6, 3, 4)), "attention": rng.random((6, 3, 4))}
+    rng = np.random.default_rng(1)  # (seed 0 draws what random_scores' first draw does)
+    rankings = {pruning.PREDICTED: [rng.random((6, 3, 4))],
+                pruning.ATTENTION: [rng.random((6, 3, 4))],
+                pruning.RANDOM: pruning.random_scores((6, 3, 4), seed=0, draws=2)}
     masks = []
     predict = examples.predict
     monkeypatch.setattr(examples, "predict", lambda model, inputs, mask, batch_size: (
         masks.append(mask), predict(model, inputs, mask, batch_size))[1])
-    curves = pruning.per_layer_curves(model, batch, arrays, batch_size=4)
-    assert len(curves) == 2 * 2 * 5
-    # the curves' common ends (k = 0: every head; k = 4: none) run once, not four times
-    assert len(masks) == 2 * 2 * 3 + 2
+    curves = pruning.per_layer_curves(model, batch, rankings, batch_size=4)
+    # two orders of two rankings, the random one lowest first only; k = 0..4
+    assert len(curves.table) == (2 * 2 + 1) * 5
+    # the curves' common ends (k = 0: every head; k = 4: none) run once: 2 x 2 + 2 draws
+    # rankings with 3 inner points each
+    assert len(masks) == (2 * 2 + 2) * 3 + 2
     assert len({mask.numpy().tobytes() for mask in masks}) == len(masks)
-    row = curves[(curves["ranking"] == "attention") & (curves["order"] == "highest")
-                 & (curves["k"] == 2)].iloc[0]
-    mask = pruning.per_layer_mask(torch.from_numpy(arrays["attention"]), 2, "highest")
-    with torch.no_grad():
-        pred = models.logits(model, batch, Intervention(head_mask=mask)).argmax(-1)
-    assert row["accuracy"] == pytest.approx(float((pred == batch["labels"]).double().mean()))
 
+    def accuracy(scores, k, order):
+        mask = pruning.per_layer_mask(torch.from_numpy(scores), k, order)
+        with torch.no_grad():
+            pred = models.logits(model, batch, Intervention(head_mask=mask)).argmax(-1)
+        return (pred == batch["labels"]).double().numpy()
+
+    at = curves.table.set_index(["ranking", "order", "k"])["accuracy"]
+    assert at["attention", "highest", 2] == pytest.approx(
+        accuracy(rankings[pruning.ATTENTION][0], 2, "highest").mean())
+    # the random curve: the mean of its draws, per example
+    expected = np.mean([accuracy(s, 2, "lowest") for s in rankings[pruning.RANDOM]], axis=0)
+    np.testing.assert_allclose(curves.correct[(*pruning.RANDOM, "lowest")][2], expected)
+    assert at["random", "lowest", 2] == pytest.approx(expected.mean())
+
+    arrays = {"attribution": rankings[pruning.PREDICTED][0],
+              "attention": rankings[pruning.ATTENTION][0]}
     importance = heads.importance_table(model, batch, arrays, ["attribution", "random"], 2, 0)
     global_ = pruning.global_curves(model, batch, importance, [0, 50, 100], batch_size=4)
-    assert len(global_) == 3 * 3  # attribution, random seeds 0 and 1
+    assert len(global_.table) == 3 * 3  # attribution, random seeds 0 and 1
     full = examples.accuracy(model, batch)
-    assert (global_.loc[global_["percent"] == 0, "accuracy"] == full).all()
-    assert (global_.loc[global_["percent"] == 100, "heads_masked"] == 12).all()
+    assert (global_.table.loc[global_.table["percent"] == 0, "accuracy"] == full).all()
+    assert (global_.table.loc[global_.table["percent"] == 100, "heads_masked"] == 12).all()
+    assert (global_.table["examples"] == 6).all()
+    assert global_.correct[("random",)].shape == (3, 6)
 
 
-def _per_layer(low: list[float], high: list[float], attention_high: list[float]) -> pd.DataFrame:
-    """Per-layer curves for H = 4 (k = 0..4); attention lowest-first mirrors attribution's."""
-    rows = []
-    for (ranking, order), accuracy in {("attribution", "lowest"): low,
-                                       ("attribution", "highest"): high,
-                                       ("attention", "lowest"): low,
-                                       ("attention", "highest"): attention_high}.items():
-        rows += [{"ranking": ranking, "order": order, "k": k, "accuracy": a}
-                 for k, a in enumerate(accuracy)]
-    return pd.DataFrame(rows)
+def test_the_predicted_label_ranks_where_the_model_is_wrong():
+    # 4 examples, 1 layer of 2 heads; the model is wrong on examples 1 and 3
+    dumped = np.arange(8.0).reshape(4, 1, 2)  # attributions to the gold label
+    labels, predicted = torch.tensor([0, 1, 2, 0]), torch.tensor([0, 2, 2, 1])
+    asked = []
+
+    def other(rows, target):
+        asked.append((rows.tolist(), target.tolist()))
+        return -dumped[rows]  # the other label ranks the heads the other way round
+
+    by_label = pruning.label_rankings(dumped, "gold", predicted, labels, other)
+    assert asked == [([1, 3], [2, 1])]  # only the misclassified, to their predicted labels
+    np.testing.assert_array_equal(by_label["gold"], dumped)
+    np.testing.assert_array_equal(by_label["predicted"][[0, 2]], dumped[[0, 2]])
+    np.testing.assert_array_equal(by_label["predicted"][[1, 3]], -dumped[[1, 3]])
+    # dumps of the predicted label: the gold one is what the misclassified are attributed to
+    asked.clear()
+    by_label = pruning.label_rankings(dumped, "pred", predicted, labels, other)
+    assert asked == [([1, 3], [1, 0])]
+    np.testing.assert_array_equal(by_label["predicted"], dumped)
+
+
+def _correct(accuracies: list[float], n: int = 200) -> np.ndarray:
+    """Per-example correctness (points, n) with the given accuracies, the examples right at a
+    point a subset of those right at the one before (pruning more never makes one right)."""
+    return np.array([[1.0] * round(a * n) + [0.0] * (n - round(a * n)) for a in accuracies])
+
+
+def _per_layer(low, high, attention_high, random=None, gold_low=None) -> pruning.Curves:
+    """Per-layer curves for H = 4 (k = 0..4) by their accuracies; the gold-label ranking's
+    lowest-first curve is `gold_low` (default: the predicted label's)."""
+    correct = {(*pruning.PREDICTED, "lowest"): _correct(low),
+               (*pruning.PREDICTED, "highest"): _correct(high),
+               (*pruning.GOLD, "lowest"): _correct(gold_low or low),
+               (*pruning.GOLD, "highest"): _correct(high),
+               (*pruning.ATTENTION, "lowest"): _correct(low),
+               (*pruning.ATTENTION, "highest"): _correct(attention_high),
+               (*pruning.RANDOM, "lowest"): _correct(random or high)}
+    return pruning.Curves(pd.DataFrame(), correct)
 
 
 def _verdicts(claims: list[dict]) -> list[str]:
     return [c["verdict"] for c in claims]
 
 
-def test_per_layer_claims_hold_on_paper_like_curves_and_flip_on_violating_ones():
+def _follow_from_intervals(claims: list[dict]) -> None:
+    """Every verdict is the one its interval and bar give (verdicts.verdict)."""
+    for c in claims:
+        if c["verdict"] != "not testable":
+            interval = verdicts.Interval(c["value"], c["low"], c["high"], c["n"])
+            assert verdicts.verdict(interval, verdicts.Bar(c["bar"], c["side"])) == c["verdict"]
+            assert c["low"] <= c["value"] <= c["high"] and c["source"].startswith("Hao")
+
+
+def test_per_layer_findings_hold_on_paper_like_curves_and_flip_on_violating_ones():
     paper = _per_layer(low=[0.9, 0.9, 0.88, 0.7, 0.3], high=[0.9, 0.5, 0.4, 0.35, 0.3],
                        attention_high=[0.9, 0.8, 0.6, 0.5, 0.3])
-    assert _verdicts(pruning.per_layer_claims(paper)) == ["holds"] * 3
+    claims = pruning.per_layer_claims(paper)
+    assert _verdicts(claims) == ["holds"] * 4
+    # the drop at half: 0.02 over 200 examples, interval about [0.005, 0.04], below 0.05
+    assert claims[0]["value"] == pytest.approx(0.02) and claims[0]["high"] < 0.05
+    _follow_from_intervals(claims)
     # low-attribution pruning collapses, high-attribution pruning is harmless, attention worse
     violated = _per_layer(low=[0.9, 0.6, 0.5, 0.4, 0.3], high=[0.9, 0.9, 0.88, 0.7, 0.3],
                           attention_high=[0.9, 0.5, 0.4, 0.35, 0.3])
-    assert _verdicts(pruning.per_layer_claims(violated)) == ["does not hold"] * 3
+    claims = pruning.per_layer_claims(violated)
+    assert _verdicts(claims) == ["does not hold"] * 4
+    _follow_from_intervals(claims)
+    # a drop of 0.05 exactly: its interval holds the bar, inconclusive whatever the estimate
+    edge = pruning.per_layer_claims(_per_layer(
+        low=[0.9, 0.9, 0.85, 0.7, 0.3], high=[0.9, 0.5, 0.4, 0.35, 0.3],
+        attention_high=[0.9, 0.8, 0.6, 0.5, 0.3]))
+    assert edge[0]["verdict"] == "inconclusive" and edge[0]["low"] < 0.05 < edge[0]["high"]
 
 
-def _global(curves: dict[str, list[float]]) -> pd.DataFrame:
-    percents = [0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100]
-    return pd.DataFrame([{"method": m, "seed": None, "percent": p, "accuracy": a}
-                         for m, accuracy in curves.items()
-                         for p, a in zip(percents, accuracy, strict=True)])
+def test_per_layer_findings_are_judged_on_the_predicted_label():
+    # ranked by the gold label, pruning the lowest heads even helps (an oracle mask); ranked
+    # by the predicted label it costs 30 points: the finding follows the predicted label
+    curves = _per_layer(low=[0.9, 0.8, 0.6, 0.5, 0.3], high=[0.9, 0.5, 0.4, 0.35, 0.3],
+                        attention_high=[0.9, 0.8, 0.6, 0.5, 0.3],
+                        gold_low=[0.9, 0.95, 0.95, 0.9, 0.3])
+    low = pruning.per_layer_claims(curves)[0]
+    assert low["claim"] == "pruning low-attribution heads barely hurts"
+    assert low["value"] == pytest.approx(0.3) and low["verdict"] == "does not hold"
+    assert "predicted label" in low["metric"]
 
 
-def test_global_claims_hold_on_paper_like_curves_and_flip_on_violating_ones():
-    good = [0.84, 0.84, 0.83, 0.82, 0.8, 0.78, 0.75, 0.72, 0.68, 0.62, 0.33]
-    bad = [0.84, 0.7, 0.6, 0.5, 0.45, 0.4, 0.38, 0.36, 0.35, 0.34, 0.33]
-    paper = _global({"attribution": good, "taylor": good, "random": bad})
-    assert _verdicts(pruning.global_claims(paper)) == ["holds"] * 3
-    violated = _global({"attribution": bad, "taylor": good, "random": good})
-    assert _verdicts(pruning.global_claims(violated)) == ["does not hold"] * 3
+def _global(curves: dict[str, list[float]]) -> pruning.Curves:
+    return pruning.Curves(pd.DataFrame(), {(m, ): _correct(a) for m, a in curves.items()})
+
+
+PERCENTS = [0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100]
+# 200 evaluation examples of two classes, 120 of the first: chance is 0.6
+LABELS = torch.tensor([0] * 120 + [1] * 80)
+
+
+def test_retention_is_measured_above_chance():
+    assert pruning.chance(LABELS) == pytest.approx(0.6)
+    good = [0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.85, 0.85, 0.84, 0.6]
+    claims = pruning.global_claims(_global({"attribution": good}), PERCENTS, LABELS)
+    (kept,) = claims
+    # (0.84 - 0.6) / (0.9 - 0.6) = 0.8, where the raw ratio 0.84 / 0.9 would read 0.93
+    assert kept["value"] == pytest.approx(0.8) and kept["verdict"] == "holds"
+    assert kept["low"] > pruning.RETENTION_BAR and "our choice" in kept["metric"]
+    # at chance with every head (an untrained model): retention is not defined
+    flat = pruning.global_claims(_global({"attribution": [0.6] * 11}), PERCENTS, LABELS)
+    assert flat[0]["verdict"] == "not testable" and "not above chance" in flat[0]["reason"]
+
+
+def test_global_findings_hold_on_paper_like_curves_and_flip_on_violating_ones():
+    # retention above chance at 90 %: (0.88 - 0.6) / (0.95 - 0.6) = 0.8 (at 0.8 it would be
+    # 0.57, whose interval over 200 examples still holds 0.5: inconclusive)
+    good = [0.95, 0.95, 0.94, 0.93, 0.92, 0.91, 0.9, 0.9, 0.89, 0.88, 0.6]
+    bad = [0.95, 0.7, 0.65, 0.62, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6]
+    paper = pruning.global_claims(_global({"attribution": good, "taylor": good, "random": bad}),
+                                  PERCENTS, LABELS)
+    assert _verdicts(paper) == ["holds"] * 3
+    _follow_from_intervals(paper)
+    violated = pruning.global_claims(
+        _global({"attribution": bad, "taylor": good, "random": good}), PERCENTS, LABELS)
+    assert _verdicts(violated) == ["does not hold"] * 3
+    _follow_from_intervals(violated)
     # claims about methods that were not run are left out
-    assert [c["claim"] for c in pruning.global_claims(_global({"attribution": good}))] == [
+    assert [c["claim"] for c in pruning.global_claims(_global({"attribution": good}), PERCENTS,
+                                                      LABELS)] == [
         "keeping 10% of heads (by attribution) keeps most of the accuracy"]
-    assert pruning.global_claims(_global({"taylor": good})) == []
+    assert pruning.global_claims(_global({"taylor": good}), PERCENTS, LABELS) == []
+
+
+def test_the_heads_that_score_are_not_those_that_evaluate():
+    assert heads.evaluation_split(300, 250, importance_examples=200, min_evaluation=50) == 200
+    # fewer attributed than asked: all of them score, the rest evaluate
+    assert heads.evaluation_split(300, 120, importance_examples=200, min_evaluation=50) == 120
+    with pytest.raises(ConfigError, match=r"heads.importance_examples = 200 takes 200 of the "
+                                          r"200 dev examples, which leaves 0 .* fewer than "
+                                          r"heads.min_evaluation_examples = 50"):
+        heads.evaluation_split(200, 200, importance_examples=200, min_evaluation=50)
 
 
 ATTRIBUTED = 6  # of 8 dev examples
@@ -141,8 +250,8 @@ def head_task(tmp_path, pair_task):
     config = copy.deepcopy(DEFAULT_CONFIG)
     config["tasks"] = {"syn_mnli": pair_task}
     config["heads"].update(methods=["attribution", "attention", "taylor", "random"],
-                           importance_examples=4, random_seeds=2, batch_size=3,
-                           prune_percents=[0, 50, 100])
+                           importance_examples=4, min_evaluation_examples=4, random_seeds=2,
+                           batch_size=3, prune_percents=[0, 50, 100])
     config["device"] = "cpu"
     inputs = {"parts": parts, "model": str(tmp_path / "model"),
               "dev": str(tmp_path / "dev.parquet")}
@@ -171,18 +280,54 @@ def test_the_head_stages_score_and_prune_the_attributed_examples(head_task, tmp_
 
     out = {name: str(tmp_path / f"{name}.parquet") for name in ("per_layer", "global_", "claims")}
     prune_eval.run(_job("prune_eval", head_task, out, importance=importance))
+    config = head_task[0]
     model, tokenizer = models.load_classifier(head_task[1]["model"], torch.device("cpu"))
-    spec = TaskSpec.from_config("syn_mnli", head_task[0]["tasks"]["syn_mnli"])
-    dev = examples.encoded_examples(head_task[1]["dev"], spec, tokenizer, DEFAULT_CONFIG["model"])
+    spec = TaskSpec.from_config("syn_mnli", config["tasks"]["syn_mnli"])
+    dev = examples.encoded_examples(head_task[1]["dev"], spec, tokenizer, config["model"])
     per_layer, global_ = pd.read_parquet(out["per_layer"]), pd.read_parquet(out["global_"])
-    # per-layer pruning on the attributed examples, global pruning on the whole dev split
+    # per-layer pruning on the attributed examples; global pruning on the 4 dev examples
+    # after the 4 that scored the heads, none of them in both
     attributed = {k: v[:ATTRIBUTED] for k, v in dev.items()}
     assert (per_layer.loc[per_layer["k"] == 0, "accuracy"] == examples.accuracy(
         model, attributed)).all()
+    evaluation = {k: v[4:] for k, v in dev.items()}
     assert (global_.loc[global_["percent"] == 0, "accuracy"] == examples.accuracy(
-        model, dev)).all()
-    assert len(per_layer) == 2 * 2 * 5 and len(global_) == (3 + 2) * 3
-    assert set(pd.read_parquet(out["claims"])["stage"]) == {"per_layer", "global"}
+        model, evaluation)).all()
+    assert (global_["examples"] == 4).all() and (per_layer["examples"] == ATTRIBUTED).all()
+    meta = json.loads(pq.read_schema(out["global_"]).metadata[b"attnlab"])
+    assert (meta["importance_examples"], meta["evaluation_examples"]) == (4, 4)
+    # attribution by the predicted and by the gold label, attention: both orders; random:
+    # lowest first (the mean of 2 draws); k = 0..4
+    assert per_layer.groupby(["ranking", "label"]).size().to_dict() == {
+        ("attention", ""): 10, ("attribution", "gold"): 10, ("attribution", "predicted"): 10,
+        ("random", ""): 5}
+    assert len(global_) == (3 + 2) * 3
+    claims = pd.read_parquet(out["claims"])
+    assert set(claims["stage"]) == {"per_layer", "global"} and (claims["kind"] == "finding").all()
+
+    # the random model is wrong on some attributed examples: those are ranked by their
+    # attributions to the predicted label, computed as rule attribute would with target pred
+    predicted = examples.predict(model, attributed).argmax(-1)
+    wrong = (predicted != attributed["labels"]).nonzero().flatten().numpy()
+    assert 0 < len(wrong) < ATTRIBUTED
+    frame = load_split(head_task[1]["dev"], spec).iloc[wrong]
+    settings = {**config["attribution"], "target": "pred", "batch_size": 8}
+    rows = dump_rows.dump_rows(model, tokenizer, frame, spec, settings, config["model"]).rows
+    expected = np.stack(dump["attr_max"].to_numpy()).reshape(ATTRIBUTED, 3, 4)
+    expected[wrong] = np.stack([r["attr_max"] for r in rows]).reshape(len(wrong), 3, 4)
+    curve = pruning.per_layer_curves(model, attributed, {pruning.PREDICTED: [expected]})
+    stage = per_layer[per_layer["label"] == "predicted"].reset_index(drop=True)
+    # adaptive quadrature in one batch or another: the same maxima to its tolerance, and so
+    # the same head order
+    np.testing.assert_allclose(stage["accuracy"], curve.table["accuracy"])
+
+
+def test_a_split_that_leaves_too_few_to_evaluate_is_refused(head_task, tmp_path):
+    head_task[0]["heads"]["importance_examples"] = 6
+    with pytest.raises(ConfigError, match="which leaves 2 to evaluate global pruning, fewer "
+                                          "than heads.min_evaluation_examples = 4"):
+        head_importance.run(_job("head_importance", head_task,
+                                 {"importance": str(tmp_path / "importance.parquet")}))
 
 
 def test_dumps_of_other_examples_or_heads_fail_in_one_line(head_task, caplog):

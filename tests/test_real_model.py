@@ -136,7 +136,9 @@ SMALL = {
     "finetune": {"epochs": 1, "batch_size": 16},
     # the reference at 2 panels x 8 nodes: the study's bookkeeping, not its convergence
     "attribution": {"max_examples": 12, "study_examples": 1, "study_panels": 2},
-    "heads": {"importance_examples": 12, "random_seeds": 1, "prune_percents": [0, 50, 90, 100]},
+    # 12 dev examples score the heads, the other 28 evaluate global pruning
+    "heads": {"importance_examples": 12, "min_evaluation_examples": 28, "random_seeds": 1,
+              "prune_percents": [0, 50, 90, 100]},
     "trees": {"examples": 1},
     "triggers": {"source_examples": 6, "random_draws": 1},
     "identifiability": {"effective_attention": {"examples": 40},

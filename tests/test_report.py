@@ -6,8 +6,10 @@ import itertools
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
+import torch
 import yaml
 
 from attnlab.analyses import (
@@ -21,7 +23,9 @@ from attnlab.analyses import (
     token_identifiability,
     token_mixing,
 )
+from attnlab.analyses import claims as claim_rows
 from attnlab.analyses.claims import NotTestable, claim
+from attnlab.analyses.verdicts import Bar, Interval
 from attnlab.report import findings as landing
 from attnlab.report.summary import claims_table, load_findings, run_summary, stage_times
 
@@ -145,6 +149,32 @@ def test_claims_over_seeds_give_mean_interval_and_k_of_n(tmp_path):
         "Do not hold:", "  Hao et al. 2021 / trees: joins (t holds in 2 of 3 seeds)"]
 
 
+def test_findings_over_seeds_are_judged_by_k_of_n_and_the_pooled_interval(tmp_path):
+    """A finding with intervals (analyses.verdicts) over five seeds: it holds in 4 of them and
+    the pooled interval of the five estimates clears the bar, so the run's verdict is holds;
+    one seed's inconclusive verdict is shown as such."""
+    bar = Bar(0.5)
+    estimates = [0.8, 0.7, 0.75, 0.85, 0.6]
+    paths = []
+    for seed, estimate in enumerate(estimates):
+        folder = tmp_path / "results" / "rep" / f"seed={seed}"
+        folder.mkdir(parents=True)
+        half = 0.2 if seed == 4 else 0.1  # seed 4's interval [0.4, 0.8] contains the bar
+        row = claim_rows.finding("global", "keeps most", "retention above chance",
+                                 Interval(estimate, estimate - half, estimate + half, 100), bar,
+                                 claim_rows.Source("Hao et al. 2021", "Fig. 4", "keeps most"))
+        claim_rows.claims_frame([row]).assign(task="t").to_parquet(folder / "claims.parquet")
+        paths.append(folder / "claims.parquet")
+    table = claims_table(paths, findings_paths=[], out=tmp_path / "claims.html", origin={})
+    row = table.set_index("claim").loc["keeps most"]
+    # pooled: mean 0.74, sd 0.0962, t(0.975, 4) = 2.776: 0.74 ± 0.1194, clear of 0.5
+    assert row["verdict"] == "holds: holds in 4 of 5 seeds"
+    assert row["value"] == pytest.approx(0.74)
+    assert row["ci95"] == "[0.6206, 0.8594]"
+    assert row["per_seed"].endswith("4: 0.6 ~")
+    assert landing.outcome(row["verdict"]) == "holds"
+
+
 def _three_papers(tmp_path: Path) -> list[Path]:
     """Claims of stages of three groups, written as the stages write them (out of order)."""
     mixing = [
@@ -185,7 +215,8 @@ def test_the_first_page_groups_the_claims_by_paper_and_stage(tmp_path):
     assert table["group"].unique().tolist() == [landing.GROUPS[0][0], landing.GROUPS[1][0],
                                                 landing.GROUPS[3][0]]
     assert landing.counts(table) == {"holds": 4, "does not hold": 2, "holds in some seeds": 0,
-                                     "not testable": 2, "not tested by this run": 0}
+                                     "inconclusive": 0, "not testable": 2,
+                                     "not tested by this run": 0}
     page = out["landing"].read_text()
     assert "<b>4 holds, 2 does not hold, 2 not testable</b>" in page
     # each group with its own counts, in the order above
@@ -233,11 +264,12 @@ BERT_BASE_D_V, BERT_BASE_LAYERS = 64, 12
 def library_claims(tasks: list[str], similar: list[list[str]], dissimilar: list[list[str]]):
     """Every (stage, claim) the library states on a run of `tasks` with BERT-base, from made-up
     tables of every stage that judges claims."""
-    per_layer = pd.DataFrame(
-        [{"ranking": r, "order": o, "k": k, "accuracy": 0.5}
-         for r, o, k in itertools.product(pruning.RANKINGS, pruning.ORDERS, range(5))])
-    global_ = pd.DataFrame([{"method": m, "seed": 0, "percent": p, "accuracy": 0.5}
-                            for m in heads.METHODS for p in range(0, 101, 10)])
+    half = np.tile([1.0, 0.0], (5, 50))  # every curve at accuracy 0.5 on 100 examples
+    per_layer = pruning.Curves(pd.DataFrame(), {(*r, o): half for r, o in itertools.product(
+        pruning.RANKINGS, pruning.ORDERS)})
+    percents = list(range(0, 101, 10))
+    global_ = pruning.Curves(pd.DataFrame(), {(m,): np.tile([1.0, 0.0], (11, 50))
+                                              for m in heads.METHODS})
     pairs = [{"task_a": a, "task_b": b, "r": 0.5} for a, b in itertools.combinations(tasks, 2)]
     layers = range(BERT_BASE_LAYERS + 1)
     attack_summary = pd.DataFrame([{"before": 0.9, "trigger_after": 0.5, "random_after": 0.8,
@@ -262,7 +294,9 @@ def library_claims(tasks: list[str], similar: list[list[str]], dissimilar: list[
     keys = pd.DataFrame([{"example": 0, "same_prediction": True, "key_distance": 1.0,
                           "jsd": 0.2}])
     adversarial = pd.DataFrame([{"layer": layer, "jsd": 0.2} for layer in layers])
-    claims = (pruning.per_layer_claims(per_layer) + pruning.global_claims(global_)
+    labels = torch.tensor([0, 1] * 50)
+    claims = (pruning.per_layer_claims(per_layer)
+              + pruning.global_claims(global_, percents, labels)
               + task_correlation.cross_task_claims(pd.DataFrame(pairs), similar, dissimilar)
               + attack.attack_claims(attack_summary, no_planted, top=3)
               + effective_attention.claims(per_head, mass, BERT_BASE_D_V)

@@ -196,7 +196,8 @@ TINY = {
     "finetune": {"epochs": 1, "batch_size": 16, "learning_rate": 1.0e-3},
     "attribution": {"quadrature": "gauss_legendre", "steps": 4, "batch_size": 8, "shards": 2,
                     "max_examples": 6, "keep_full": True},
-    "heads": {"dissimilar_pairs": [["pairs", "single"]]},
+    # the 6 attributed examples score the heads, the other 6 evaluate global pruning
+    "heads": {"dissimilar_pairs": [["pairs", "single"]], "min_evaluation_examples": 6},
     "trees": {"examples": 2},
     "triggers": {"source_examples": 8, "score_threshold": 0.0, "random_draws": 1},
     "identifiability": {"token_identifiability": {"train_examples": 24, "epochs": 2},

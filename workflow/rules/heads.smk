@@ -11,7 +11,8 @@ rule head_importance:
     output:
         importance="results/{name}/heads/{task}/importance.parquet",
     params:
-        **config_paths("heads.methods", "heads.importance_examples", "heads.random_seeds",
+        **config_paths("heads.methods", "heads.importance_examples",
+                       "heads.min_evaluation_examples", "heads.random_seeds",
                        "heads.batch_size", "attribution.target", *MODEL_JOB),
         task=task_spec,
         seed=run_seed,
@@ -40,9 +41,12 @@ rule prune_eval:
         global_="results/{name}/heads/{task}/global.parquet",
         claims="results/{name}/heads/{task}/claims.parquet",
     params:
-        **config_paths("heads.prune_percents", "heads.batch_size", "attribution.target",
-                       *MODEL_JOB),
+        # the misclassified examples are attributed to the label the dumps do not hold
+        **config_paths("heads.prune_percents", "heads.batch_size", "heads.importance_examples",
+                       "heads.min_evaluation_examples", "heads.random_seeds",
+                       "attribution.target", *ENGINE, *MODEL_JOB),
         task=task_spec,
+        seed=run_seed,
         code=code_version("stages.prune_eval"),
     log:
         "results/{name}/logs/prune_eval/{task}.log",

@@ -1,17 +1,33 @@
-"""Claims: a paper's statement judged on this run, one row of a stage's claims table."""
+"""Claims: a paper's statement judged on this run, one row of a stage's claims table.
+
+A row is of one of two kinds: a *finding*, an empirical statement of a paper, judged by the
+verdict rules (`attnlab.analyses.verdicts`: its estimate, interval, bar and one of the four
+verdicts; `finding`), or a *check*, what follows from the mathematics or the construction (a
+bug detector, never counted as a finding). Rows made by `claim` (the stages not yet converted
+to the verdict rules) are findings judged on their point estimate, without an interval.
+"""
 
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
+from attnlab.analyses.verdicts import UNTESTABLE, Bar, Interval, verdict
+
 log = logging.getLogger(__name__)
 
-# `reason`: why a claim is not testable (empty for a claim that was judged).
-COLUMNS = ["stage", "claim", "metric", "value", "verdict", "reason"]
+# `kind`: "finding" or "check". `value`: the estimate; `low`, `high`: its interval over `n`
+# units; `bar`, `side`: the verdict's bar and the side of it the interval must lie on ("above",
+# "below"); `reason`: why a claim is not testable (empty for a claim that was judged);
+# `source`: the paper, its section or figure and the statement (`Source`). A row made by
+# `claim` has no interval, bar or source (NaN, empty).
+COLUMNS = ["stage", "claim", "kind", "metric", "value", "low", "high", "n", "bar", "side",
+           "verdict", "reason", "source"]
+KINDS = ("finding", "check")
 
 
 @dataclass(frozen=True)
@@ -22,20 +38,60 @@ class NotTestable:
     reason: str
 
 
+@dataclass(frozen=True)
+class Source:
+    """Where a finding comes from: the paper, its section, figure or table, and the statement
+    (in the paper's words or as close as we can cite them)."""
+
+    paper: str
+    where: str
+    statement: str
+
+    def __str__(self) -> str:
+        return f"{self.paper}, {self.where}: {self.statement}"
+
+
+def _row(stage: str, statement: str, metric: str, value: float, verdict: str, reason: str,
+         **more: Any) -> dict[str, Any]:
+    return {"stage": stage, "claim": statement, "kind": "finding", "metric": metric,
+            "value": float(value), "low": math.nan, "high": math.nan, "n": math.nan,
+            "bar": math.nan, "side": "", "verdict": verdict, "reason": reason, "source": "",
+            **more}
+
+
 def claim(
-    stage: str, statement: str, metric: str, value: float, holds: bool | NotTestable
+    stage: str, statement: str, metric: str, value: float, holds: bool | NotTestable, *,
+    kind: str = "finding",
 ) -> dict[str, Any]:
-    """One row of a claims table; the verdict follows from `holds`, computed by the caller, or
-    is "not testable" with the reason `holds` gives."""
+    """One row of a claims table judged on a point estimate (a check, or a finding of a stage
+    not yet converted to the verdict rules); the verdict follows from `holds`, computed by the
+    caller, or is "not testable" with the reason `holds` gives."""
+    if kind not in KINDS:
+        raise ValueError(f"claim {statement!r}: kind is one of {KINDS}, not {kind!r}")
     if isinstance(holds, NotTestable):
-        verdict, reason = "not testable", holds.reason
-    elif holds is None:
+        return _row(stage, statement, metric, value, UNTESTABLE, holds.reason, kind=kind)
+    if holds is None:
         raise TypeError(f"claim {statement!r}: a claim that cannot be judged needs a "
                         "NotTestable with its reason")
-    else:
-        verdict, reason = ("holds" if holds else "does not hold"), ""
-    return {"stage": stage, "claim": statement, "metric": metric, "value": float(value),
-            "verdict": verdict, "reason": reason}
+    return _row(stage, statement, metric, value, "holds" if holds else "does not hold", "",
+                kind=kind)
+
+
+def finding(
+    stage: str,
+    statement: str,
+    metric: str,
+    interval: Interval | NotTestable,
+    bar: Bar,
+    source: Source,
+) -> dict[str, Any]:
+    """One finding's row: its estimate and interval judged against `bar` by
+    `verdicts.verdict`, or "not testable" with the reason (value and interval NaN)."""
+    judged = {"bar": float(bar.value), "side": bar.side, "source": str(source)}
+    if isinstance(interval, NotTestable):
+        return _row(stage, statement, metric, math.nan, UNTESTABLE, interval.reason, **judged)
+    return _row(stage, statement, metric, interval.estimate, verdict(interval, bar), "",
+                low=interval.low, high=interval.high, n=interval.n, **judged)
 
 
 def claims_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
@@ -44,8 +100,12 @@ def claims_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
 
 
 def log_claims(claims: pd.DataFrame, task: str | None = None) -> None:
-    """Log every claim of a stage's claims table with its value and verdict."""
+    """Log every claim of a stage's claims table with its value, interval where it has one,
+    and verdict."""
     prefix = f"{task}: " if task else ""
     for row in claims.itertuples():
         why = f" ({row.reason})" if getattr(row, "reason", "") else ""
-        log.info("%s%s: %.4g -> %s%s", prefix, row.claim, row.value, row.verdict, why)
+        low, high = getattr(row, "low", math.nan), getattr(row, "high", math.nan)
+        interval = "" if pd.isna(low) else f" [{low:.4g}, {high:.4g}]"
+        log.info("%s%s: %.4g%s -> %s%s", prefix, row.claim, row.value, interval, row.verdict,
+                 why)

@@ -22,6 +22,8 @@ next token the model predicts (`models.read_positions`: the row a classifier's [
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 import torch
@@ -29,10 +31,52 @@ from transformers import PreTrainedModel
 
 from attnlab.data.dumps import HEAD_SCORES
 from attnlab.engine import examples, models
+from attnlab.engine.attribution import attribute
 from attnlab.engine.intervention import Intervention
 from attnlab.plumbing.errors import ConfigError
 
 METHODS = ("attribution", "attention", "taylor", "accuracy_difference", "random")
+
+
+def evaluation_split(n_dev: int, n_attributed: int, *, importance_examples: int,
+                     min_evaluation: int) -> int:
+    """How many of the first dev examples score the heads (`examples.held_out`: the requested
+    number, or all attributed ones); the dev examples after them, disjoint from them, evaluate
+    global pruning. Refuses a configuration that leaves fewer than `min_evaluation`."""
+    n = examples.held_out(importance_examples, n_attributed)
+    if n_dev - n < min_evaluation:
+        raise ConfigError(
+            f"heads.importance_examples = {importance_examples} takes {n} of the {n_dev} dev "
+            f"examples, which leaves {n_dev - n} to evaluate global pruning, fewer than "
+            f"heads.min_evaluation_examples = {min_evaluation}: lower the first or the second, "
+            "or give the task more dev examples")
+    return n
+
+
+def head_maxima(attr: torch.Tensor, mask: torch.Tensor) -> np.ndarray:
+    """(B, L, H) max over the real (query, key) pairs of each head of attributions
+    (B, L, H, S, S), `mask` the (B, S) attention mask: the dumps' attr_max."""
+    real = (mask[:, :, None] * mask[:, None, :]).bool()[:, None, None]
+    return attr.masked_fill(~real, -torch.inf).flatten(3).max(-1).values.numpy()
+
+
+def attribution_maxima(
+    model: PreTrainedModel,
+    inputs: dict[str, torch.Tensor],
+    target: torch.Tensor,
+    engine: dict[str, Any],
+    batch_size: int = 64,
+) -> np.ndarray:
+    """Each head's max_ij Attr_h(A^l) of every example, attributed to the class `target` (N,)
+    with the engine's options `engine` (`attribution.engine_options`, its batch size
+    resolved): (N, L, H). `batch_size` examples per engine call bound the memory its
+    attributions (B, L, H, S, S) take."""
+    device = next(model.parameters()).device
+    out = []
+    for rows, batch in examples.batches(inputs, batch_size, device):
+        result = attribute(model, batch, target[rows].to(device), **engine)
+        out.append(head_maxima(result.attr.double().cpu(), batch["attention_mask"].cpu()))
+    return np.concatenate(out)
 
 
 def query_attention_max(

@@ -29,6 +29,7 @@ import pandas as pd
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from attnlab.analyses.heads import head_maxima
 from attnlab.data import tasks
 from attnlab.data.dumps import completeness_errors, dump_frame, within_tolerance
 from attnlab.engine.attribution import attribute, composite_gauss_legendre
@@ -67,12 +68,6 @@ def _quantiles(values: np.ndarray) -> dict[str, float | None]:
             "max": float(values.max())}
 
 
-def _head_maxima(attr: torch.Tensor, mask: torch.Tensor) -> np.ndarray:
-    """(B, L, H) max over the real (query, key) pairs of each head."""
-    real = (mask[:, :, None] * mask[:, None, :]).bool()[:, None, None]
-    return attr.masked_fill(~real, -torch.inf).flatten(3).max(-1).values.numpy()
-
-
 def reference_head_maxima(model: PreTrainedModel, inputs: dict[str, torch.Tensor], *,
                           target: str, panels: int, batch_size: int | str,
                           device: torch.device) -> tuple[np.ndarray, float, int]:
@@ -88,7 +83,7 @@ def reference_head_maxima(model: PreTrainedModel, inputs: dict[str, torch.Tensor
         rule = composite_gauss_legendre(n, 8)
         rows = rows_per_pass(model.config, {"quadrature": rule, "batch_size": batch_size},
                              inputs["input_ids"].shape[1], device, scale=REFERENCE_ROWS)
-        return _head_maxima(attribute(model, inputs, target, rule, batch_size=rows)
+        return head_maxima(attribute(model, inputs, target, rule, batch_size=rows)
                             .attr.double().cpu(), mask)
 
     coarse, fine = maxima(panels // 2), maxima(panels)

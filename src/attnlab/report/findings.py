@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from attnlab.analyses.verdicts import VERDICTS
+
 # The papers and comparisons, each with its short name (make run's lines) and the stages whose
 # claims test it, in the report's order.
 GROUPS: list[tuple[str, str, tuple[str, ...]]] = [
@@ -52,10 +54,11 @@ STAGES = {
     "interaction_methods": "attribution against other interaction methods",
     "induction": "attribution finds the planted induction path (next-token tasks)",
 }
-# The outcome of a claim, by its verdict (a run over seeds: "holds in k of n seeds").
-HOLDS, FAILS, SOME, UNTESTABLE, UNTESTED = ("holds", "does not hold", "holds in some seeds",
-                                            "not testable", "not tested by this run")
-OUTCOMES = (HOLDS, FAILS, SOME, UNTESTABLE, UNTESTED)
+# The outcome of a claim, by its verdict (attnlab.analyses.verdicts; a run over seeds: "holds
+# in k of n seeds").
+HOLDS, FAILS, INCONCLUSIVE, UNTESTABLE = VERDICTS
+SOME, UNTESTED = "holds in some seeds", "not tested by this run"
+OUTCOMES = (HOLDS, FAILS, SOME, INCONCLUSIVE, UNTESTABLE, UNTESTED)
 K_OF_N = re.compile(r"holds in (\d+) of (\d+)")
 # The interval a claim's metric names (the interaction methods' paired bootstrap interval).
 INTERVAL = re.compile(r"interval \[([^\]]+)\]")
@@ -68,6 +71,10 @@ def group_of(stage: str) -> str:
 
 def outcome(verdict: str) -> str:
     """One of OUTCOMES for a claims table's verdict."""
+    # a finding over seeds: "<the run's verdict>: holds in k of n seeds" (verdicts.over_seeds)
+    judged = verdict.partition(": ")[0]
+    if judged in VERDICTS:
+        return judged
     match = K_OF_N.match(verdict)
     if match:
         k, n = int(match[1]), int(match[2])
@@ -132,8 +139,8 @@ def _verdict(row: pd.Series) -> str:
 
 
 # The colour of each outcome, so that a glance finds what failed.
-COLOURS = {HOLDS: "#e6f4e6", FAILS: "#fbe3e3", SOME: "#fdf3d8", UNTESTABLE: "#eeeeee",
-           UNTESTED: "#ffffff"}
+COLOURS = {HOLDS: "#e6f4e6", FAILS: "#fbe3e3", SOME: "#fdf3d8", INCONCLUSIVE: "#fdf3d8",
+           UNTESTABLE: "#eeeeee", UNTESTED: "#ffffff"}
 
 
 def landing_html(table: pd.DataFrame) -> str:

@@ -21,8 +21,10 @@ def _note_flat_tasks(grid: sns.FacetGrid, curves: pd.DataFrame) -> None:
 
 
 def plot_per_layer(curves: pd.DataFrame, path: str | os.PathLike) -> None:
-    """Paper Fig. 3: accuracy against heads pruned per layer, one panel per task."""
-    curves = curves.assign(pruned=curves["ranking"] + ", " + curves["order"] + " first")
+    """Paper Fig. 3: accuracy against heads pruned per layer, one panel per task (attribution
+    ranked by the predicted and by the gold label)."""
+    label = curves["label"].where(curves["label"] == "", " (" + curves["label"] + " label)")
+    curves = curves.assign(pruned=curves["ranking"] + label + ", " + curves["order"] + " first")
     grid = sns.relplot(data=curves, x="k", y="accuracy", hue="pruned", col="task", kind="line",
                        marker="o", height=3.2, facet_kws={"sharey": False})
     grid.set_axis_labels("heads pruned in every layer (k)", "accuracy")

@@ -26,6 +26,8 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from attnlab.analyses import verdicts
+from attnlab.analyses.verdicts import UNTESTABLE, Bar, Interval
 from attnlab.plumbing.outputs import provenance, write_table
 from attnlab.report.findings import counts, counts_line, grouped, landing_html
 from attnlab.report.html_pages import page, table_html, write_page
@@ -56,28 +58,45 @@ def interval95(values: list[float]) -> tuple[float, float]:
     return mean - half, mean + half
 
 
+def _over_seeds_verdict(group: pd.DataFrame) -> tuple[str, float, float, float]:
+    """A claim's verdict over seeds, its value and interval. A finding with intervals is judged
+    by the verdict rules (`verdicts.over_seeds`: k of n and the pooled interval); a claim
+    without them by "holds in k of n seeds", with the Student-t interval of its mean."""
+    tested = group[group["verdict"] != UNTESTABLE]
+    if len(tested) and tested["low"].notna().all() and tested["bar"].notna().any():
+        bar = Bar(float(tested["bar"].iloc[0]), str(tested["side"].iloc[0]))
+        judged = verdicts.over_seeds(
+            [None if row.verdict == UNTESTABLE else
+             Interval(row.value, row.low, row.high, int(row.n)) for row in group.itertuples()],
+            bar)
+        pooled = judged.interval
+        return str(judged), pooled.estimate, pooled.low, pooled.high
+    values = [float(v) for v in tested["value"] if not pd.isna(v)]
+    low, high = interval95(values)
+    verdict = (f"holds in {(tested['verdict'] == 'holds').sum()} of {len(tested)} seeds"
+               if len(tested) else UNTESTABLE)
+    if len(tested) and len(tested) < len(group):
+        verdict += f" (not testable in {len(group) - len(tested)})"
+    return verdict, sum(values) / len(values) if values else math.nan, low, high
+
+
 def over_seeds(claims: pd.DataFrame) -> pd.DataFrame:
     """One row per claim of a claims table with a `seed` column: `value` the mean over the seeds
-    whose verdict is not "not testable", `ci95` its 95 % interval, `per_seed` every seed's value
-    and verdict (+ holds, - does not, ? not testable), `verdict` "holds in k of n seeds",
-    `reason` why a seed could not test it (the first seed's)."""
-    marks = {"holds": "+", "does not hold": "-", "not testable": "?"}
+    whose verdict is not "not testable" (a finding's pooled estimate), `ci95` its 95 %
+    interval, `per_seed` every seed's value and verdict (+ holds, - does not, ~ inconclusive,
+    ? not testable), `verdict` over the seeds (`_over_seeds_verdict`), `reason` why a seed
+    could not test it (the first seed's)."""
+    marks = {"holds": "+", "does not hold": "-", "inconclusive": "~", "not testable": "?"}
     rows = []
     keys = ["stage", "task", "claim"]
     for key, group in claims.sort_values("seed").groupby(keys, dropna=False, sort=False):
-        tested = group[group["verdict"] != "not testable"]
-        values = [float(v) for v in tested["value"] if not pd.isna(v)]
-        low, high = interval95(values)
-        verdict = (f"holds in {(tested['verdict'] == 'holds').sum()} of {len(tested)} seeds"
-                   if len(tested) else "not testable")
-        if len(tested) and len(tested) < len(group):
-            verdict += f" (not testable in {len(group) - len(tested)})"
+        verdict, value, low, high = _over_seeds_verdict(group)
         rows.append({
             **dict(zip(keys, key, strict=True)),
             # a metric may name a count that differs between seeds (the examples it was judged
             # on): the first seed's words stand for all
             "metric": group["metric"].iloc[0],
-            "value": sum(values) / len(values) if values else math.nan,
+            "value": value,
             "ci95": "—" if math.isnan(low) else f"[{low:.4g}, {high:.4g}]",
             "per_seed": ", ".join(f"{s}: {v:.4g} {marks[verdict]}" for s, v, verdict in
                                   zip(group["seed"], group["value"], group["verdict"],
@@ -192,13 +211,16 @@ def gathered_claims(claims_paths: list[str | os.PathLike]) -> tuple[pd.DataFrame
     a one-seed run); the claims of several seeds are aggregated over them (over_seeds)."""
     claims = pd.concat([pd.read_parquet(path).assign(seed=seed_of(path))
                         for path in claims_paths], ignore_index=True)
-    for column in ("task", "reason"):  # (tables of an older run have no reason)
+    # (tables of an older run have no reason; those of stages not on the verdict rules yet, no
+    # interval)
+    for column in ("task", "reason", "low", "high", "n", "bar", "side"):
         if column not in claims:
             claims[column] = None
     claims["reason"] = claims["reason"].fillna("")
     seeds = sorted(set(claims["seed"].dropna().astype(int)))
-    claims = claims[["stage", "task", "claim", "metric", "value", "verdict", "reason", "seed"]]
-    return (over_seeds(claims) if seeds else claims.drop(columns="seed")), seeds
+    if seeds:
+        return over_seeds(claims), seeds
+    return claims[["stage", "task", "claim", "metric", "value", "verdict", "reason"]], seeds
 
 
 def beside_findings(claims: pd.DataFrame, findings: pd.DataFrame) -> pd.DataFrame:
@@ -228,7 +250,7 @@ def _claims_page(table: pd.DataFrame, seeds: list[int], *, papers: bool,
         heading = f"Every stage's claims over {len(seeds)} seeds ({', '.join(map(str, seeds))})"
         how = (" <i>value</i> is the mean over the seeds, <i>ci95</i> its 95 % interval "
                "(Student's t), <i>per_seed</i> each seed's value (+ holds, - does not, "
-               "? not testable).")
+               "~ inconclusive, ? not testable).")
     else:
         heading, how = "Every stage's claims, judged on this run", ""
     shown = table.drop(columns=["group", "outcome"])

@@ -1,13 +1,14 @@
 """Rule head_importance (Hao et al. 2021 §4): every head of a task's model scored by each
-configured method on the first attributed dev examples."""
+configured method on the first attributed dev examples (the rest of the dev split, disjoint
+from them, evaluates global pruning: `heads.evaluation_split`)."""
 
 from __future__ import annotations
 
 import logging
 
-from attnlab.analyses.heads import importance_table, ranking_scores
+from attnlab.analyses.heads import evaluation_split, importance_table, ranking_scores
 from attnlab.data.dumps import attributed_head_scores
-from attnlab.engine import examples, models
+from attnlab.engine import models
 from attnlab.model_job import ModelJob
 
 log = logging.getLogger(__name__)
@@ -20,8 +21,11 @@ def run(job: ModelJob) -> None:
     scores = attributed_head_scores(job.paths("parts"), job.split("dev"),
                                     head_shape=models.head_shape(job.model),
                                     target=job.settings.attribution.target)
-    n = examples.held_out(cfg.importance_examples, len(scores["attribution"]))
-    inputs = {k: v[:n] for k, v in job.encoded("dev").items()}
+    dev = job.encoded("dev")
+    n = evaluation_split(len(dev["labels"]), len(scores["attribution"]),
+                         importance_examples=cfg.importance_examples,
+                         min_evaluation=cfg.min_evaluation_examples)
+    inputs = {k: v[:n] for k, v in dev.items()}
     scores = ranking_scores(job.model, inputs, {name: array[:n] for name, array in scores.items()},
                             cfg.batch_size)
     log.info("task %s: head importance by %s over %d examples", job.task,

@@ -1,0 +1,212 @@
+"""How a finding is judged (docs/methods.md, "How a finding is judged"): the one place the
+verdict rules live; every stage's findings use them.
+
+* A finding is a statistic over units (examples, heads, sentences) with a 95 % percentile
+  bootstrap interval (`bootstrap`; `difference` for "A beats B", paired where A and B are
+  measured on the same units) and a `Bar` on a stated side.
+* Its verdict (`verdict`) is one of VERDICTS: "holds" when the interval clears the bar on the
+  stated side, "does not hold" when it lies wholly on the other side, "inconclusive" when it
+  contains the bar, whatever the point estimate; "not testable" (with its reason) where the
+  data or the configuration cannot test it (`attnlab.analyses.claims.NotTestable`).
+* Over seeds (`over_seeds`): each seed's verdict, "holds in k of n", a pooled interval, and the
+  run's verdict: holds when it holds in at least ⌈0.8 n⌉ seeds and the pooled interval clears
+  the bar; does not hold symmetrically; inconclusive otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+HOLDS, FAILS, INCONCLUSIVE, UNTESTABLE = ("holds", "does not hold", "inconclusive",
+                                          "not testable")
+VERDICTS = (HOLDS, FAILS, INCONCLUSIVE, UNTESTABLE)
+SIDES = ("above", "below")
+LEVEL = 0.95
+# 2000 resamples put the percentile interval's ends within about 0.1 standard errors of where
+# infinitely many would (Efron & Tibshirani 1993, §19.3); a fixed seed makes a run's verdicts
+# reproducible to the digit.
+RESAMPLES = 2000
+SEED = 0
+# A finding holds over n seeds when it holds in at least ⌈SEED_SHARE · n⌉ of them (4 of 5).
+SEED_SHARE = 0.8
+# Resampled values held in memory at once: bounds a bootstrap of many units (a chunk of the
+# resamples at a time; the draws are the same in any chunking, as one generator makes them).
+_CHUNK_VALUES = 2**22
+
+Statistic = Callable[[np.ndarray], np.ndarray]
+
+
+def mean(sample: np.ndarray) -> np.ndarray:
+    """The default statistic: the mean over the units (axis 1 of a (resamples, units) array)."""
+    return sample.mean(axis=1)
+
+
+@dataclass(frozen=True)
+class Bar:
+    """What a finding's interval is judged against: it holds when the interval lies wholly
+    `side` ("above" or "below") `value`."""
+
+    value: float
+    side: str = "above"
+
+    def __post_init__(self) -> None:
+        if self.side not in SIDES:
+            raise ValueError(f"a bar's side is one of {SIDES}, not {self.side!r}")
+
+    def __str__(self) -> str:
+        return f"{'>' if self.side == 'above' else '<'} {self.value:g}"
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A statistic's estimate on all the units and its 95 % interval over `n` units."""
+
+    estimate: float
+    low: float
+    high: float
+    n: int
+
+
+def verdict(interval: Interval, bar: Bar) -> str:
+    """HOLDS when the interval lies wholly on the bar's side, FAILS when it lies wholly on the
+    other, INCONCLUSIVE when it contains the bar (an end on the bar counts as containing it)."""
+    above, below = interval.low > bar.value, interval.high < bar.value
+    if bar.side == "above":
+        return HOLDS if above else FAILS if below else INCONCLUSIVE
+    return HOLDS if below else FAILS if above else INCONCLUSIVE
+
+
+def _draws(values: np.ndarray, statistic: Statistic, resamples: int,
+           rng: np.random.Generator) -> np.ndarray:
+    """`statistic` on `resamples` resamples of the units of `values`, a chunk at a time."""
+    n = len(values)
+    chunk = max(1, _CHUNK_VALUES // (n * max(1, values[0].size)))
+    return np.concatenate([
+        statistic(values[rng.integers(0, n, size=(min(chunk, resamples - start), n))])
+        for start in range(0, resamples, chunk)])
+
+
+def _interval(estimate: float, draws: np.ndarray, n: int) -> Interval:
+    tail = (1 - LEVEL) / 2
+    low, high = np.quantile(draws, [tail, 1 - tail])
+    return Interval(float(estimate), float(low), float(high), n)
+
+
+def bootstrap(
+    values: np.ndarray,
+    statistic: Statistic = mean,
+    *,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+) -> Interval:
+    """The percentile bootstrap interval (LEVEL) of `statistic` over the units of `values`
+    (axis 0: one row per unit; further axes are what each unit carries, e.g. the two
+    measurements of a paired comparison).
+
+    `statistic` maps an array of resampled units, (resamples, units, ...), to one value per
+    resample; on `values` itself (as one resample) it gives the estimate.
+    """
+    values = np.asarray(values, dtype=float)
+    if len(values) == 0:
+        raise ValueError("a bootstrap interval needs at least one unit")
+    draws = _draws(values, statistic, resamples, np.random.default_rng(seed))
+    return _interval(statistic(values[None])[0], draws, len(values))
+
+
+def difference(
+    a: np.ndarray,
+    b: np.ndarray,
+    *,
+    paired: bool,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+) -> Interval:
+    """The interval of mean(a) − mean(b). `paired`: a and b are measured on the same units, in
+    the same order, and one resample draws the same units for both (the units' own variation,
+    shared by a and b, cancels); otherwise each is resampled on its own (two groups of units,
+    e.g. different task pairs). n is the units' number (paired) or the smaller group's."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if paired:
+        if a.shape != b.shape:
+            raise ValueError(f"a paired comparison needs the same units: {a.shape} vs {b.shape}")
+        return bootstrap(a - b, resamples=resamples, seed=seed)
+    if not (len(a) and len(b)):
+        raise ValueError("a bootstrap interval needs at least one unit")
+    rng = np.random.default_rng(seed)
+    draws = _draws(a, mean, resamples, rng) - _draws(b, mean, resamples, rng)
+    return _interval(a.mean() - b.mean(), draws, min(len(a), len(b)))
+
+
+def seeds_needed(n: int) -> int:
+    """In how many of n seeds a finding must hold (or fail) for the run's verdict: ⌈0.8 n⌉."""
+    return math.ceil(SEED_SHARE * n - 1e-9)
+
+
+def pooled(per_seed: Sequence[Interval]) -> Interval:
+    """The pooled interval over seeds: the mean of the seeds' estimates with its Student-t
+    interval (n − 1 degrees of freedom); one seed's own interval when there is one.
+
+    The seed is the unit of replication for what fine-tuning learned: the spread of the
+    seeds' estimates holds both the training randomness and each seed's sampling noise over
+    its units, so the t interval of their mean covers both. A bootstrap over seeds × units
+    would need every seed's units where the verdict is pooled (the report reads only the
+    claims rows), and with five seeds a bootstrap over seeds has only 126 distinct resamples.
+    `n` is the number of seeds.
+    """
+    if len(per_seed) == 1:
+        only = per_seed[0]
+        return Interval(only.estimate, only.low, only.high, 1)
+    estimates = np.array([i.estimate for i in per_seed])
+    centre, n = float(estimates.mean()), len(estimates)
+    half = stats.t.ppf((1 + LEVEL) / 2, n - 1) * estimates.std(ddof=1) / math.sqrt(n)
+    return Interval(centre, centre - half, centre + half, n)
+
+
+@dataclass(frozen=True)
+class SeedVerdict:
+    """A finding over seeds: each tested seed's verdict, the pooled interval and the run's
+    verdict. `untested`: seeds where it was not testable (left out of n)."""
+
+    per_seed: tuple[str, ...]
+    interval: Interval | None
+    verdict: str
+    untested: int
+
+    @property
+    def k(self) -> int:
+        return self.per_seed.count(HOLDS)
+
+    @property
+    def n(self) -> int:
+        return len(self.per_seed)
+
+    def __str__(self) -> str:
+        if not self.per_seed:
+            return UNTESTABLE
+        words = f"{self.verdict}: holds in {self.k} of {self.n} seeds"
+        return words + (f" (not testable in {self.untested})" if self.untested else "")
+
+
+def over_seeds(per_seed: Sequence[Interval | None], bar: Bar) -> SeedVerdict:
+    """The run's verdict of a finding judged on every seed (None: not testable on that seed).
+    It holds when it holds in at least ⌈0.8 n⌉ of the n tested seeds and the pooled interval
+    clears the bar; it does not hold when it fails in as many and the pooled interval lies on
+    the other side; otherwise it is inconclusive."""
+    tested = [i for i in per_seed if i is not None]
+    untested = len(per_seed) - len(tested)
+    if not tested:
+        return SeedVerdict((), None, UNTESTABLE, untested)
+    verdicts = tuple(verdict(i, bar) for i in tested)
+    interval = pooled(tested)
+    needed = seeds_needed(len(tested))
+    pooled_verdict = verdict(interval, bar)
+    run = INCONCLUSIVE
+    for outcome in (HOLDS, FAILS):
+        if verdicts.count(outcome) >= needed and pooled_verdict == outcome:
+            run = outcome
+    return SeedVerdict(verdicts, interval, run, untested)

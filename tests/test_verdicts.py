@@ -1,0 +1,133 @@
+"""The verdict rules on constructed values: the four verdicts, bootstrap intervals (coverage,
+determinism, paired against unpaired), k of n over seeds, and the claim rows they fill."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from attnlab.analyses import verdicts
+from attnlab.analyses.claims import COLUMNS, NotTestable, Source, claim, claims_frame, finding
+from attnlab.analyses.verdicts import Bar, Interval
+
+SOURCE = Source("Hao et al. 2021", "Fig. 3", "a constructed statement")
+
+
+@pytest.mark.parametrize("low, high, side, expected", [
+    (0.2, 0.4, "above", "holds"),
+    (-0.4, -0.2, "above", "does not hold"),
+    (-0.1, 0.3, "above", "inconclusive"),
+    (0.0, 0.3, "above", "inconclusive"),  # an end on the bar: the interval contains it
+    (-0.4, -0.2, "below", "holds"),
+    (0.2, 0.4, "below", "does not hold"),
+    (-0.1, 0.3, "below", "inconclusive"),
+])
+def test_a_verdict_follows_from_where_the_interval_lies_against_the_bar(low, high, side,
+                                                                        expected):
+    # the estimate (0.25, inside every interval above 0 or not) never decides
+    assert verdicts.verdict(Interval(0.25, low, high, 10), Bar(0.0, side)) == expected
+
+
+def test_a_finding_row_has_its_interval_bar_source_and_one_of_the_four_verdicts():
+    rows = [finding("s", "holds", "m", Interval(0.5, 0.2, 0.8, 40), Bar(0.1), SOURCE),
+            finding("s", "fails", "m", Interval(-0.5, -0.8, -0.2, 40), Bar(0.1), SOURCE),
+            finding("s", "unsure", "m", Interval(0.5, 0.05, 0.8, 40), Bar(0.1), SOURCE),
+            finding("s", "untested", "m", NotTestable("no long sequence"), Bar(0.1), SOURCE)]
+    table = claims_frame(rows)
+    assert list(table.columns) == COLUMNS
+    assert table["verdict"].tolist() == ["holds", "does not hold", "inconclusive",
+                                         "not testable"]
+    assert set(table["verdict"]) == set(verdicts.VERDICTS)
+    assert table["reason"].tolist() == ["", "", "", "no long sequence"]
+    assert (table["kind"] == "finding").all() and (table["bar"] == 0.1).all()
+    assert table["source"].iloc[0] == "Hao et al. 2021, Fig. 3: a constructed statement"
+    assert math.isnan(table["value"].iloc[3]) and table["n"].iloc[0] == 40
+    # a row of a stage not yet converted keeps its call, with no interval
+    old = claim("s", "old", "m", 0.3, True)
+    assert old["verdict"] == "holds" and math.isnan(old["low"]) and old["source"] == ""
+    assert claim("s", "c", "m", 1.0, True, kind="check")["kind"] == "check"
+    with pytest.raises(ValueError, match="kind is one of"):
+        claim("s", "c", "m", 1.0, True, kind="guess")
+
+
+def test_the_bootstrap_interval_covers_a_known_mean_and_is_deterministic():
+    rng = np.random.default_rng(1)
+    values = rng.normal(2.0, 1.0, 400)
+    interval = verdicts.bootstrap(values)
+    assert interval.n == 400 and interval.estimate == pytest.approx(values.mean())
+    assert interval.low < 2.0 < interval.high
+    # its width is about the normal interval's, 2 · 1.96 · sd / sqrt(n) (10 % for the
+    # resampling noise of 2000 resamples)
+    assert interval.high - interval.low == pytest.approx(2 * 1.96 * values.std() / 20, rel=0.1)
+    assert verdicts.bootstrap(values) == interval
+    assert verdicts.bootstrap(values, seed=1) != interval
+    # resampled in chunks (many units) or at once, the draws are the same
+    small_chunks = verdicts._CHUNK_VALUES
+    try:
+        verdicts._CHUNK_VALUES = 4000  # 10 resamples of 400 units per chunk
+        assert verdicts.bootstrap(values) == interval
+    finally:
+        verdicts._CHUNK_VALUES = small_chunks
+
+
+def test_a_statistic_of_several_measurements_per_unit():
+    # a ratio of two means over the same units: both columns resampled together
+    values = np.column_stack([np.full(50, 3.0), np.full(50, 2.0)])
+    ratio = verdicts.bootstrap(values, lambda s: s[..., 0].mean(1) / s[..., 1].mean(1))
+    assert (ratio.estimate, ratio.low, ratio.high) == pytest.approx((1.5, 1.5, 1.5))
+
+
+def test_a_paired_interval_excludes_zero_where_the_unpaired_one_does_not():
+    # the units differ much (sd 1), B is A plus a small constant gain on every unit: paired,
+    # the differences are all 0.1; unpaired, the spread of the units swamps the gain
+    rng = np.random.default_rng(2)
+    a = rng.normal(0.0, 1.0, 60)
+    b = a - 0.1
+    paired = verdicts.difference(a, b, paired=True)
+    unpaired = verdicts.difference(a, b, paired=False)
+    assert paired.estimate == pytest.approx(0.1) == unpaired.estimate
+    assert paired.low == pytest.approx(0.1) and paired.high == pytest.approx(0.1)
+    assert unpaired.low < 0 < unpaired.high
+    assert verdicts.verdict(paired, Bar(0.0)) == "holds"
+    assert verdicts.verdict(unpaired, Bar(0.0)) == "inconclusive"
+    with pytest.raises(ValueError, match="the same units"):
+        verdicts.difference(a, b[:-1], paired=True)
+
+
+def _seed(estimate: float, half: float = 0.05) -> Interval:
+    return Interval(estimate, estimate - half, estimate + half, 100)
+
+
+def test_over_seeds_a_finding_holds_in_at_least_four_of_five_with_a_clearing_pooled_interval():
+    bar = Bar(0.0)
+    assert verdicts.seeds_needed(5) == 4 and verdicts.seeds_needed(10) == 8
+    assert verdicts.seeds_needed(1) == 1 and verdicts.seeds_needed(3) == 3
+    four = verdicts.over_seeds([_seed(0.3), _seed(0.25), _seed(0.35), _seed(0.3), _seed(0.02)],
+                               bar)
+    assert four.per_seed == ("holds",) * 4 + ("inconclusive",)
+    assert (four.k, four.n, four.verdict) == (4, 5, "holds")
+    assert four.interval.low > 0 and str(four) == "holds: holds in 4 of 5 seeds"
+    # the pooled interval: the seeds' mean with Student's t (2.776 at 4 degrees of freedom)
+    estimates = np.array([0.3, 0.25, 0.35, 0.3, 0.02])
+    half = 2.776 * estimates.std(ddof=1) / math.sqrt(5)
+    assert four.interval.high - four.interval.estimate == pytest.approx(half, rel=1e-3)
+
+    three = verdicts.over_seeds([_seed(0.3), _seed(0.3), _seed(0.3), _seed(0.0), _seed(0.0)],
+                                bar)
+    assert (three.k, three.verdict) == (3, "inconclusive")
+    failing = verdicts.over_seeds([_seed(-0.3)] * 4 + [_seed(0.3)], bar)
+    assert failing.verdict == "inconclusive"  # fails in 4, but the pooled interval holds 0
+    assert verdicts.over_seeds([_seed(-0.3)] * 5, bar).verdict == "does not hold"
+    # five seeds that all hold, but whose estimates scatter across the bar, do not pool
+    scattered = [Interval(e, e - 0.001, e + 0.001, 100) for e in (0.01, 0.02, 0.9, 0.01, 0.01)]
+    spread = verdicts.over_seeds(scattered, bar)
+    assert spread.k == 5 and spread.interval.low < 0 and spread.verdict == "inconclusive"
+    # seeds that cannot test it are left out of n; none left: not testable
+    partly = verdicts.over_seeds([_seed(0.3), None, _seed(0.3)], bar)
+    assert (partly.n, partly.untested, partly.verdict) == (2, 1, "holds")
+    assert str(partly) == "holds: holds in 2 of 2 seeds (not testable in 1)"
+    assert verdicts.over_seeds([None, None], bar).verdict == "not testable"
+    # one seed: its own interval
+    assert verdicts.over_seeds([_seed(0.3)], bar).interval == Interval(0.3, 0.25, 0.35, 1)
