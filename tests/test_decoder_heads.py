@@ -108,7 +108,7 @@ def curves(decoder):
     engine = {"quadrature": "riemann_right", "steps": 20}
     by_label = pruning.label_rankings(
         scores["attribution"], "gold", predicted, inputs["labels"],
-        lambda rows, target: heads.attribution_maxima(
+        lambda rows, target: pruning.attribution_maxima(
             model, {k: v[rows] for k, v in inputs.items()}, target, engine))
     rankings = {pruning.PREDICTED: [by_label["predicted"]],
                 pruning.ATTENTION: [scores["attention"]],

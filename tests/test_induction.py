@@ -231,6 +231,8 @@ def test_the_induction_config_runs_through_the_snakemake_command_line(tmp_path):
     config = yaml.safe_load(open("config/induction.yaml"))
     config["name"] = "tiny_induction"
     config["tasks"]["induction"]["synthetic"]["n_dev"] = 60
+    # 30 dev examples score the heads, the other 30 evaluate global pruning
+    config["heads"].update(importance_examples=30, min_evaluation_examples=30)
     config["induction"]["examples"] = 60
     config["interaction_methods"]["examples"] = 12
     config["identifiability"]["effective_attention"]["examples"] = 30  # some beyond d_v = 16
@@ -257,7 +259,7 @@ def test_the_induction_config_runs_through_the_snakemake_command_line(tmp_path):
     # Hao et al.'s pruning claims on next-token accuracy (docs/decoders.md): pruning by
     # attribution keeps both heads the task needs longest, so it beats a random order
     pruning = pd.read_parquet(results / "heads/induction/claims.parquet").set_index("claim")
-    assert len(pruning) == 6, pruning.to_string()
+    assert len(pruning) == 7, pruning.to_string()  # the 7 pruning findings (analyses.pruning)
     assert pruning.loc["attribution beats a random head order", "value"] >= 0.15
     assert (results / "heads/pruning_global.png").is_file()
     # the views: a decoder's tree in the explorer is rooted at the last token

@@ -28,7 +28,9 @@ SCRIPT = Path(__file__).with_name("slurm.sh")
 # The tiny config with one task (and so no task pairs), which keeps every rule and the
 # attribution shards: the GPU jobs share the cluster's two GPUs, each with ~7 s of Snakemake
 # start-up. With device auto the rules that run a model ask for a GPU.
-CONFIG = {**TINY, "device": "auto", "tasks": {"pairs": TINY["tasks"]["pairs"]}, "heads": {}}
+CONFIG = {**TINY, "device": "auto", "tasks": {"pairs": TINY["tasks"]["pairs"]},
+          # the 6 attributed examples score the heads, the other 6 evaluate global pruning
+          "heads": {"min_evaluation_examples": 6}}
 # What this cluster needs on top of the profile. It keeps no accounting database, so job
 # states come from squeue (the plugin reads sacct's failure as "still running" and would
 # wait forever); and jobs are checked every 2 s instead of after 40 s and then every 10 s.

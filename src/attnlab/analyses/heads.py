@@ -22,8 +22,6 @@ next token the model predicts (`models.read_positions`: the row a classifier's [
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pandas as pd
 import torch
@@ -31,7 +29,6 @@ from transformers import PreTrainedModel
 
 from attnlab.data.dumps import HEAD_SCORES
 from attnlab.engine import examples, models
-from attnlab.engine.attribution import attribute
 from attnlab.engine.intervention import Intervention
 from attnlab.plumbing.errors import ConfigError
 
@@ -51,32 +48,6 @@ def evaluation_split(n_dev: int, n_attributed: int, *, importance_examples: int,
             f"heads.min_evaluation_examples = {min_evaluation}: lower the first or the second, "
             "or give the task more dev examples")
     return n
-
-
-def head_maxima(attr: torch.Tensor, mask: torch.Tensor) -> np.ndarray:
-    """(B, L, H) max over the real (query, key) pairs of each head of attributions
-    (B, L, H, S, S), `mask` the (B, S) attention mask: the dumps' attr_max."""
-    real = (mask[:, :, None] * mask[:, None, :]).bool()[:, None, None]
-    return attr.masked_fill(~real, -torch.inf).flatten(3).max(-1).values.numpy()
-
-
-def attribution_maxima(
-    model: PreTrainedModel,
-    inputs: dict[str, torch.Tensor],
-    target: torch.Tensor,
-    engine: dict[str, Any],
-    batch_size: int = 64,
-) -> np.ndarray:
-    """Each head's max_ij Attr_h(A^l) of every example, attributed to the class `target` (N,)
-    with the engine's options `engine` (`attribution.engine_options`, its batch size
-    resolved): (N, L, H). `batch_size` examples per engine call bound the memory its
-    attributions (B, L, H, S, S) take."""
-    device = next(model.parameters()).device
-    out = []
-    for rows, batch in examples.batches(inputs, batch_size, device):
-        result = attribute(model, batch, target[rows].to(device), **engine)
-        out.append(head_maxima(result.attr.double().cpu(), batch["attention_mask"].cpu()))
-    return np.concatenate(out)
 
 
 def query_attention_max(

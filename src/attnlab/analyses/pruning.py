@@ -37,6 +37,7 @@ from attnlab.analyses import verdicts
 from attnlab.analyses.claims import NotTestable, Source, finding
 from attnlab.analyses.verdicts import Bar
 from attnlab.engine import examples
+from attnlab.engine.attribution import attribute, head_maxima
 
 ORDERS = ("lowest", "highest")
 # The per-layer rankings, each (ranking, label): the label whose attributions ranked the heads
@@ -314,3 +315,22 @@ def global_claims(curves: Curves, percents: list[float], labels: torch.Tensor
             interval, Bar(RETENTION_BAR),
             _fig4("keeping a few heads by attribution keeps most of the accuracy")))
     return claims
+
+
+def attribution_maxima(
+    model: PreTrainedModel,
+    inputs: dict[str, torch.Tensor],
+    target: torch.Tensor,
+    engine: dict[str, Any],
+    batch_size: int = 64,
+) -> np.ndarray:
+    """Each head's max_ij Attr_h(A^l) of every example, attributed to the class `target` (N,)
+    with the engine's options `engine` (`attribution.engine_options`, its batch size
+    resolved): (N, L, H). `batch_size` examples per engine call bound the memory its
+    attributions (B, L, H, S, S) take."""
+    device = next(model.parameters()).device
+    out = []
+    for rows, batch in examples.batches(inputs, batch_size, device):
+        result = attribute(model, batch, target[rows].to(device), **engine)
+        out.append(head_maxima(result.attr.double().cpu(), batch["attention_mask"].cpu()))
+    return np.concatenate(out)

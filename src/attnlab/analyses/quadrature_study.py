@@ -29,10 +29,9 @@ import pandas as pd
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from attnlab.analyses.heads import head_maxima
 from attnlab.data import tasks
 from attnlab.data.dumps import completeness_errors, dump_frame, within_tolerance
-from attnlab.engine.attribution import attribute, composite_gauss_legendre
+from attnlab.engine.attribution import attribute, composite_gauss_legendre, head_maxima
 from attnlab.engine.batch_size import rows_per_pass
 from attnlab.engine.dump_rows import dump_rows
 from attnlab.engine.examples import encoded_frame

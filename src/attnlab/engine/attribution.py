@@ -396,3 +396,10 @@ def attribute(
         nodes=nodes,
         residual=residual,
     )
+
+
+def head_maxima(attr: torch.Tensor, mask: torch.Tensor) -> np.ndarray:
+    """(B, L, H) max over the real (query, key) pairs of each head of attributions
+    (B, L, H, S, S), `mask` the (B, S) attention mask: the dumps' attr_max."""
+    real = (mask[:, :, None] * mask[:, None, :]).bool()[:, None, None]
+    return attr.masked_fill(~real, -torch.inf).flatten(3).max(-1).values.numpy()

@@ -34,7 +34,7 @@ def _label_rankings(job: ModelJob, inputs: dict[str, torch.Tensor],
     def other(rows: np.ndarray, target: torch.Tensor) -> np.ndarray:
         log.info("task %s: %d of %d attributed examples are misclassified; attributing them "
                  "to the other label", job.task, len(rows), len(predicted))
-        return heads.attribution_maxima(job.model, {k: v[rows] for k, v in inputs.items()},
+        return pruning.attribution_maxima(job.model, {k: v[rows] for k, v in inputs.items()},
                                         target, engine, examples_per_call(engine))
 
     return pruning.label_rankings(dumped, job.settings.attribution.target, predicted,
