@@ -131,3 +131,21 @@ def test_over_seeds_a_finding_holds_in_at_least_four_of_five_with_a_clearing_poo
     assert verdicts.over_seeds([None, None], bar).verdict == "not testable"
     # one seed: its own interval
     assert verdicts.over_seeds([_seed(0.3)], bar).interval == Interval(0.3, 0.25, 0.35, 1)
+
+
+def test_every_paper_file_names_its_statements_and_an_unknown_key_is_refused():
+    from attnlab.analyses.claims import PAPERS, paper, source
+
+    names = sorted(path.stem for path in PAPERS.glob("*.yaml"))
+    assert "hao2021" in names
+    for name in names:
+        entries = paper(name)
+        assert entries["title"] and entries["cite"]
+        for key, entry in entries["statements"].items():
+            assert set(entry) == {"where", "statement"}, (name, key)
+            assert str(source(name, key)) == (f"{entries['cite']}, {entry['where']}: "
+                                              f"{entry['statement']}")
+    with pytest.raises(KeyError, match="no statement 'fig99'"):
+        source("hao2021", "fig99")
+    with pytest.raises(KeyError, match="no statements file for paper 'nobody'"):
+        source("nobody", "fig3_low_pruning")

@@ -12,13 +12,19 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import yaml
 
 from attnlab.analyses.verdicts import UNTESTABLE, Bar, Interval, verdict
 
 log = logging.getLogger(__name__)
+
+# One file per paper: the statements the findings judge, each under a key (`source`).
+PAPERS = Path(__file__).with_name("papers")
 
 # `kind`: "finding" or "check". `value`: the estimate; `low`, `high`: its interval over `n`
 # units; `bar`, `side`: the verdict's bar and the side of it the interval must lie on ("above",
@@ -49,6 +55,27 @@ class Source:
 
     def __str__(self) -> str:
         return f"{self.paper}, {self.where}: {self.statement}"
+
+
+@cache
+def paper(name: str) -> dict[str, Any]:
+    """A paper's file of statements (papers/<name>.yaml): its title, how it is cited, and its
+    statements by key."""
+    path = PAPERS / f"{name}.yaml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in PAPERS.glob("*.yaml")))
+        raise KeyError(f"no statements file for paper {name!r} (known: {known})")
+    return yaml.safe_load(path.read_text())
+
+
+def source(name: str, key: str) -> Source:
+    """The statement `key` of paper `name`, as a finding's source."""
+    statements = paper(name)["statements"]
+    if key not in statements:
+        raise KeyError(f"paper {name!r} has no statement {key!r} (papers/{name}.yaml: "
+                       f"{', '.join(statements)})")
+    entry = statements[key]
+    return Source(paper(name)["cite"], entry["where"], entry["statement"])
 
 
 def _row(stage: str, statement: str, metric: str, value: float, verdict: str, reason: str,

@@ -34,7 +34,7 @@ import torch
 from transformers import PreTrainedModel
 
 from attnlab.analyses import verdicts
-from attnlab.analyses.claims import NotTestable, Source, finding
+from attnlab.analyses.claims import NotTestable, finding, source
 from attnlab.analyses.verdicts import Bar
 from attnlab.engine import examples
 from attnlab.engine.attribution import attribute, head_maxima
@@ -46,7 +46,6 @@ PREDICTED, GOLD = ("attribution", "predicted"), ("attribution", "gold")
 ATTENTION, RANDOM = ("attention", ""), ("random", "")
 RANKINGS = (PREDICTED, GOLD, ATTENTION, RANDOM)
 
-HAO = "Hao et al. 2021"
 # Our choice (the paper prints no number for Fig. 3, only curves that stay within a few points
 # up to half the heads): pruning half the heads of every layer, lowest attribution first, may
 # cost at most 5 accuracy points.
@@ -207,14 +206,6 @@ def chance(labels: torch.Tensor) -> float:
     return float(torch.bincount(labels).max() / len(labels))
 
 
-def _fig3(statement: str) -> Source:
-    return Source(HAO, "§4, Fig. 3", statement)
-
-
-def _fig4(statement: str) -> Source:
-    return Source(HAO, "§4, Fig. 4", statement)
-
-
 def per_layer_claims(curves: Curves) -> list[dict[str, Any]]:
     """The paper's Fig. 3 statements, judged on one task's per-layer curves ranked by the
     predicted label, with a random order as control."""
@@ -241,25 +232,25 @@ def per_layer_claims(curves: Curves) -> list[dict[str, Any]]:
             f"to the predicted label first, 95 % interval over examples (holds below "
             f"{LOW_PRUNE_TOLERANCE}; bar: our choice, the paper prints no number)",
             verdicts.bootstrap(low[0] - low[half]), Bar(LOW_PRUNE_TOLERANCE, "below"),
-            _fig3("pruning the heads of lowest attribution barely changes accuracy")),
+            source("hao2021", "fig3_low_pruning")),
         finding(
             "per_layer", "pruning low-attribution heads hurts less than pruning random ones",
             f"{interval}, lowest attribution (predicted label) first minus a random order "
             f"(holds above {CURVE_GAP}; {ours}; our control, not the paper's)",
             compare((*PREDICTED, "lowest"), (*RANDOM, "lowest")), Bar(CURVE_GAP),
-            _fig3("control: the attribution order against a random one")),
+            source("hao2021", "fig3_random_control")),
         finding(
             "per_layer", "pruning high-attribution heads hurts more than low-attribution ones",
             f"{interval}, lowest-first minus highest-first, attribution to the predicted label "
             f"(holds above {CURVE_GAP}; {ours})",
             compare((*PREDICTED, "lowest"), (*PREDICTED, "highest")), Bar(CURVE_GAP),
-            _fig3("pruning the heads of highest attribution hurts accuracy most")),
+            source("hao2021", "fig3_high_pruning")),
         finding(
             "per_layer", "pruning high-attribution heads hurts more than high-attention ones",
             f"{interval}, highest attention first minus highest attribution (predicted label) "
             f"first (holds above {CURVE_GAP}; {ours})",
             compare((*ATTENTION, "highest"), (*PREDICTED, "highest")), Bar(CURVE_GAP),
-            _fig3("pruning heads by attribution hurts more than pruning them by attention")),
+            source("hao2021", "fig3_attention")),
     ]
 
 
@@ -286,8 +277,7 @@ def global_claims(curves: Curves, percents: list[float], labels: torch.Tensor
             f"interval over {n} evaluation examples (holds above -{AUC_MARGIN}; bar: our "
             f"choice, the paper prints no number)",
             verdicts.difference(area("attribution"), area("taylor"), paired=True),
-            Bar(-AUC_MARGIN), _fig4("attribution is competitive with the Taylor expansion "
-                                    "method (Michel et al. 2019)")))
+            Bar(-AUC_MARGIN), source("hao2021", "fig4_taylor")))
     if "random" in methods:
         claims.append(finding(
             "global", "attribution beats a random head order",
@@ -295,7 +285,7 @@ def global_claims(curves: Curves, percents: list[float], labels: torch.Tensor
             f"paired 95 % interval over {n} evaluation examples (holds above {CURVE_GAP}; bar: "
             f"our choice, a gap of one accuracy point)",
             verdicts.difference(area("attribution"), area("random"), paired=True),
-            Bar(CURVE_GAP), _fig4("attribution against a random head order")))
+            Bar(CURVE_GAP), source("hao2021", "fig4_random_control")))
     if 0 in percents and 90 in percents:
         floor = chance(labels)
         at = curves.correct[("attribution",)]
@@ -313,7 +303,7 @@ def global_claims(curves: Curves, percents: list[float], labels: torch.Tensor
             f"evaluation examples (holds above {RETENTION_BAR}; bar: our choice, 'most' as "
             f"more than half; no number of the paper's text)",
             interval, Bar(RETENTION_BAR),
-            _fig4("keeping a few heads by attribution keeps most of the accuracy")))
+            source("hao2021", "fig4_few_heads")))
     return claims
 
 
