@@ -65,6 +65,23 @@ def pytest_make_collect_report(collector):
     fail_skip_under_ci(outcome.get_result())
 
 
+# `make test` runs the tests in one worker process per core (pytest-xdist, --dist loadgroup),
+# which shares out groups of tests. A group is a test file, so that a file's module fixtures
+# (a whole workflow run) are built once; the files that train the default models share one
+# group, so that the session fixture below trains them once.
+SHARED_FIXTURES = ("default_task_model",)
+
+
+def pytest_collection_modifyitems(items):
+    group = {item.path: item.path.name for item in items}
+    for item in items:
+        for fixture in SHARED_FIXTURES:
+            if fixture in item.fixturenames:
+                group[item.path] = fixture
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(group[item.path]))
+
+
 # Task sections as a validated config holds them (label_field: the schema's default), so that
 # the jobs built from them get the columns their rules pass.
 PAIR_TASK = {
