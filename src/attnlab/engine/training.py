@@ -14,7 +14,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -206,6 +206,54 @@ def _classifier_loss(model: PreTrainedModel, batch: dict[str, torch.Tensor]) -> 
     return model(**batch).loss
 
 
+def _optimizer(model: PreTrainedModel, train_cfg: dict[str, Any], total_steps: int):
+    """AdamW with BERT's weight decay groups and a linear warm-up and decay over `total_steps`:
+    (optimizer, scheduler)."""
+    # no weight decay on biases and LayerNorm weights, as in BERT
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    optimizer = torch.optim.AdamW(
+        [
+            {"params": decay, "weight_decay": train_cfg["weight_decay"]},
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
+        lr=train_cfg["learning_rate"],
+        fused=True,  # one kernel for all parameters: a quarter faster for the tiny default model
+    )
+    warmup_steps = max(1, round(train_cfg["warmup"] * total_steps))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, _linear_schedule(warmup_steps, total_steps)
+    )
+    return optimizer, scheduler
+
+
+def _epoch(
+    model: PreTrainedModel,
+    batches: Iterator[dict[str, torch.Tensor]],
+    *,
+    loss_of: Callable[[PreTrainedModel, dict[str, torch.Tensor]], torch.Tensor],
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    bf16: bool,
+    progress: tqdm,
+) -> float:
+    """One pass over `batches`, a step each: the summed training loss (per example)."""
+    model.train()
+    total = 0.0
+    for batch in batches:
+        device = batch["input_ids"].device
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            loss = loss_of(model, batch)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
+        total += loss.item() * len(batch["input_ids"])
+        progress.update()
+    return total
+
+
 def _train(
     model: PreTrainedModel,
     train: dict[str, torch.Tensor],
@@ -231,21 +279,7 @@ def _train(
     epochs, batch_size = train_cfg["epochs"], train_cfg["batch_size"]
     steps_per_epoch = math.ceil(n_train / batch_size)
     total_steps = epochs * steps_per_epoch
-    # no weight decay on biases and LayerNorm weights, as in BERT
-    decay = [p for p in model.parameters() if p.ndim >= 2]
-    no_decay = [p for p in model.parameters() if p.ndim < 2]
-    optimizer = torch.optim.AdamW(
-        [
-            {"params": decay, "weight_decay": train_cfg["weight_decay"]},
-            {"params": no_decay, "weight_decay": 0.0},
-        ],
-        lr=train_cfg["learning_rate"],
-        fused=True,  # one kernel for all parameters: a quarter faster for the tiny default model
-    )
-    warmup_steps = max(1, round(train_cfg["warmup"] * total_steps))
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, _linear_schedule(warmup_steps, total_steps)
-    )
+    optimizer, scheduler = _optimizer(model, train_cfg, total_steps)
     shuffle = torch.Generator().manual_seed(seed)
     stop_loss = train_cfg.get("stop_loss")
     buckets = train_cfg.get("length_buckets", False)
@@ -255,24 +289,14 @@ def _train(
              name, n_train, epochs, total_steps, device)
     progress = tqdm(total=total_steps, desc=f"finetune {name}", mininterval=5)
     for epoch in range(1, epochs + 1):
-        model.train()
-        epoch_loss = 0.0
         if buckets:
             order = length_bucket_order(lengths, batch_size, shuffle)
         else:
             order = torch.randperm(n_train, generator=shuffle)
-        for batch in _batches(train, order, batch_size, device):
-            batch = _trimmed(batch) if buckets else batch
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-                loss = loss_of(model, batch)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad()
-            epoch_loss += loss.item() * len(batch["input_ids"])
-            progress.update()
-        train_loss = epoch_loss / n_train
+        batches = _batches(train, order, batch_size, device)
+        train_loss = _epoch(model, map(_trimmed, batches) if buckets else batches,
+                            loss_of=loss_of, optimizer=optimizer, scheduler=scheduler,
+                            bf16=bf16, progress=progress) / n_train
         dev_accuracy = None if evaluate is None else evaluate(model)
         log.info("%s epoch %d/%d: train loss %.4f%s", name, epoch, epochs, train_loss,
                  "" if dev_accuracy is None else f", dev accuracy {dev_accuracy:.4f}")
