@@ -291,7 +291,7 @@ def test_identity_map_identifies_every_token_at_layer_0():
     cfg = {"epochs": 1, "learning_rate": 1e-3, "token_batch_size": 16, "mlp_hidden": 8}
     states = ti.token_states(model, held_out, batch_size=3)
     assert len(states[1]) == sum(LENGTHS)
-    sentences = ti.identifiability_rates(ti.token_states(model, train, 3), states, cfg, seed=0)
+    sentences = ti.identified_by_sentence(ti.token_states(model, train, 3), states, cfg, seed=0)
     combos = (models.num_layers(model) + 1) * len(ti.MAPS) * len(ti.LOSSES)
     assert len(sentences) == combos * len(LENGTHS)  # one row per held-out sentence
     assert (sentences.groupby(["layer", "map", "loss"])["tokens"].apply(list)

@@ -124,7 +124,7 @@ def fit_map(
     return g.eval()
 
 
-def identifiability_rates(
+def identified_by_sentence(
     train: tuple[list[torch.Tensor], torch.Tensor],
     held_out: tuple[list[torch.Tensor], torch.Tensor],
     cfg: Mapping[str, Any],
@@ -158,7 +158,7 @@ def identifiability_rates(
 
 def rates(sentences: pd.DataFrame) -> pd.DataFrame:
     """The identifiability rate of every layer, map and loss over all held-out tokens, from
-    `identifiability_rates`' sentences. Columns: layer, map, loss, rate, tokens."""
+    `identified_by_sentence`' sentences. Columns: layer, map, loss, rate, tokens."""
     pooled = sentences.groupby(["layer", "map", "loss"], sort=False)[["identified", "tokens"]]
     table = pooled.sum().reset_index()
     return table.assign(rate=table["identified"] / table["tokens"])[
@@ -190,7 +190,7 @@ class _Rates:
 
 def claims(sentences: pd.DataFrame) -> list[dict[str, Any]]:
     """Brunner et al.'s statements on token identifiability, judged on one task's held-out
-    sentences (`identifiability_rates`): findings with intervals over the sentences (the
+    sentences (`identified_by_sentence`): findings with intervals over the sentences (the
     tokens of one sentence share its context, so the sentence is the unit), and the learned
     map against the identity as a check."""
     units = _Rates(sentences)

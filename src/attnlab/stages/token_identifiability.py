@@ -29,8 +29,8 @@ def run(job: ModelJob) -> None:
              "sentences, scored on %d tokens of %d dev sentences", job.task,
              len(train_states[1]), len(train["input_ids"]), len(dev_states[1]),
              len(dev["input_ids"]))
-    sentences = token_identifiability.identifiability_rates(train_states, dev_states, cfg,
-                                                            job.settings.seed)
+    sentences = token_identifiability.identified_by_sentence(train_states, dev_states, cfg,
+                                                             job.settings.seed)
     rates = token_identifiability.rates(sentences)
     claims = pd.DataFrame(token_identifiability.claims(sentences))
     job.write_tables({"sentences": sentences, "rates": rates, "claims": claims})
