@@ -270,8 +270,8 @@ def claims(keys: pd.DataFrame, attention: pd.DataFrame, epsilon: float,
                                               jsd=("jsd", "mean"))
     distance = per_example["distance"].median()
     over = f"95 % interval over {len(per_example)} dev examples"
-    large = (f"holds above {LARGE_JSD}: our choice, a seventh of the largest JSD (ln 2); the "
-             "papers print no number")
+    large = (f"holds above {LARGE_JSD}: our choice, a seventh of the largest JSD (ln 2); no number "
+             "of the papers' we could cite")
     out = [
         finding("adversarial_keys", "adversarial keys keep the original predictions",
                 f"share of dev predictions unchanged, {over} (holds above {SAME_PREDICTIONS}: "

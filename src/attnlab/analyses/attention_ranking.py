@@ -38,7 +38,7 @@ from attnlab.engine.intervention import Intervention
 
 STAGE = "attention_permutation"
 # "Uncorrelated": a mean τ below 0.5, what rank correlations are commonly called strong from
-# (the bar is ours; the paper prints none).
+# (the bar is ours; the paper sets none).
 WEAK_TAU = 0.5
 
 
@@ -150,7 +150,7 @@ def claims(table: pd.DataFrame) -> list[dict[str, Any]]:
         return verdicts.bootstrap(values[columns[0]].to_numpy())
 
     ours = (f"holds below {WEAK_TAU}: our choice, where rank correlations are commonly called "
-            "strong; the paper prints no bar")
+            "strong; the paper sets no bar")
     over = "95 % interval over the examples with two or more content tokens"
     return [
         finding(STAGE, "attention ranks tokens unlike gradient importance",

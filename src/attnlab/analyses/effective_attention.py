@@ -366,12 +366,12 @@ def claims(per_head: pd.DataFrame, mass: pd.DataFrame, d_v: int,
         finding(STAGE, "beyond d_v, r(A, A_eff) falls as sequences get longer",
                 f"Pearson r of sequence length and each example's mean r(A, A_eff) over its "
                 f"heads, 95 % interval over the {n} examples of > {d_v} tokens (holds below 0: "
-                "a falling trend; the paper prints no number)",
+                "a falling trend)",
                 _length_trend(long_, d_v), Bar(0, "below"), source("brunner2020", "s3_length")),
         finding(STAGE, "effective attention to [SEP] is lower than raw attention",
                 f"each example's mean over layers and heads of effective minus raw attention "
                 f"mass on [SEP], 95 % interval over the examples of > {d_v} tokens (holds below "
-                "0; the paper prints no number)",
+                "0)",
                 _sep_shift(mass, d_v, decoder), Bar(0, "below"),
                 source("brunner2020", "s3_special_tokens")),
     ]
