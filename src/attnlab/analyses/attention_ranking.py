@@ -37,8 +37,8 @@ from attnlab.engine import examples, models
 from attnlab.engine.intervention import Intervention
 
 STAGE = "attention_permutation"
-# "Uncorrelated": a mean τ below 0.5, what rank correlations are commonly called strong from
-# (the bar is ours; the paper sets none).
+# "Uncorrelated": a mean τ below 0.5, the value from which rank correlations are commonly
+# called strong (our bar; the paper sets none).
 WEAK_TAU = 0.5
 
 
