@@ -223,26 +223,63 @@ def _per_head(lengths, **columns):
     return pd.DataFrame({**base, **columns})
 
 
-def test_effective_attention_claims_are_not_testable_on_a_side_without_sequences():
-    """Only sequences of <= d_v tokens: the statements about longer ones are not testable and
-    carry no number (NaN); only longer ones (the tiny default models, d_v = 8): the reverse."""
-    mass = pd.DataFrame({"example": [0], "length": [5], "layer": 0, "head": 0,
-                         "category": "[SEP]", "raw": 0.3, "effective": 0.3})
-    short = ea.claims(_per_head([5, 7]), mass, d_v=8)
+def _sep_mass(lengths, effective):
+    """A made-up mass table: one [SEP] row per example, raw mass 0.3."""
+    return pd.DataFrame({"example": range(len(lengths)), "length": lengths, "layer": 0,
+                         "head": 0, "category": "[SEP]", "raw": 0.3, "effective": effective})
+
+
+def test_effective_attention_checks_and_findings_and_a_side_without_sequences():
+    """The rank argument and negative entries are checks, the length trend and the [SEP]
+    shift findings with intervals over the examples longer than d_v. Only sequences of <= d_v
+    tokens: the statements about longer ones are not testable and carry no number (NaN), each
+    with its reason; only longer ones (the tiny default models, d_v = 8): the reverse."""
+    short = ea.claims(_per_head([5, 7]), _sep_mass([5, 7], 0.3), d_v=8)
+    assert [c["kind"] for c in short] == ["check"] * 5 + ["finding"] * 2
     assert [c["verdict"] for c in short] == ["holds"] * 2 + ["not testable"] * 5
     assert all(np.isnan(c["value"]) for c in short[2:])
-    # each says why instead of a verdict: the judged ones have no reason
-    assert [c["reason"] for c in short[:3]] == ["", "", "no example of more than d_v = 8 tokens"]
-    long_ = _per_head([10, 12], pearson_r=[0.9, 0.8], max_change=0.1, negative_share=0.2)
-    long_mass = mass.assign(length=10, effective=0.2)
-    only_long = ea.claims(long_, long_mass, d_v=8)
+    assert [c["reason"] for c in short[1:]] == [
+        "", "no example of more than d_v = 8 tokens", "no example of more than d_v = 8 tokens",
+        "no example of more than d_v = 8 tokens",
+        "fewer than two sequence lengths above d_v = 8",
+        "no [SEP] in an example of more than d_v = 8 tokens"]
+    # six longer sequences whose r(A, A_eff) falls strictly with length, and whose [SEP]
+    # loses 0.1 of its mass: every resample (but one of a single length, drawn with
+    # probability 6 / 6^6) has r = -1, and every example a shift of -0.1
+    lengths = [10, 12, 14, 16, 18, 20]
+    long_ = _per_head(lengths, pearson_r=np.linspace(0.9, 0.4, 6), negative_share=0.2)
+    only_long = ea.claims(long_, _sep_mass(lengths, 0.2), d_v=8)
     assert [c["verdict"] for c in only_long] == ["not testable"] * 2 + ["holds"] * 5
     assert all(np.isnan(c["value"]) for c in only_long[:2])
-    both = ea.claims(pd.concat([_per_head([5, 7]), long_]), pd.concat([mass, long_mass]), 8)
-    assert [c["verdict"] for c in both] == ["holds"] * 7
+    trend, sep = only_long[5:]
+    assert (trend["value"], trend["low"], trend["high"], trend["n"]) == pytest.approx(
+        (-1, -1, -1, 6))
+    assert (trend["bar"], trend["side"]) == (0, "below")
+    assert (sep["value"], sep["low"], sep["high"]) == pytest.approx((-0.1, -0.1, -0.1))
+    assert "Brunner et al. 2020, §3" in trend["source"] and sep["source"]
     # one short head whose values lost a rank: the share is no longer 0
     lost = _per_head([5, 7], null_dim=[0, 1])
-    assert ea.claims(lost, mass, d_v=8)[0]["verdict"] == "does not hold"
+    assert ea.claims(lost, _sep_mass([5, 7], 0.3), d_v=8)[0]["verdict"] == "does not hold"
+
+
+def test_a_length_trend_the_examples_do_not_agree_on_is_inconclusive():
+    """r(A, A_eff) up and down with length: the estimate is negative, but resamples of six
+    examples disagree on the sign, so the interval contains 0 and no verdict is drawn from
+    the point estimate; a [SEP] shift of either sign over the examples likewise."""
+    lengths = [10, 12, 14, 16, 18, 20]
+    long_ = _per_head(lengths, pearson_r=[0.9, 0.5, 0.8, 0.4, 0.9, 0.6])
+    rows = ea.claims(long_, _sep_mass(lengths, [0.2, 0.4, 0.25, 0.35, 0.2, 0.38]), d_v=8)
+    trend, sep = rows[5:]
+    assert trend["value"] < 0 and trend["low"] < 0 < trend["high"]
+    assert trend["verdict"] == sep["verdict"] == "inconclusive"
+
+
+def test_correlation_of_resamples():
+    """Pearson r per resample: +1 and -1 on a line, 0 where a column is constant."""
+    x = np.arange(5.0)
+    sample = np.stack([np.column_stack([x, 2 * x + 1]), np.column_stack([x, -x]),
+                       np.column_stack([np.ones(5), x])])
+    np.testing.assert_allclose(ea.correlation(sample), [1, -1, 0])
 
 
 def test_identity_map_identifies_every_token_at_layer_0():
@@ -254,11 +291,68 @@ def test_identity_map_identifies_every_token_at_layer_0():
     cfg = {"epochs": 1, "learning_rate": 1e-3, "token_batch_size": 16, "mlp_hidden": 8}
     states = ti.token_states(model, held_out, batch_size=3)
     assert len(states[1]) == sum(LENGTHS)
-    rates = ti.identifiability_rates(ti.token_states(model, train, 3), states, cfg, seed=0)
-    assert len(rates) == (models.num_layers(model) + 1) * len(ti.MAPS) * len(ti.LOSSES)
+    sentences = ti.identified_by_sentence(ti.token_states(model, train, 3), states, cfg, seed=0)
+    combos = (models.num_layers(model) + 1) * len(ti.MAPS) * len(ti.LOSSES)
+    assert len(sentences) == combos * len(LENGTHS)  # one row per held-out sentence
+    assert (sentences.groupby(["layer", "map", "loss"])["tokens"].apply(list)
+            == [list(LENGTHS)] * combos).all()
+    rates = ti.rates(sentences)
+    assert len(rates) == combos
     identity0 = rates[(rates["map"] == "identity") & (rates["layer"] == 0)]
     assert list(identity0["rate"]) == [1.0, 1.0]
     assert (rates["tokens"] == sum(LENGTHS)).all()
+
+
+def _sentences(rate, sentences=10, layers=3):
+    """A made-up sentences table: every sentence of 10 tokens, `rate(layer, map, loss,
+    sentence)` of them identified."""
+    return pd.DataFrame([{"layer": layer, "map": kind, "loss": loss, "sentence": s,
+                          "identified": rate(layer, kind, loss, s), "tokens": 10}
+                         for layer in range(layers + 1) for kind in ti.MAPS
+                         for loss in ti.LOSSES for s in range(sentences)])
+
+
+def test_token_identifiability_findings_pool_tokens_and_resample_sentences():
+    """Learned maps identify 9 of 10 tokens with cosine and 7 with L2 in layer 1, one fewer
+    with each layer; the identity 5. The lowest best rate (layer 3, cosine: 0.7), the cosine
+    gain (0.2) and the decline (0.2) hold on every resample, since every sentence agrees; the
+    learned map beats the identity as a check."""
+    def rate(layer, kind, loss, _):
+        if kind == "identity":
+            return 5
+        return (9 if loss == "cosine" else 7) - (layer - 1) * (layer > 0)
+
+    rows = {c["claim"]: c for c in ti.claims(_sentences(rate))}
+    stays = rows["tokens stay identifiable in every layer"]
+    assert (stays["value"], stays["low"], stays["high"], stays["n"]) == pytest.approx(
+        (0.7, 0.7, 0.7, 10))
+    assert (stays["bar"], stays["verdict"]) == (0.5, "holds")
+    gain = rows["a cosine loss identifies more tokens than an L2 loss"]
+    assert gain["value"] == pytest.approx(0.2) and gain["verdict"] == "holds"
+    decline = rows["identifiability declines with depth"]
+    assert decline["value"] == pytest.approx(0.2) and decline["verdict"] == "holds"
+    beats = rows["a learned map beats the identity baseline in the last layer"]
+    assert (beats["kind"], beats["value"], beats["verdict"]) == pytest.approx(
+        ("check", 0.7 - 0.5, "holds"))
+    assert all(row["kind"] == "finding" and "Brunner et al. 2020" in row["source"]
+               for row in (stays, gain, decline))
+
+
+def test_a_cosine_gain_carried_by_one_sentence_is_inconclusive():
+    """Cosine beats L2 by 10 tokens in one sentence of ten and loses by one in the others: the
+    pooled gain is positive (0.01), but resamples without that sentence show a loss, so the
+    interval contains 0."""
+    def rate(_layer, kind, loss, sentence):
+        if kind == "identity":
+            return 5
+        if loss == "l2":
+            return 0 if sentence == 0 else 5
+        return 10 if sentence == 0 else 4
+
+    gain = {c["claim"]: c for c in ti.claims(_sentences(rate))}[
+        "a cosine loss identifies more tokens than an L2 loss"]
+    assert gain["value"] == pytest.approx(0.01)
+    assert gain["low"] < 0 < gain["high"] and gain["verdict"] == "inconclusive"
 
 
 def test_nearest_neighbour_is_searched_within_the_sentence_only():
@@ -368,6 +462,44 @@ def test_probe_estimate_is_within_its_stated_error_of_the_exact_norms():
     assert ((mean - exact).abs() <= 4 * mean_error).all()
 
 
+def test_contributions_by_distance_average_the_inputs_next_to_and_far_from_each_token():
+    c = torch.arange(16.0).view(1, 4, 4)  # [layer, j, i]
+    near, far = tm._by_distance(c)
+    np.testing.assert_allclose(near[0], [1, (4 + 6) / 2, (9 + 11) / 2, 14])
+    np.testing.assert_allclose(far[0], [(2 + 3) / 2, 7, 8, (12 + 13) / 2])
+    # two tokens: each has a neighbour and no distant token
+    near, far = tm._by_distance(torch.ones(1, 2, 2))
+    assert near.tolist() == [[1, 1]] and np.isnan(far).all()
+
+
+def _mixing(examples, not_self, self_first, self_last, local):
+    """A made-up per-token table: 4 tokens per example, layers 1 and 2; at layer 2 `not_self`
+    of them led by another input, self-contributions `self_first` and `self_last` and
+    neighbours ahead of distant inputs by `local(example)`."""
+    rows = []
+    for example in range(examples):
+        for layer, own in ((1, self_first), (2, self_last)):
+            for token in range(4):
+                rows.append({"example": example, "layer": layer, "token": token,
+                             "top_is_self": not (layer == 2 and token < not_self),
+                             "self_contribution": own, "neighbour_contribution": 0.2,
+                             "distant_contribution": 0.2 - local(example)})
+    return pd.DataFrame(rows)
+
+
+def test_token_mixing_findings_are_judged_over_examples():
+    """One token in four led by another input in every example (0.25), self-contribution 0.6
+    falling to 0.4, neighbours ahead by 0.05: all hold on every resample; neighbours ahead in
+    one example and behind in the others: the estimate is negative and its interval too."""
+    rows = tm.claims(_mixing(8, 1, 0.6, 0.4, lambda _: 0.05))
+    assert [r["kind"] for r in rows] == ["finding"] * 3
+    assert [r["verdict"] for r in rows] == ["holds"] * 3
+    assert [r["value"] for r in rows] == pytest.approx([0.25, 0.2, 0.05])
+    assert rows[0]["bar"] == tm.SIZEABLE and rows[0]["n"] == 8
+    behind = tm.claims(_mixing(8, 1, 0.6, 0.4, lambda e: 0.05 if e == 0 else -0.05))[2]
+    assert behind["value"] == pytest.approx(-0.0375) and behind["verdict"] == "does not hold"
+
+
 def test_token_mixing_tables_pick_the_estimator_by_length():
     model = models.prepare_model(tiny_classifier("bert"))
     batch = tiny_batch("bert", (9, 6))
@@ -375,6 +507,8 @@ def test_token_mixing_tables_pick_the_estimator_by_length():
     by_example = tokens.drop_duplicates("example").set_index("example")["estimator"]
     assert by_example.to_dict() == {0: "probes=8", 1: "exact"}
     assert len(tokens) == models.num_layers(model) * (9 + 6)
+    # every token of 9 and 6 has a neighbour and an input two or more away
+    assert tokens[["neighbour_contribution", "distant_contribution"]].notna().all().all()
     # every hidden token's contributions sum to 1 over the inputs, pair counts add up
     total = offsets.assign(s=offsets["mean_contribution"] * offsets["pairs"])
     per_layer = total.groupby("layer")["s"].sum()

@@ -16,6 +16,7 @@ from attnlab.analyses import (
     adversarial_attention,
     attack,
     attention_permutation,
+    attention_ranking,
     effective_attention,
     heads,
     pruning,
@@ -280,17 +281,20 @@ def library_claims(tasks: list[str], similar: list[list[str]], dissimilar: list[
                               "relative_change": 0.0 if n <= BERT_BASE_D_V else 0.3,
                               "pearson_r": 1 - n / 1000, "negative_share": 0.1}
                              for n in (10, 100, 120)])
-    mass = pd.DataFrame([{"length": 100, "category": "[SEP]", "effective": 0.1, "raw": 0.3}])
-    rates = pd.DataFrame([{"map": m, "loss": loss, "layer": layer, "rate": 0.9}
-                          for m in token_identifiability.MAPS
-                          for loss in token_identifiability.LOSSES for layer in layers])
-    tokens = pd.DataFrame([{"layer": layer, "top_is_self": True, "self_contribution": 0.5}
-                           for layer in layers])
-    offsets = pd.DataFrame([{"layer": BERT_BASE_LAYERS, "offset": offset,
-                             "mean_contribution": 0.1, "pairs": 10} for offset in (-2, 1, 3)])
-    permuted = pd.DataFrame([{"permuted": name, "correct_share": 0.8, "original_correct": 0.9,
-                              "tvd_median": 0.1}
+    mass = pd.DataFrame([{"example": 100, "length": 100, "category": "[SEP]", "effective": 0.1,
+                          "raw": 0.3}])
+    sentences = pd.DataFrame([{"map": m, "loss": loss, "layer": layer, "sentence": 0,
+                               "identified": 9, "tokens": 10}
+                              for m in token_identifiability.MAPS
+                              for loss in token_identifiability.LOSSES for layer in layers])
+    tokens = pd.DataFrame([{"example": 0, "layer": layer, "top_is_self": True,
+                            "self_contribution": 0.5, "neighbour_contribution": 0.2,
+                            "distant_contribution": 0.1} for layer in layers])
+    permuted = pd.DataFrame([{"permuted": name, "example": 0, "correct_share": 0.8,
+                              "original_correct": True, "tvd_median": 0.1}
                              for name in [*map(str, layers), attention_permutation.ALL_LAYERS]])
+    ranking = pd.DataFrame([{"example": 0, "tokens": 5, "tau_gradient": 0.1, "tau_loo": 0.2,
+                             "tau_gradient_loo": 0.3}])
     keys = pd.DataFrame([{"example": 0, "same_prediction": True, "key_distance": 1.0,
                           "jsd": 0.2}])
     adversarial = pd.DataFrame([{"layer": layer, "jsd": 0.2} for layer in layers])
@@ -300,9 +304,10 @@ def library_claims(tasks: list[str], similar: list[list[str]], dissimilar: list[
               + task_correlation.cross_task_claims(pd.DataFrame(pairs), similar, dissimilar)
               + attack.attack_claims(attack_summary, no_planted, top=3)
               + effective_attention.claims(per_head, mass, BERT_BASE_D_V)
-              + token_identifiability.claims(rates) + token_mixing.claims(tokens, offsets)
-              + attention_permutation.claims(permuted)
-              + adversarial_attention.claims(keys, adversarial, epsilon=0.01))
+              + token_identifiability.claims(sentences) + token_mixing.claims(tokens)
+              + attention_permutation.claims(permuted) + attention_ranking.claims(ranking)
+              + adversarial_attention.claims(keys, adversarial, epsilon=0.01,
+                                             distance_cap=1.0))
     return {(c["stage"], c["claim"]) for c in claims}
 
 

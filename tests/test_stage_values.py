@@ -46,9 +46,9 @@ SETTINGS = {
 }
 OUTPUTS = {
     effective_attention: ("heads", "tokens", "claims"),
-    token_identifiability: ("rates", "claims"),
+    token_identifiability: ("sentences", "rates", "claims"),
     token_mixing: ("tokens", "offsets", "claims"),
-    attention_permutation: ("table", "claims"),
+    attention_permutation: ("table", "ranking", "claims"),
     adversarial_attention: ("key_table", "attention_table", "claims"),
 }
 
@@ -117,6 +117,12 @@ def test_effective_attention_is_the_attention_up_to_d_v_tokens_and_differs_beyon
     claims = tables["effective_attention"]["claims"]
     assert verdict(claims, "attention is identifiable up to d_v tokens (A_eff = A)") == "holds"
     assert verdict(claims, "beyond d_v tokens attention weights are not identifiable") == "holds"
+    # the rank argument is checked, the paper's observations are findings over the longer
+    # examples, with their interval and source
+    assert (claims["kind"] == "check").sum() == 5
+    findings = claims[claims["kind"] == "finding"]
+    assert (findings["n"] == len(dev) - len(SHORT)).all()
+    assert (findings["low"] <= findings["value"]).all() and (findings["source"] != "").all()
 
 
 def test_token_identifiability_at_layer_0_is_exact_for_the_identity_map(stages):
@@ -163,6 +169,23 @@ def test_permuting_uniform_attention_changes_nothing_and_the_other_layer_somethi
     claims = tables["attention_permutation"]["claims"]
     costs = claims.set_index("claim")["value"]
     assert costs.iloc[0] == pytest.approx(0, abs=1e-12)  # layer 0's permutation costs nothing
+    # which cannot clear the poster's bar, whatever the interval
+    assert claims["verdict"].iloc[0] == "does not hold"
+
+
+def test_attention_ranking_covers_each_examples_words(stages):
+    dev, tables = stages
+    ranking = tables["attention_permutation"]["ranking"]
+    # every word of each example is ranked: its tokens less [CLS] and the two [SEP]
+    assert list(ranking["tokens"]) == list(lengths(dev) - 3)
+    taus = ranking[["tau_gradient", "tau_loo", "tau_gradient_loo"]]
+    assert taus.stack().between(-1, 1).all()
+    claims = tables["attention_permutation"]["claims"]
+    ranked = claims[claims["source"].str.startswith("Jain & Wallace 2019")]
+    # each over the examples whose tau is defined (a constant score has none)
+    assert list(ranked["n"]) == [taus["tau_gradient"].notna().sum(),
+                                 taus["tau_loo"].notna().sum(),
+                                 taus[["tau_gradient_loo", "tau_loo"]].notna().all(axis=1).sum()]
 
 
 def test_adversarial_keys_cannot_move_uniform_attention_and_attention_keeps_its_bound(stages):

@@ -1,6 +1,7 @@
 # Is attention explanation? (Jain & Wallace 2019, Drozdyuk et al., docs/methods.md): attention
-# permutation, adversarial keys and adversarial attention on each task's fine-tuned model, each
-# with its tables, the claims judged on them, and a figure.
+# permutation (with attention's token ranking against gradient and leave-one-out importance),
+# adversarial keys and adversarial attention on each task's fine-tuned model, each with its
+# tables, the claims judged on them, and a figure.
 
 
 rule attention_permutation:
@@ -9,6 +10,7 @@ rule attention_permutation:
         dev=rules.prepare_data.output.dev,
     output:
         table="results/{name}/explanation/{task}/attention_permutation.parquet",
+        ranking="results/{name}/explanation/{task}/attention_ranking.parquet",
         claims="results/{name}/explanation/{task}/attention_permutation_claims.parquet",
         figure=report(
             "results/{name}/explanation/{task}/attention_permutation.png",

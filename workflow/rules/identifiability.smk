@@ -41,6 +41,7 @@ rule token_identifiability:
         train=rules.prepare_data.output.train,
         dev=rules.prepare_data.output.dev,
     output:
+        sentences="results/{name}/identifiability/{task}/token_identifiability_sentences.parquet",
         rates="results/{name}/identifiability/{task}/token_identifiability.parquet",
         claims="results/{name}/identifiability/{task}/token_identifiability_claims.parquet",
         figure=report(

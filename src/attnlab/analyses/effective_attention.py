@@ -42,11 +42,14 @@ import torch
 from tqdm import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from attnlab.analyses.claims import NotTestable, claim
+from attnlab.analyses import verdicts
+from attnlab.analyses.claims import NotTestable, claim, finding, source
+from attnlab.analyses.verdicts import Bar
 from attnlab.data import synthetic
 from attnlab.engine import examples, models
 from attnlab.engine.intervention import Intervention
 
+STAGE = "effective_attention"
 # [BOS]: a decoder's first token <s> (an encoder's <s> is its [CLS])
 CATEGORIES = ("[CLS]", "[SEP]", "[BOS]", "punctuation", "filler")
 # The per-head statistics, columns of the per-head table after example, length, layer, head.
@@ -265,12 +268,11 @@ def _heads_of(side: pd.DataFrame, which: str) -> str:
     return f"{len(side)} heads of {examples_} example{'s' * (examples_ != 1)} of {which} tokens"
 
 
-def _identifiability_claims(per_head: pd.DataFrame, d_v: int) -> list[dict[str, Any]]:
-    """The rank argument tested on both sides of d_v: the share of heads whose values have a
-    non-trivial left null space (predicted 0 up to d_v tokens, 1 beyond), and the size of the
-    non-identifiable component ‖A − A_eff‖_F / ‖A‖_F. A side without examples is "not
-    testable", with no value (NaN)."""
-    stage = "effective_attention"
+def _identifiability_checks(per_head: pd.DataFrame, d_v: int) -> list[dict[str, Any]]:
+    """The rank argument checked on both sides of d_v (rank–nullity: checks, not findings): the
+    share of heads whose values have a non-trivial left null space (0 up to d_v tokens, 1
+    beyond), and the size of the non-identifiable component ‖A − A_eff‖_F / ‖A‖_F. A side
+    without examples is "not testable", with no value (NaN)."""
     short, long_ = per_head[per_head["length"] <= d_v], per_head[per_head["length"] > d_v]
     null_short = (short["null_dim"] > 0).mean() if len(short) else float("nan")
     change_short = short["relative_change"].max() if len(short) else float("nan")
@@ -283,62 +285,93 @@ def _identifiability_claims(per_head: pd.DataFrame, d_v: int) -> list[dict[str, 
     no_long = NotTestable(f"no example of more than d_v = {d_v} tokens")
     beyond = f"> {d_v}"
     return [
-        claim(stage, "attention weights are identifiable up to d_v tokens: the values' left null "
+        claim(STAGE, "attention weights are identifiable up to d_v tokens: the values' left null "
               "space is empty",
               f"share of heads whose value vectors T have a non-trivial left null space, over "
               f"{_heads_of(short, within)} (holds if 0; rank tolerance sigma_max * max(n, d_v) "
               f"* float64 eps; smallest sigma_min / sigma_max of T seen: {margin:.2g})",
-              null_short, no_short if short.empty else null_short == 0),
-        claim(stage, "attention is identifiable up to d_v tokens (A_eff = A)",
+              null_short, no_short if short.empty else null_short == 0, kind="check"),
+        claim(STAGE, "attention is identifiable up to d_v tokens (A_eff = A)",
               f"largest ||A - A_eff||_F / ||A||_F over {_heads_of(short, within)} (holds if <= "
               f"{IDENTICAL:g})", change_short,
-              no_short if short.empty else change_short <= IDENTICAL),
-        claim(stage, "beyond d_v tokens attention weights are not identifiable: the values' left "
+              no_short if short.empty else change_short <= IDENTICAL, kind="check"),
+        claim(STAGE, "beyond d_v tokens attention weights are not identifiable: the values' left "
               "null space is non-trivial",
               f"share of heads whose value vectors T have a non-trivial left null space, over "
               f"{_heads_of(long_, beyond)} (holds if 1; {at_bound:.0%} of them have exactly "
               "n - d_v dimensions, the rank bound)",
-              null_long, no_long if long_.empty else null_long == 1),
-        claim(stage, "beyond d_v tokens part of the attention does not reach the head's output "
+              null_long, no_long if long_.empty else null_long == 1, kind="check"),
+        claim(STAGE, "beyond d_v tokens part of the attention does not reach the head's output "
               "(A_eff differs from A)",
               f"median ||A - A_eff||_F / ||A||_F over {_heads_of(long_, beyond)} (holds if > "
-              f"{IDENTICAL:g})", change_long, no_long if long_.empty else change_long > IDENTICAL),
+              f"{IDENTICAL:g})", change_long, no_long if long_.empty else change_long > IDENTICAL,
+              kind="check"),
     ]
+
+
+def correlation(sample: np.ndarray) -> np.ndarray:
+    """Pearson r of the two columns of each resample (resamples, units, 2); 0 for a resample
+    in which either column is constant (no trend can be seen in it)."""
+    x = sample[..., 0] - sample[..., 0].mean(axis=1, keepdims=True)
+    y = sample[..., 1] - sample[..., 1].mean(axis=1, keepdims=True)
+    scale = np.sqrt((x**2).sum(axis=1) * (y**2).sum(axis=1))
+    return np.divide((x * y).sum(axis=1), scale, out=np.zeros(len(sample)), where=scale > 0)
+
+
+def _length_trend(long_: pd.DataFrame, d_v: int) -> verdicts.Interval | NotTestable:
+    """Pearson r of length and each example's mean r(A, A_eff) over its heads, with its
+    interval over the examples longer than d_v."""
+    per_example = long_.groupby("example").agg(length=("length", "first"),
+                                                r=("pearson_r", "mean"))
+    if per_example["length"].nunique() < 2:
+        return NotTestable(f"fewer than two sequence lengths above d_v = {d_v}")
+    return verdicts.bootstrap(per_example[["length", "r"]].to_numpy(), correlation)
+
+
+def _sep_shift(mass: pd.DataFrame, d_v: int, decoder: bool) -> verdicts.Interval | NotTestable:
+    """Each example's mean over layers and heads of effective minus raw attention mass on
+    [SEP], with its interval over the examples longer than d_v."""
+    if decoder:
+        return NotTestable("a decoder language model has no [SEP]: the statement is about "
+                           "BERT's separator token")
+    sep = mass[(mass["length"] > d_v) & (mass["category"] == "[SEP]")]
+    if sep.empty:
+        return NotTestable(f"no [SEP] in an example of more than d_v = {d_v} tokens")
+    shift = (sep["effective"] - sep["raw"]).groupby(sep["example"]).mean()
+    return verdicts.bootstrap(shift.to_numpy())
 
 
 def claims(per_head: pd.DataFrame, mass: pd.DataFrame, d_v: int,
            decoder: bool = False) -> list[dict[str, Any]]:
-    """Brunner et al.'s statements on effective attention, judged on one task's tables.
+    """Brunner et al.'s statements on effective attention, judged on one task's tables: the
+    rank argument and its consequences as checks, the paper's observations as findings over
+    the examples longer than d_v.
 
     Statements about sequences of at most d_v tokens are "not testable" when the task has none
     (the tiny default models: d_v = 8), those about longer ones when it has none. On a decoder
     (`decoder`) the rank statements hold row by row (module docstring) and are judged as for an
     encoder; the [SEP] statement is not testable: a decoder has no separator token."""
-    stage = "effective_attention"
     long_ = per_head[per_head["length"] > d_v]
-    out = _identifiability_claims(per_head, d_v)
-    lengths = long_["length"].nunique()
-    r_trend = (np.corrcoef(long_["length"], long_["pearson_r"])[0, 1] if lengths > 1
-               else float("nan"))
-    out.append(claim(stage, "beyond d_v, r(A, A_eff) falls as sequences get longer",
-                     f"Pearson r of sequence length and r(A, A_eff) over sequences of > {d_v} "
-                     f"tokens (holds if < 0; {long_['example'].nunique()} such examples)",
-                     r_trend, NotTestable(f"fewer than two sequence lengths above d_v = {d_v}")
-                     if lengths < 2 else r_trend < 0))
+    n = long_["example"].nunique()
     negative = long_["negative_share"].mean() if len(long_) else float("nan")
-    out.append(claim(stage, "beyond d_v, effective attention is not a probability distribution",
-                     f"mean share of negative A_eff entries over sequences of > {d_v} tokens "
-                     "(holds if > 0)", negative,
-                     NotTestable(f"no example of more than d_v = {d_v} tokens")
-                     if long_.empty else negative > 0))
-    sep = mass[(mass["length"] > d_v) & (mass["category"] == "[SEP]")]
-    shift = (sep["effective"] - sep["raw"]).mean() if len(sep) else float("nan")
-    out.append(claim(stage, "effective attention to [SEP] is lower than raw attention",
-                     f"mean effective minus raw attention mass on [SEP] over sequences of > {d_v} "
-                     "tokens (holds if < 0)", shift,
-                     NotTestable("a decoder language model has no [SEP]: the statement is "
-                                 "about BERT's separator token") if decoder
-                     else NotTestable(f"no [SEP] in an example of more than d_v = {d_v} tokens")
-                     if sep.empty else shift < 0))
-    return out
-
+    return [
+        *_identifiability_checks(per_head, d_v),
+        # A_eff's rows sum to one and are projections of A's: negative entries follow from
+        # removing a non-zero null-space component, whatever the model learned
+        claim(STAGE, "beyond d_v, effective attention is not a probability distribution",
+              f"mean share of negative A_eff entries over sequences of > {d_v} tokens "
+              "(holds if > 0)", negative,
+              NotTestable(f"no example of more than d_v = {d_v} tokens")
+              if long_.empty else negative > 0, kind="check"),
+        finding(STAGE, "beyond d_v, r(A, A_eff) falls as sequences get longer",
+                f"Pearson r of sequence length and each example's mean r(A, A_eff) over its "
+                f"heads, 95 % interval over the {n} examples of > {d_v} tokens (holds below 0: "
+                "a falling trend)",
+                _length_trend(long_, d_v), Bar(0, "below"), source("brunner2020", "s3_length")),
+        finding(STAGE, "effective attention to [SEP] is lower than raw attention",
+                f"each example's mean over layers and heads of effective minus raw attention "
+                f"mass on [SEP], 95 % interval over the examples of > {d_v} tokens (holds below "
+                "0)",
+                _sep_shift(mass, d_v, decoder), Bar(0, "below"),
+                source("brunner2020", "s3_special_tokens")),
+    ]

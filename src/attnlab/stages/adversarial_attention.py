@@ -38,7 +38,8 @@ def run(job: ModelJob) -> None:
         frames.append(adversarial_attention.adversarial_attention(
             job.model, dev, layer, attention_cfg, settings.batch_size, seed))
     attention = pd.concat(frames, ignore_index=True)
-    claims = pd.DataFrame(adversarial_attention.claims(keys, attention, attention_cfg.epsilon))
+    claims = pd.DataFrame(adversarial_attention.claims(
+        keys, attention, attention_cfg.epsilon, keys_cfg.distance_cap))
     job.write_tables({"key_table": keys, "attention_table": attention, "claims": claims})
     plot_adversarial(keys, attention, attention_cfg.epsilon, job.outputs["figure"])
     log_claims(claims, job.task)

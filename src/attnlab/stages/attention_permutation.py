@@ -1,6 +1,7 @@
 """Rule attention_permutation (Jain & Wallace 2019; Drozdyuk et al.): every head's attention
-shuffled over its keys, one layer at a time and all together, on a task's first dev examples,
-and the statements judged on it."""
+shuffled over its keys, one layer at a time and all together, on a task's first dev examples;
+on the same examples, attention's ranking of the tokens against gradient and leave-one-out
+importance; and the statements judged on both."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import logging
 
 import pandas as pd
 
-from attnlab.analyses import attention_permutation
+from attnlab.analyses import attention_permutation, attention_ranking
 from attnlab.analyses.claims import log_claims
 from attnlab.model_job import ModelJob
 from attnlab.report.explanation_figures import plot_attention_permutation
@@ -17,7 +18,7 @@ log = logging.getLogger(__name__)
 
 
 def run(job: ModelJob) -> None:
-    """Writes the tables table and claims, and the figure."""
+    """Writes the tables table, ranking and claims, and the figure."""
     settings = job.settings.explanation
     cfg = settings.attention_permutation
     inputs = job.encoded("dev", cfg.examples)
@@ -26,8 +27,11 @@ def run(job: ModelJob) -> None:
     table = attention_permutation.permutation_table(job.model, job.tokenizer, inputs,
                                                     cfg.permutations, job.settings.seed,
                                                     settings.batch_size)
-    claims = pd.DataFrame(attention_permutation.claims(table))
-    job.write_tables({"table": table, "claims": claims})
+    ranking = attention_ranking.ranking_table(job.model, job.tokenizer, inputs,
+                                              settings.batch_size)
+    claims = pd.DataFrame(attention_permutation.claims(table)
+                          + attention_ranking.claims(ranking))
+    job.write_tables({"table": table, "ranking": ranking, "claims": claims})
     plot_attention_permutation(table, attention_permutation.summary(table),
                                job.outputs["figure"])
     log_claims(claims, job.task)

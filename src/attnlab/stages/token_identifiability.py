@@ -17,7 +17,8 @@ log = logging.getLogger(__name__)
 
 
 def run(job: ModelJob) -> None:
-    """Writes the tables rates and claims, and the figure."""
+    """Writes the tables sentences (identified tokens per held-out sentence), rates and claims,
+    and the figure."""
     settings = job.settings.identifiability
     cfg = settings.token_identifiability
     train = job.encoded("train", cfg.train_examples)
@@ -28,9 +29,10 @@ def run(job: ModelJob) -> None:
              "sentences, scored on %d tokens of %d dev sentences", job.task,
              len(train_states[1]), len(train["input_ids"]), len(dev_states[1]),
              len(dev["input_ids"]))
-    rates = token_identifiability.identifiability_rates(train_states, dev_states, cfg,
-                                                        job.settings.seed)
-    claims = pd.DataFrame(token_identifiability.claims(rates))
-    job.write_tables({"rates": rates, "claims": claims})
+    sentences = token_identifiability.identified_by_sentence(train_states, dev_states, cfg,
+                                                             job.settings.seed)
+    rates = token_identifiability.rates(sentences)
+    claims = pd.DataFrame(token_identifiability.claims(sentences))
+    job.write_tables({"sentences": sentences, "rates": rates, "claims": claims})
     plot_token_identifiability(rates, job.outputs["figure"])
     log_claims(claims, job.task)
