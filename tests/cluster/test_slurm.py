@@ -13,6 +13,7 @@ import math
 import os
 import re
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -154,8 +155,16 @@ def test_slurm_run_submits_every_job_and_matches_a_local_run(slurm_cluster, tmp_
     configfile = tmp_path / "config.yaml"
     configfile.write_text(yaml.safe_dump(CONFIG))
     on_slurm, local = tmp_path / "slurm", tmp_path / "local"
-    run = snakemake("--profile", "profiles/slurm", *CI_OVERRIDES,
-                    "--configfile", str(configfile), "--directory", str(on_slurm), timeout=1800)
+    # The same config run locally, at the same time: the cluster's jobs spend much of their
+    # time waiting on sbatch and squeue, the local run's fill the cores meanwhile.
+    with ThreadPoolExecutor(max_workers=2) as runs:
+        cluster_run = runs.submit(
+            snakemake, "--profile", "profiles/slurm", *CI_OVERRIDES, "--configfile",
+            str(configfile), "--directory", str(on_slurm), timeout=1800)
+        local_run = runs.submit(
+            snakemake, "--profile", "profiles/local", "--cores", "2", "--configfile",
+            str(configfile), "--directory", str(local), timeout=1800)
+        run, local_output = cluster_run.result(), local_run.result()
     jobs = jobs_of(run.stdout + run.stderr)
 
     # every job but the target rule `all` (which runs nothing) went through sbatch and finished
@@ -184,8 +193,6 @@ def test_slurm_run_submits_every_job_and_matches_a_local_run(slurm_cluster, tmp_
         assert request["MinMemory"] == f"{size['mem_mb']}M", job.rule
         assert minutes(request["TimeLimit"]) == float(size["runtime"]), job.rule
 
-    # the same config run locally: the local profile lets one GPU job run at a time
-    run = snakemake("--profile", "profiles/local", "--cores", "2", "--configfile",
-                    str(configfile), "--directory", str(local), timeout=1800)
-    assert gpu_jobs_at_once(run.stdout + run.stderr) == 1
+    # the local profile lets one GPU job run at a time
+    assert gpu_jobs_at_once(local_output.stdout + local_output.stderr) == 1
     assert_same_results(local / "results", on_slurm / "results")
