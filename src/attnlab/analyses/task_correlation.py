@@ -157,7 +157,7 @@ def cross_task_claims(
                 "task_correlation", f"similar tasks correlate ({method})",
                 f"{method} r of attribution head importance, {heads} (holds above 0, the "
                 f"floor's r in expectation: a random permutation of the heads; bar: our "
-                f"choice, the paper prints no number for 'strong')",
+                f"choice, we can quote no number of the paper's for 'strong')",
                 interval, Bar(0), source("hao2021", "fig5_tasks"))})
         if similar and dissimilar:
             def gap(sample: np.ndarray, m: str = method) -> np.ndarray:

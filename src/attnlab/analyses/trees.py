@@ -233,9 +233,9 @@ def sample_examples(available: list[int], n: int, chosen: list[int], seed: int) 
     return [i for i in available if i in picked]
 
 
-# Our choices (the paper prints no number for its trees): the tree joins the planted pair in at
-# least this share of the correctly classified examples (the acceptance bar of issue #4), and
-# beats its control by at least CONTROL_GAP of them.
+# Our choices (we can quote no number of the paper's for its trees): the tree joins the
+# planted pair in at least this share of the correctly classified examples (the acceptance bar
+# of issue #4), and beats its control by at least CONTROL_GAP of them.
 PLANTED_TREE_SHARE = 0.8
 CONTROL_GAP = 0.1
 
@@ -321,7 +321,7 @@ def _hierarchy(trees: pd.DataFrame) -> dict[str, Any]:
         "trees", "attribution trees are deeper than trees of shuffled attributions",
         f"depth (the longest chain of flow edges from the top node) minus the control's, "
         f"paired 95 % interval over the {len(trees)} attributed dev examples (holds above 0; "
-        f"bar: our choice, the paper prints no number: hierarchical read as chains of "
+        f"bar: our choice, no number of the paper's we can quote: hierarchical read as chains of "
         f"interactions longer than the control's)",
         interval, Bar(0), source("hao2021", "tree_hierarchy"))
 
