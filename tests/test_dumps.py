@@ -14,7 +14,7 @@ import torch
 from conftest import DEFAULT_CONFIG
 from transformers import BertConfig, BertForSequenceClassification
 
-from attnlab.analyses.attribution_summary import summarise_task
+from attnlab.analyses.attribution_summary import read_checked_dump, summarise_task
 from attnlab.analyses.claims import COLUMNS
 from attnlab.data.dumps import dump_frame, read_dump, read_task_dump, write_dump
 from attnlab.data.tasks import TaskSpec, load_split, prepare_task
@@ -183,7 +183,7 @@ def test_summary_fails_when_the_config_asks_for_other_shards(tmp_path):
     paths = _shard_files(tmp_path, [(0, 2), (1, 2)])
     assert read_task_dump(paths)[0].shape[0] == 2
     with pytest.raises(AttnlabError, match="written for 2 shards, the config asks for 3"):
-        summarise_task(paths, 3, tolerance=1e-3)
+        read_checked_dump(paths, 3)
 
 
 def test_the_summary_stage_writes_the_summary_and_no_claims_without_planted_pairs(tmp_path):
@@ -208,7 +208,7 @@ def test_summary_reports_the_absolute_completeness_error_and_a_relative_one_abov
                residual=[-0.01, 1e-3], grad_nodes=[9, 33])
     path = tmp_path / "part.parquet"
     write_dump([row], path, {"shard": 0, "n_shards": 1, "n_layers": 2, "n_heads": 3})
-    summary = summarise_task([path], 1, tolerance=2e-3)
+    summary = summarise_task(read_checked_dump([path], 1), [path], tolerance=2e-3)
     # stored as float32 (~6e-8 resolution near 0.9): 1e-6 absolute, 1e-2 relative tolerances
     assert summary["completeness_abs_error"]["max"] == pytest.approx(0.01, abs=1e-6)
     assert summary["completeness_abs_error"]["median"] == pytest.approx(0.0055, abs=1e-6)
@@ -233,7 +233,7 @@ def test_no_relative_completeness_error_where_no_layer_moves_f(tmp_path):
                residual=[1e-3, 1e-8], grad_nodes=[3, 3])
     path = tmp_path / "part.parquet"
     write_dump([row], path, {"shard": 0, "n_shards": 1, "n_layers": 2, "n_heads": 3})
-    summary = summarise_task([path], 1, tolerance=2e-3)
+    summary = summarise_task(read_checked_dump([path], 1), [path], tolerance=2e-3)
     assert summary["completeness_rel_error"] == {
         "median": None, "p90": None, "p99": None, "max": None, "change_floor": 0.05,
         "pairs": 0, "pairs_below_floor": 2}

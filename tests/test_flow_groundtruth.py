@@ -6,7 +6,7 @@ settings, as the workflow runs them. The acceptance bars of issue #4: (a) the tr
 planted pair in >= 80 % of the correctly classified dev examples (the test: >= 57 %, the lower
 end of the five-seed record); (b) every class's mined top-3
 triggers include its planted trigger pair; (c) the triggers drop accuracy on the other classes
->= 3x more than random tokens.
+more than random words (the findings: by 5 points more, paired over the examples).
 
 Another CPU trains another model (as another seed does), so each test keeps a margin below
 what seeds 0 and 1 measured (docs/replication.md) and says which.
@@ -52,11 +52,11 @@ def stages(default_task_model, tmp_path_factory):
     attack_eval.run(ModelJob.from_config(
         "attack_eval", CONFIG, task=NAME,
         inputs={**model, "dev": trained / "dev.parquet", "triggers": mined["triggers"],
-                "source": mined["source"]}, outputs=attacked))
+                "patterns": mined["patterns"], "source": mined["source"]}, outputs=attacked))
     attack_claims = pd.read_parquet(attacked["claims"])
     claims = pd.concat([tree_claims, attack_claims], ignore_index=True)
     print(claims[["claim", "value", "verdict"]].to_string())  # the numbers (pytest -s)
-    return claims.set_index("claim")["value"]
+    return claims.set_index("claim")["value"], pd.read_parquet(mined["triggers"])
 
 
 def _value(claims: pd.Series, start: str) -> float:
@@ -66,7 +66,7 @@ def _value(claims: pd.Series, start: str) -> float:
 
 @pytest.mark.slow
 def test_a_tree_joins_the_planted_pair(stages):
-    claims = stages
+    claims, _ = stages
     # measured 0.92-0.99 (syn_sst2, seeds 0 and 1), but over 5 seeds the mean is 0.86 with a
     # 95 % interval of [0.57, 1.00] and one seed below the claim's bar of 0.8
     # (docs/replication.md): another CPU's float path may end where that seed did, so the test
@@ -76,17 +76,20 @@ def test_a_tree_joins_the_planted_pair(stages):
 
 @pytest.mark.slow
 def test_b_mined_top3_triggers_include_a_planted_pair(stages):
-    claims = stages
+    claims, ranked = stages
     # Which patterns make a class's top 3 is a discrete outcome of one model: both classes on
     # seed 0 (on two machines), one of the two on seed 1. So the test asserts that mining finds
     # a planted pair in some class's top 3; every class's is a claim judged per seed, "holds in
     # k of n seeds" on the claims page of config/replicate.yaml.
-    assert _value(claims, "the mined top-3 triggers of every class") > 0
+    assert (ranked["planted"] & (ranked["rank"] <= 3)).any()
+    assert not pd.isna(_value(claims, "the mined top-3 triggers of every class"))
 
 
 @pytest.mark.slow
-def test_c_triggers_hurt_other_classes_3x_more_than_random_tokens(stages):
-    claims = stages
-    assert _value(claims, "the triggers lower it at least 3x") >= 3.0  # measured 6.5-10.6
+def test_c_triggers_hurt_other_classes_more_than_random_words(stages):
+    claims, _ = stages
+    # the findings' bar; the record (a ratio of 6.5-10.6 to random words' drop, a drop of 0.46
+    # on seed 1) puts the paired difference near 0.4, not yet measured as such
+    assert _value(claims, "the triggers lower it more than random words") >= 0.05
     # measured 0.46 on seed 1 (the claim's bar is 0.05)
     assert _value(claims, "inserting the mined triggers lowers accuracy") >= 0.05

@@ -15,16 +15,22 @@ The metric itself and the claims' bars are tested on hand-built dump rows and sh
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from dataclasses import replace
 
+import numpy as np
 import pandas as pd
 import pytest
 from conftest import DEFAULT_CONFIG
 
-from attnlab.analyses.attribution_summary import recovery_claims, summarise_task
-from attnlab.data.groundtruth import planted_pair_recovery, strongest_edges
+from attnlab.analyses.attribution_summary import (
+    read_checked_dump,
+    recovery_claims,
+    summarise_task,
+)
+from attnlab.data.groundtruth import planted_pair_hits, planted_pair_recovery, strongest_edges
 from attnlab.model_job import ModelJob
 from attnlab.stages import attribute
 
@@ -44,7 +50,8 @@ def trained(request, default_task_model):
                                inputs={"model": folder / "model", "dev": folder / "dev.parquet"},
                                outputs={"part": dump, "summary": folder / "ground_truth.json"})
     attribute.run(replace(job, wildcards={**job.wildcards, "shard": "0"}))
-    return name, metrics, summarise_task([dump], 1, tolerance=ATTRIBUTION["tolerance"])
+    return name, metrics, summarise_task(read_checked_dump([dump], 1), [dump],
+                                         tolerance=ATTRIBUTION["tolerance"])
 
 
 @pytest.mark.slow
@@ -70,6 +77,9 @@ def test_attribution_finds_the_planted_pair_and_wins_or_ties_attention(trained):
         assert lead >= -0.1, recovery  # at least a tie: measured -0.04 to +0.28
 
 
+_IDX = itertools.count()
+
+
 def dump_row(planted: tuple[int, int] | None, edges: list[tuple[int, int, int]],
              attention_top: list[tuple[int, int]]) -> dict:
     """A dump row's ground-truth columns: `edges` as (layer, i, j), each layer's strongest
@@ -77,8 +87,9 @@ def dump_row(planted: tuple[int, int] | None, edges: list[tuple[int, int, int]],
     layer, i, j = zip(*edges, strict=True)
     top_i, top_j = zip(*attention_top, strict=True)
     a, b = planted or (math.nan, math.nan)
-    return {"planted_i": a, "planted_j": b, "edge_layer": list(layer), "edge_i": list(i),
-            "edge_j": list(j), "attn_top_i": list(top_i), "attn_top_j": list(top_j)}
+    return {"idx": next(_IDX), "planted_i": a, "planted_j": b, "edge_layer": list(layer),
+            "edge_i": list(i), "edge_j": list(j), "attn_top_i": list(top_i),
+            "attn_top_j": list(top_j)}
 
 
 def test_recovery_counts_a_pair_found_by_the_strongest_edge_of_some_layer_either_way_round():
@@ -96,29 +107,56 @@ def test_recovery_counts_a_pair_found_by_the_strongest_edge_of_some_layer_either
     assert strongest_edges(dump.iloc[2]) == {1: (2, 1), 0: (0, 1)}
     assert planted_pair_recovery(dump) == {"examples": 3, "attribution": 2 / 3,
                                            "attention": 2 / 3}
+    found = planted_pair_hits(dump)
+    assert found["idx"].tolist() == [0, 1, 2]
+    assert found["attribution"].tolist() == [True, False, True]
+    assert found["attention"].tolist() == [False, True, True]
 
 
 def test_recovery_without_planted_pairs_counts_no_example():
     dump = pd.DataFrame([dump_row(None, [(0, 1, 2)], [(1, 2)])])
     recovery = planted_pair_recovery(dump)
     assert recovery["examples"] == 0 and math.isnan(recovery["attribution"])
-    assert recovery_claims(recovery) == []
+    assert recovery_claims(planted_pair_hits(dump)) == []
 
 
-@pytest.mark.parametrize(("attribution", "attention", "verdicts"), [
-    # finds it, ties attention (0.05 less is within the margin of 0.1), does not win clearly
-    (0.85, 0.9, ("holds", "holds", "does not hold")),
-    # below the bar of 0.8, but wins clearly (by 0.25)
-    (0.75, 0.5, ("does not hold", "holds", "holds")),
-    # finds it, and loses to attention by more than the margin (0.15)
-    (0.85, 1.0, ("holds", "does not hold", "does not hold")),
+def hits(attribution: list[int], attention: list[int]) -> pd.DataFrame:
+    """Per-example hits (1: found) by attribution and attention."""
+    return pd.DataFrame({"idx": range(len(attribution)), "attribution": np.array(
+        attribution, dtype=bool), "attention": np.array(attention, dtype=bool)})
+
+
+@pytest.mark.parametrize(("found", "verdicts"), [
+    # 60 of 60 by attribution and by attention: above 0.8, a tie (lead 0), no clear win
+    ((60, 60, 60), ("holds", "holds", "does not hold")),
+    # 40 of 60 (interval about [0.55, 0.78]) against 10 found by attention alone: the lead
+    # of 0.5 wins clearly
+    ((40, 0, 10), ("does not hold", "holds", "holds")),
+    # 50 of 60 by attribution (0.83, the interval contains 0.8); attention finds all 60: a lead
+    # of -0.17 whose interval contains the tie margin
+    ((50, 50, 60), ("inconclusive", "inconclusive", "does not hold")),
 ])
-def test_the_ground_truth_claims_judge_the_share_at_0_8_and_the_lead_at_a_margin_of_0_1(
-        attribution, attention, verdicts):
-    claims = recovery_claims({"examples": 60, "attribution": attribution,
-                              "attention": attention})
+def test_the_ground_truth_findings_judge_the_interval_over_examples(found, verdicts):
+    by_attribution, both, by_attention = found
+    attribution = [1] * by_attribution + [0] * (60 - by_attribution)
+    attention = [1] * both + [0] * (by_attribution - both) + [1] * (by_attention - both) + [0] * (
+        60 - by_attribution - (by_attention - both))
+    claims = recovery_claims(hits(attribution, attention))
     assert [row["claim"] for row in claims] == [
         "the strongest attribution edge of some layer joins the planted pair",
         "attribution finds the planted pair at least as often as attention",
         "attribution finds the planted pair clearly more often than attention"]
     assert tuple(row["verdict"] for row in claims) == verdicts
+    assert {row["kind"] for row in claims} == {"finding"}
+    assert all(row["n"] == 60 and row["source"].startswith("Hao et al. 2021") for row in claims)
+    assert claims[1]["value"] == pytest.approx((by_attribution - by_attention) / 60)
+
+
+def test_a_paired_lead_is_narrower_than_the_shares_alone_make_it():
+    # attribution and attention find the pair in the same 30 of 60 examples, attribution in 6
+    # more: the paired lead is 0.1 with an interval from the 6 discordant examples only
+    attribution = [1] * 36 + [0] * 24
+    attention = [1] * 30 + [0] * 30
+    lead = recovery_claims(hits(attribution, attention))[2]
+    assert lead["value"] == pytest.approx(0.1)
+    assert lead["low"] > 0.02 and lead["high"] - lead["low"] < 0.2

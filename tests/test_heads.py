@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from scipy import stats
 from test_config import default_config, dry_run
 from tiny_models import tiny_batch, tiny_classifier
 
@@ -160,23 +161,78 @@ def _importance(seed: int = 1) -> pd.DataFrame:
                       for t, v in vectors.items()])
 
 
-def test_task_correlation_and_cross_task_claims():
-    importance = _importance()
-    vectors = {t: group["importance"].to_numpy() for t, group in importance.groupby("task")}
-    correlations = task_correlation.task_correlations(importance)
-    assert list(zip(correlations["task_a"], correlations["task_b"], strict=True)) == [
-        ("a", "b"), ("a", "c"), ("b", "c")]
-    r_ab = correlations["r"].iloc[0]
-    assert r_ab == pytest.approx(np.corrcoef(vectors["a"], vectors["b"])[0, 1])
-    verdicts = [c["verdict"] for c in task_correlation.cross_task_claims(correlations, [["a", "b"]],
-                                                               [["c", "a"]])]
-    assert verdicts == ["holds", "holds", "holds"]
-    # swap the roles: the claims built to hold now fail
-    flipped = [c["verdict"] for c in task_correlation.cross_task_claims(correlations, [["a", "c"]],
-                                                              [["b", "a"]])]
-    assert flipped == ["does not hold"] * 3
+def test_spearman_is_pearson_of_the_ranks_and_ignores_a_monotone_transform():
+    x = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
+    sample = np.stack([x, np.exp(x)], axis=-1)[None]  # one resample, 5 heads, 2 tasks
+    assert task_correlation.correlation(sample, 0, 1, "spearman")[0] == pytest.approx(1.0)
+    assert task_correlation.correlation(sample, 0, 1, "pearson")[0] < 0.95
+    # a known ranking: 1 2 3 4 5 against 2 1 4 3 5 is rho = 1 - 6 * 4 / (5 * 24) = 0.8
+    swapped = np.stack([x, [2.0, 1.0, 4.0, 3.0, 5.0]], axis=-1)[None]
+    assert task_correlation.correlation(swapped, 0, 1, "spearman")[0] == pytest.approx(0.8)
+    # a resample of one head repeated has no correlation to measure
+    same = np.stack([np.ones(5), np.ones(5)], axis=-1)[None]
+    assert task_correlation.correlation(same, 0, 1, "pearson")[0] == 0
+
+
+def test_task_correlations_have_intervals_over_heads_a_floor_and_a_ceiling():
+    wide = task_correlation.importance_matrix(_importance())
+    vectors = {t: wide[t].to_numpy() for t in wide.columns}
+    table = task_correlation.task_correlations(wide, None, seed=0)
+    pairs = table[table["kind"] == "tasks"]
+    assert list(zip(pairs["task_a"], pairs["task_b"], pairs["method"], strict=True)) == [
+        ("a", "b", "pearson"), ("a", "b", "spearman"), ("a", "c", "pearson"),
+        ("a", "c", "spearman"), ("b", "c", "pearson"), ("b", "c", "spearman")]
+    r_ab = pairs.iloc[0]
+    assert r_ab["r"] == pytest.approx(np.corrcoef(vectors["a"], vectors["b"])[0, 1])
+    assert r_ab["low"] < r_ab["r"] < r_ab["high"] and r_ab["heads"] == 16
+    assert pairs.iloc[1]["r"] == pytest.approx(stats.spearmanr(vectors["a"], vectors["b"])[0])
+    # the floor: each task against its own heads permuted; its interval holds 0
+    floor = table[table["kind"] == "floor"]
+    assert len(floor) == 2 * 3 and (floor["low"] < 0).all() and (floor["high"] > 0).all()
+    # one seed: the ceiling rows say why they are empty
+    ceiling = table[table["kind"] == "ceiling"]
+    assert ceiling["r"].isna().all() and (ceiling["reason"] == task_correlation.NO_CEILING).all()
+    # another seed's run of the same tasks: a ceiling per task (a's twin is a, slightly moved)
+    twin = wide + 0.01 * np.random.default_rng(5).random(wide.shape)
+    ceiling = task_correlation.task_correlations(wide, twin, seed=0).query("kind == 'ceiling'")
+    assert (ceiling["r"] > 0.99).all() and (ceiling["reason"] == "").all()
+
+
+def test_cross_task_findings_are_comparisons_with_intervals_over_heads():
+    wide = task_correlation.importance_matrix(_importance())
+    claims = task_correlation.cross_task_claims(wide, [["a", "b"]], [["c", "a"]])
+    assert [(c["claim"], c["task"]) for c in claims] == [
+        ("similar tasks correlate (pearson)", "a–b"),
+        ("similar tasks correlate more than dissimilar ones (pearson)", None),
+        ("similar tasks correlate (spearman)", "a–b"),
+        ("similar tasks correlate more than dissimilar ones (spearman)", None)]
+    assert [c["verdict"] for c in claims] == ["holds"] * 4
+    assert all(c["kind"] == "finding" and c["n"] == 16 and c["bar"] == 0 for c in claims)
+    table = task_correlation.task_correlations(wide, None, seed=0).set_index(
+        ["task_a", "task_b", "method"])
+    assert claims[1]["value"] == pytest.approx(
+        table.loc[("a", "b", "pearson"), "r"] - table.loc[("a", "c", "pearson"), "r"])
+    # swap the roles: the comparison fails, and the similar pair's r is inconclusive (its
+    # interval over 16 heads contains 0)
+    flipped = task_correlation.cross_task_claims(wide, [["a", "c"]], [["b", "a"]])
+    assert [c["verdict"] for c in flipped] == ["inconclusive", "does not hold"] * 2
     with pytest.raises(ValueError, match="'a' and 'x'"):
-        task_correlation.cross_task_claims(correlations, [["a", "x"]], [])
+        task_correlation.cross_task_claims(wide, [["a", "x"]], [])
+
+
+def test_the_similar_gap_is_paired_over_the_same_head_resamples():
+    # a and b share most of their variation, as a and c do: the two r move together over
+    # resamples of the heads, so the paired interval of their difference is narrower than
+    # the two intervals combined as if independent
+    rng = np.random.default_rng(2)
+    base = rng.random(40)
+    wide = pd.DataFrame({"a": base, "b": base + 0.3 * rng.random(40),
+                         "c": base + 0.35 * rng.random(40)})
+    gap = task_correlation.cross_task_claims(wide, [["a", "b"]], [["a", "c"]])[1]
+    ab, ac = (task_correlation.pair_interval(wide[["a", t]].to_numpy(), "pearson")
+              for t in "bc")
+    assert gap["value"] == pytest.approx(ab.estimate - ac.estimate)
+    assert gap["high"] - gap["low"] < np.hypot(ab.high - ab.low, ac.high - ac.low)
 
 
 @pytest.mark.parametrize(("model", "sources", "reason"), [
@@ -206,27 +262,30 @@ def test_task_correlation_stage_writes_the_pairs_claims_and_figure(tmp_path):
     # hub tasks fine-tuned from one pre-trained model: head h means the same in every model
     settings = {"heads": {"similar_pairs": [["a", "b"]], "dissimilar_pairs": [["a", "c"]]},
                 "model": {"source": "pretrained", "pretrain": {"epochs": 0}},
-                "tasks": {t: {"source": "hub"} for t in "abc"}}
-    task_correlation_stage.run(Job(rule="task_correlation", inputs={"importance": paths},
-                                   outputs=out, settings=settings))
-    assert len(pd.read_parquet(out["table"])) == 3
-    assert pd.read_parquet(out["claims"])["verdict"].tolist() == ["holds"] * 3
+                "tasks": {t: {"source": "hub"} for t in "abc"}, "seed": 0}
+    inputs = {"importance": paths, "ceiling": []}
+    task_correlation_stage.run(Job(rule="task_correlation", inputs=inputs, outputs=out,
+                                   settings=settings))
+    # 3 pairs, 3 floors and 3 ceilings, each Pearson and Spearman
+    assert len(pd.read_parquet(out["table"])) == 3 * 3 * 2
+    assert pd.read_parquet(out["claims"])["verdict"].tolist() == ["holds"] * 4
     # the default's setting: synthetic tasks, each model from its own random start
     untestable = {**settings, "model": {"source": "scratch", "pretrain": {"epochs": 0}},
                   "tasks": {t: {"source": "synthetic"} for t in "abc"}}
-    task_correlation_stage.run(Job(rule="task_correlation", inputs={"importance": paths},
-                                   outputs=out, settings=untestable))
+    task_correlation_stage.run(Job(rule="task_correlation", inputs=inputs, outputs=out,
+                                   settings=untestable))
     claims = pd.read_parquet(out["claims"])
-    assert claims["verdict"].tolist() == ["not testable"] * 3
-    # r is still reported, beside the reason that it is not judged
-    assert claims["value"].iloc[0] == pytest.approx(pd.read_parquet(out["table"])["r"].iloc[0])
+    assert claims["verdict"].tolist() == ["not testable"] * 4
+    # r is still reported in the table, beside the reason the claims give
+    assert pd.read_parquet(out["table"])["r"].notna().sum() == 3 * 2 * 2
     assert all("model.pretrain.epochs 0" in r and "synthetic tasks (a, b, c)" in r
                for r in claims["reason"])
     assert (tmp_path / "figure.png").stat().st_size > 0
     only_taylor = _importance().assign(method="taylor")
     only_taylor.to_parquet(paths[0])
     with pytest.raises(ConfigError, match="task_correlation needs 'attribution' in heads.methods"):
-        task_correlation_stage.run(Job(rule="task_correlation", inputs={"importance": paths[:1]},
+        task_correlation_stage.run(Job(rule="task_correlation",
+                                       inputs={"importance": paths[:1], "ceiling": []},
                                        outputs=out, settings=settings))
 
 

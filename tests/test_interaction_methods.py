@@ -306,12 +306,20 @@ def test_intervals_pairs_and_claims_from_per_example_values():
     assert paired["difference"] == pytest.approx(0.2) and paired["low"] == pytest.approx(0.2)
     # sufficiency is better when lower: the orientation makes attattr's win positive
     assert compared.loc[("sufficiency", "attattr", "random"), "difference"] == pytest.approx(0.1)
-    verdicts = {c["claim"]: c["verdict"]
-                for c in claims(table.reset_index(), compared.reset_index())}
-    assert verdicts["attattr beats the runner-up, attention, on "
-                    "edge deletion AOPC, target-class probability (signed)"] == "holds"
-    assert verdicts["AttAttr beats raw attention on token erasure sufficiency "
-                    "(ERASER; lower is better)"] == "does not hold"  # a tie is no win
+    judged = {c["claim"]: c for c in claims(table.reset_index(), compared.reset_index())}
+    verdicts = {name: c["verdict"] for name, c in judged.items()}
+    leader = judged["attattr beats the runner-up, attention, on "
+                    "edge deletion AOPC, target-class probability (signed)"]
+    assert leader["verdict"] == "holds" and leader["kind"] == "finding"
+    assert (leader["value"], leader["low"], leader["n"]) == pytest.approx((0.2, 0.2, 40))
+    assert leader["source"].startswith("our comparison")
+    # a tie on every example: the interval is [0, 0], on the bar, so no verdict either way
+    tie = judged["AttAttr beats raw attention on token erasure sufficiency "
+                 "(ERASER; lower is better)"]
+    assert (tie["low"], tie["high"], tie["verdict"]) == (0, 0, "inconclusive")
+    assert tie["source"].startswith("Hao et al. 2021, §1")
+    assert verdicts["AttAttr beats random on token erasure sufficiency "
+                    "(ERASER; lower is better)"] == "holds"
     assert verdicts["One method leads on planted pair hit (strongest edge of some layer "
                     "joins it)"] == "not testable"
     reasons = {c["claim"]: c["reason"] for c in claims(table.reset_index(), compared.reset_index())}

@@ -271,11 +271,9 @@ def library_claims(tasks: list[str], similar: list[list[str]], dissimilar: list[
     percents = list(range(0, 101, 10))
     global_ = pruning.Curves(pd.DataFrame(), {(m,): np.tile([1.0, 0.0], (11, 50))
                                               for m in heads.METHODS})
-    pairs = [{"task_a": a, "task_b": b, "r": 0.5} for a, b in itertools.combinations(tasks, 2)]
+    importance = pd.DataFrame(np.random.default_rng(0).random((16, len(tasks))), columns=tasks)
     layers = range(BERT_BASE_LAYERS + 1)
-    attack_summary = pd.DataFrame([{"before": 0.9, "trigger_after": 0.5, "random_after": 0.8,
-                                    "examples": 100}])
-    no_planted = pd.DataFrame({"planted": [None], "rank": [1], "class": ["entailment"]})
+    drops = pd.DataFrame({"trigger": [0.4, 0.2], "random": [0.1, 0.0]})
     per_head = pd.DataFrame([{"example": n, "length": n, "max_change": 0.0,
                               "null_dim": max(0, n - BERT_BASE_D_V), "singular_ratio": 0.1,
                               "relative_change": 0.0 if n <= BERT_BASE_D_V else 0.3,
@@ -301,8 +299,8 @@ def library_claims(tasks: list[str], similar: list[list[str]], dissimilar: list[
     labels = torch.tensor([0, 1] * 50)
     claims = (pruning.per_layer_claims(per_layer)
               + pruning.global_claims(global_, percents, labels)
-              + task_correlation.cross_task_claims(pd.DataFrame(pairs), similar, dissimilar)
-              + attack.attack_claims(attack_summary, no_planted, top=3)
+              + task_correlation.cross_task_claims(importance, similar, dissimilar)
+              + attack.attack_claims(drops, None, top=3)
               + effective_attention.claims(per_head, mass, BERT_BASE_D_V)
               + token_identifiability.claims(sentences) + token_mixing.claims(tokens)
               + attention_permutation.claims(permuted) + attention_ranking.claims(ranking)

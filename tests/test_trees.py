@@ -204,17 +204,77 @@ def test_unknown_example_to_render_fails_before_anything_is_written(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_tree_claim_counts_only_correct_examples_with_ground_truth():
-    table = pd.DataFrame({
-        "correct": [True, True, True, True, True, False, True],
-        "joins_planted": pd.array([True, True, True, True, False, True, None], dtype="boolean"),
-    })
-    (claim,) = trees.tree_claims(table)
-    assert claim["value"] == pytest.approx(0.8) and claim["verdict"] == "holds"
-    table.loc[0, "joins_planted"] = False
-    assert trees.tree_claims(table)[0]["verdict"] == "does not hold"
-    assert trees.tree_claims(table.assign(joins_planted=pd.NA).astype(
-        {"joins_planted": "boolean"})) == []  # real data: no ground-truth claim
+def test_the_hand_made_tree_is_two_interactions_deep():
+    # a -> b -> d (layer 1, then the same layer) and a -> c: the chain a, b, d is the deepest
+    assert trees.tree_from_matrix(hand_made(), TAU, "layer").depth() == 2
+    assert trees.Tree(top=None).depth() == 0
+    assert trees.Tree(top=3, nodes=[3]).depth() == 0
+
+
+def test_the_control_relabels_each_layers_keys_and_keeps_queries_scores_and_the_root():
+    row = {"idx": 4, "n_tokens": 6, "edge_layer": [0, 0, 1, 1, 1], "edge_i": [1, 2, 3, 0, 4],
+           "edge_j": [2, 3, 1, 5, 5], "edge_score": [1.0, 0.5, 0.9, 0.8, 0.7]}
+    shuffled = trees.shuffled_row(row, causal=False, seed=0)
+    assert shuffled["edge_i"] == row["edge_i"] and shuffled["edge_score"] == row["edge_score"]
+    keys = np.array(shuffled["edge_j"])
+    assert 0 not in keys  # no key becomes the root [CLS]
+    # a permutation per layer: distinct keys stay distinct, equal ones equal (layer 1: 5, 5)
+    assert keys[0] != keys[1] and keys[3] == keys[4] != keys[2]
+    assert shuffled == trees.shuffled_row(row, causal=False, seed=0)  # seeded
+    draws = {tuple(trees.shuffled_row({**row, "idx": idx}, causal=False, seed=0)["edge_j"])
+             for idx in range(20)}
+    assert len(draws) > 10  # each example draws its own permutation
+    # a decoder's root is its last token, which no key becomes either
+    decoder = trees.shuffled_row({**row, "edge_j": [0, 3, 1, 2, 2]}, causal=True, seed=0)
+    assert 5 not in decoder["edge_j"]
+
+
+def planted_table(joins: list[bool | None], control: list[bool | None], correct: list[bool],
+                  depth: list[int], control_depth: list[int]) -> pd.DataFrame:
+    return pd.DataFrame({
+        "correct": correct, "depth": depth, "control_depth": control_depth,
+        "joins_planted": pd.array(joins, dtype="boolean"),
+        "control_joins_planted": pd.array(control, dtype="boolean")})
+
+
+def test_tree_findings_count_only_correct_examples_with_ground_truth_against_the_control():
+    # 40 correct examples with a planted pair: 38 trees join it (0.95), 4 controls do; one
+    # misclassified example (never joined) and one without ground truth are left out
+    n = 40
+    table = planted_table(
+        joins=[True] * 38 + [False] * 2 + [False, None],
+        control=[True] * 4 + [False] * 36 + [True, None],
+        correct=[True] * n + [False, True],
+        depth=[3] * (n + 2), control_depth=[1] * (n + 2))
+    planted, versus, hierarchy = trees.tree_claims(table)
+    assert planted["value"] == pytest.approx(0.95) and planted["n"] == n
+    assert planted["verdict"] == "holds"  # the interval, about [0.88, 1], clears 0.8
+    assert versus["value"] == pytest.approx(34 / 40) and versus["verdict"] == "holds"
+    # depth: every example is 2 deeper than its control, the misclassified ones too
+    assert hierarchy["value"] == 2 and hierarchy["n"] == n + 2
+    assert hierarchy["verdict"] == "holds"
+    assert all(row["kind"] == "finding" and row["source"].startswith("Hao et al. 2021")
+               for row in (planted, versus, hierarchy))
+
+
+def test_tree_findings_fail_or_stay_open_where_the_control_does_as_well():
+    n = 40
+    # the controls join the pair in the same 32 of 40 examples, and are as deep on average
+    table = planted_table(joins=[True] * 32 + [False] * 8, control=[True] * 32 + [False] * 8,
+                          correct=[True] * n, depth=[2, 1] * 20, control_depth=[1, 2] * 20)
+    planted, versus, hierarchy = trees.tree_claims(table)
+    assert planted["value"] == pytest.approx(0.8) and planted["verdict"] == "inconclusive"
+    assert versus["value"] == 0 and versus["verdict"] == "does not hold"  # below the 0.1 gap
+    assert hierarchy["value"] == 0 and hierarchy["verdict"] == "inconclusive"
+
+
+def test_real_data_has_the_hierarchy_finding_alone():
+    table = planted_table(joins=[None] * 3, control=[None] * 3, correct=[True] * 3,
+                          depth=[2, 3, 2], control_depth=[0, 1, 1])
+    (hierarchy,) = trees.tree_claims(table)
+    assert hierarchy["claim"] == "attribution trees are deeper than trees of shuffled attributions"
+    assert hierarchy["value"] == pytest.approx(5 / 3)
+    assert trees.tree_claims(table.iloc[:0])[0]["verdict"] == "not testable"
 
 
 def test_sample_is_seeded_and_includes_the_chosen_examples():

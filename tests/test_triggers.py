@@ -13,7 +13,8 @@ from test_dumps import CFG, MODEL_CFG, tiny_task_model
 from test_trees import PIECES, SENTENCE, wordpiece_row
 from transformers import BertConfig, BertForSequenceClassification
 
-from attnlab.analyses import attack, triggers
+from attnlab.analyses import attack, triggers, verdicts
+from attnlab.analyses.claims import NotTestable
 from attnlab.data import synthetic, tasks, words
 from attnlab.data.dumps import dump_frame, read_dump, word_level
 from attnlab.engine import examples, models
@@ -166,8 +167,10 @@ def test_attack_accuracies_are_those_of_the_attacked_inputs(tokenizer):
                              "rel_positions": [1.0, 0.5]}])
     cfg = {"top": 1, "random_draws": 2, "batch_size": 7}
     model_cfg = {"max_length": 64, "truncate": False}
-    table = attack.attack_table(model, dev, spec, tokenizer, trigger, ["mw1", "mw2"], cfg,
-                                model_cfg, seed=0)
+    attacked = attack.attack_examples(model, dev, spec, tokenizer, trigger, ["mw1", "mw2"], cfg,
+                                      model_cfg, seed=0)
+    assert len(attacked) == 2 * 30  # (trigger, random) x dev example
+    table = attack.class_table(attacked)
     assert len(table) == 2 * 3  # (trigger, random) x gold class
     by_hand = dev.assign(premise=dev["premise"] + " mt0", hypothesis=dev["hypothesis"] + " mu0")
     inputs = examples.encode(by_hand, spec, tokenizer, 64)
@@ -179,34 +182,88 @@ def test_attack_accuracies_are_those_of_the_attacked_inputs(tokenizer):
         assert rows.loc[c, "accuracy_after"] == pytest.approx((predicted[gold] == c).mean())
 
 
-def _summary(before, trigger_after, random_after, examples=100) -> pd.DataFrame:
-    return pd.DataFrame({"trigger": ["x", "y"], "trigger_class": [0, 1], "rank": [1, 1],
-                         "examples": examples, "before": before, "trigger_after": trigger_after,
-                         "random_after": random_after})
+def _examples(before: list[float], trigger: list[float], random: list[float]) -> pd.DataFrame:
+    """attack_examples of one class-0 trigger on dev examples of class 1 (per example: correct
+    before, after the trigger, after random words), and one class-1 example it leaves out."""
+    rows = []
+    for variant, after in (("trigger", trigger), ("random", random)):
+        rows += [{"trigger_class": 0, "rank": 1, "trigger": "x", "variant": variant,
+                  "example": e, "gold_class": 1, "correct_before": b, "correct_after": a}
+                 for e, (b, a) in enumerate(zip(before, after, strict=True))]
+        rows.append({"trigger_class": 0, "rank": 1, "trigger": "x", "variant": variant,
+                     "example": len(before), "gold_class": 0, "correct_before": 1.0,
+                     "correct_after": 0.0})
+    return pd.DataFrame(rows)
 
 
-def _planted_triggers(rank_of_class_1: int) -> pd.DataFrame:
-    return pd.DataFrame({"class": [0, 0, 1, 1], "rank": [1, 2, 1, rank_of_class_1],
-                         "planted": pd.array([True, False, False, True], dtype="boolean")})
+def test_example_drops_average_the_triggers_of_other_classes_per_example():
+    examples = pd.concat([_examples([1, 1, 0], [0, 1, 1], [1, 1, 0]).assign(rank=1),
+                          _examples([1, 1, 0], [0, 0, 0], [1, 0.5, 0]).assign(rank=2)])
+    drops = attack.example_drops(examples)
+    assert drops.index.tolist() == [0, 1, 2]  # example 3 is the trigger's own class
+    assert drops["trigger"].tolist() == [1.0, 0.5, -0.5]
+    assert drops["random"].tolist() == [0.0, 0.25, 0.0]
+    assert attack.class_table(examples).set_index(["rank", "variant", "gold_class"]).loc[
+        (2, "random", 1), "accuracy_after"] == pytest.approx(0.5)
 
 
-def test_attack_claims_hold_on_a_working_attack_and_fail_otherwise():
-    good = attack.attack_claims(_summary([1.0, 0.9], [0.2, 0.1], [0.9, 0.85]),
-                                _planted_triggers(2), top=3)
-    assert [c["verdict"] for c in good] == ["holds"] * 3
-    assert good[2]["value"] == pytest.approx(0.8 / 0.075)
-    # a 2-point drop, random tokens hurt more; a planted pair ranked 4th is not top-3
-    bad = attack.attack_claims(_summary([1.0, 0.9], [0.98, 0.88], [0.97, 0.87]),
-                               _planted_triggers(4), top=3)
-    assert [c["verdict"] for c in bad] == ["does not hold"] * 3
-    assert bad[0]["value"] == pytest.approx(0.5)
-    # no random drop at all: the ratio is taken against one example's worth (1/100)
-    none = attack.attack_claims(_summary([1.0, 1.0], [0.5, 0.5], [1.0, 1.0]),
-                                _planted_triggers(1), top=3)
-    assert none[2]["value"] == pytest.approx(50.0) and none[2]["verdict"] == "holds"
-    # real data: no planted pairs, no ground-truth claim
-    assert len(attack.attack_claims(_summary([1.0, 1.0], [0.5, 0.5], [1.0, 1.0]),
-                                    _planted_triggers(1).assign(planted=pd.NA), top=3)) == 2
+def test_attack_findings_are_judged_over_examples_paired_with_random_words():
+    # 50 examples: the trigger breaks 30 of 50 correct ones, random words 2 of them
+    before = [1.0] * 50
+    good = attack.attack_claims(attack.example_drops(_examples(
+        before, [0.0] * 30 + [1.0] * 20, [0.0] * 2 + [1.0] * 48)), None, top=3)
+    assert [c["claim"] for c in good] == [
+        "inserting the mined triggers lowers accuracy on the other classes",
+        "the triggers lower it more than random words at the same positions"]
+    assert [c["verdict"] for c in good] == ["holds", "holds"]
+    assert good[0]["value"] == pytest.approx(0.6) and good[1]["value"] == pytest.approx(0.56)
+    assert good[1]["n"] == 50 and good[1]["low"] > 0.4
+    # no drop at all, with the trigger or random words: both intervals are [0, 0]
+    bad = attack.attack_claims(attack.example_drops(_examples(before, before, before)), None,
+                               top=3)
+    assert [c["verdict"] for c in bad] == ["does not hold", "does not hold"]
+    assert bad[1]["value"] == 0
+    # nothing evaluated: not testable, with the reason
+    empty = attack.attack_claims(attack.example_drops(_examples([], [], [])), None, top=3)
+    assert {c["verdict"] for c in empty} == {"not testable"} and empty[0]["reason"]
+
+
+def _patterns(rows: list[tuple[int, list[str]]]) -> pd.DataFrame:
+    """Kept one-segment patterns (predicted class, words), and one dropped one."""
+    kept = [{"pred": c, "tokens": words, "segments": [0] * len(words), "kept": True}
+            for c, words in rows]
+    return pd.DataFrame([*kept, {"pred": 0, "tokens": ["p", "q"], "segments": [0, 0],
+                                 "kept": False}])
+
+
+def test_the_planted_margin_is_the_planted_pairs_lead_over_the_kth_rival_in_every_class():
+    planted = {0: {"p", "q"}, 1: {"r", "s"}}
+    # class 0: the pair 30 times against rivals 10, 6, 4; class 1: 20 against 20 (a tie)
+    rows = ([(0, ["p", "q"])] * 30 + [(0, ["a"])] * 10 + [(0, ["b"])] * 6 + [(0, ["c"])] * 4
+            + [(1, ["s", "r"])] * 20 + [(1, ["d"])] * 20)
+    margin = triggers.planted_margin(_patterns(rows), planted, top=1)
+    assert margin.estimate == 0 and margin.n == 90  # class 1 ties its top rival
+    # top 3: class 0 leads its 3rd rival (4) by 26, class 1 has no 3rd rival: 20 of 90
+    assert triggers.planted_margin(_patterns(rows), planted, top=3).estimate == pytest.approx(
+        20 / 90)
+    assert triggers.planted_margin(_patterns(rows), planted, top=3).low > 0.1
+    # a class whose pair was never mined: the margin is minus its top rival's share
+    missing = triggers.planted_margin(_patterns(rows[:50] + [(2, ["e"])] * 10),
+                                      {0: {"p", "q"}, 2: {"x", "y"}}, top=1)
+    assert missing.estimate == pytest.approx(-10 / 60) and missing.high < 0
+    assert isinstance(triggers.planted_margin(_patterns([]).iloc[:0], planted, top=1),
+                      NotTestable)
+
+
+def test_the_planted_finding_is_judged_on_the_margin_and_left_out_on_real_data():
+    drops = attack.example_drops(_examples([1.0] * 10, [0.0] * 10, [1.0] * 10))
+    sure = verdicts.Interval(0.2, 0.1, 0.3, 90)
+    tie = verdicts.Interval(0.0, -0.05, 0.05, 90)
+    (planted, *_) = attack.attack_claims(drops, sure, top=3)
+    assert planted["claim"] == "the mined top-3 triggers of every class include its planted pair"
+    assert planted["verdict"] == "holds" and planted["n"] == 90
+    assert attack.attack_claims(drops, tie, top=3)[0]["verdict"] == "inconclusive"
+    assert len(attack.attack_claims(drops, None, top=3)) == 2
 
 
 def test_the_trigger_stages_write_what_their_rules_declare(pair_task, tmp_path):
@@ -229,11 +286,15 @@ def test_the_trigger_stages_write_what_their_rules_declare(pair_task, tmp_path):
     attack_eval.run(ModelJob.from_config(
         "attack_eval", config, task="syn_mnli", outputs=out,
         inputs={"model": model_dir, "dev": dev, "triggers": mined["triggers"],
-                "source": mined["source"]}))
+                "patterns": mined["patterns"], "source": mined["source"]}))
     table = pd.read_parquet(out["table"])
-    # (trigger, random tokens) x gold class for each class's top trigger
-    assert len(table) == 2 * 3 * ranked["class"].nunique()
-    assert set(pd.read_parquet(out["claims"])["task"]) == {"syn_mnli"}
+    # (trigger, random tokens) x gold class of the dev examples for each class's top trigger
+    gold = pd.read_parquet(dev)["label"].nunique()
+    assert len(table) == 2 * gold * ranked["class"].nunique()
+    claims = pd.read_parquet(out["claims"])
+    assert set(claims["task"]) == {"syn_mnli"} and set(claims["kind"]) == {"finding"}
+    # the planted-trigger finding and the two attack findings
+    assert claims["stage"].tolist() == ["triggers", "attack", "attack"]
     assert out["figure"].stat().st_size > 0
 
 

@@ -89,11 +89,23 @@ rule pruning_figures:
         "../scripts/pruning_figures.py"
 
 
+def next_seed_importance(wildcards):
+    """The head importance of every task at the run's next seed (config `seeds`, cyclically):
+    the ceiling of the cross-task correlation, one task fine-tuned twice. None in a one-seed
+    run: its ceiling rows say why."""
+    runs = list(RUNS)
+    if len(runs) < 2 or wildcards.name not in runs:
+        return []
+    other = runs[(runs.index(wildcards.name) + 1) % len(runs)]
+    return expand(rules.head_importance.output.importance, name=other, task=TASKS)
+
+
 rule task_correlation:
     input:
         importance=expand(
             rules.head_importance.output.importance, task=TASKS, allow_missing=True
         ),
+        ceiling=next_seed_importance,
     output:
         table="results/{name}/heads/task_correlation.parquet",
         claims="results/{name}/heads/task_correlation_claims.parquet",
@@ -106,6 +118,8 @@ rule task_correlation:
         # the model's source and the tasks' sources decide whether the claims can be tested
         **config_paths("heads.similar_pairs", "heads.dissimilar_pairs", "model.source",
                        "model.pretrain.epochs", "tasks"),
+        # the floor's permutations
+        seed=run_seed,
         code=code_version("stages.task_correlation"),
     log:
         "results/{name}/logs/task_correlation.log",

@@ -38,6 +38,7 @@ rule attack_eval:
         model=rules.finetune.output.model,
         dev=rules.prepare_data.output.dev,
         triggers=rules.mine_triggers.output.triggers,
+        patterns=rules.mine_triggers.output.patterns,
         source=rules.mine_triggers.output.source,
     output:
         table="results/{name}/triggers/{task}/attack.parquet",

@@ -12,6 +12,11 @@ are tokens. Nothing goes into the special tokens around a segment. The baseline 
 words (drawn from the distinct typeable words of the source examples) with the same count and
 positions. Accuracy is measured per gold class before and after; the attack is non-targeted: it
 succeeds when accuracy drops on the classes other than the trigger's own.
+
+The findings are statistics of each dev example's drop in correctness (1 correct before and
+wrong after, 0 unchanged, −1 the other way), averaged over the triggers of the classes other
+than its own (`example_drops`), with their bootstrap intervals over those examples; triggers
+against random words are paired (the same examples, the same positions).
 """
 
 from __future__ import annotations
@@ -23,16 +28,17 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from attnlab.analyses.claims import claim
+from attnlab.analyses import verdicts
+from attnlab.analyses.claims import NotTestable, finding, source
+from attnlab.analyses.verdicts import Bar, Interval
 from attnlab.data import tasks
 from attnlab.data.words import text_words, typeable
 from attnlab.engine import examples
 
-# (c) of issue #4: the triggers drop accuracy on the other classes at least this many times
-# more than random tokens at the same positions.
-RANDOM_RATIO = 3.0
-# "The triggers lower accuracy": the mean drop over the evaluated triggers is at least 5
-# points, well above the noise of one model on a few hundred examples.
+# Our choice (we can quote no bar of the paper's for the attack, §6 and its table of
+# accuracies after it not being in the copies we could search): the
+# triggers lower accuracy on the other classes by at least 5 points, and by 5 points more than
+# random words at the same positions.
 ATTACK_MIN_DROP = 0.05
 
 
@@ -104,13 +110,6 @@ def predictions(model, df: pd.DataFrame, spec: tasks.TaskSpec, tokenizer,
     return examples.predict(model, inputs, None, batch_size).argmax(dim=-1).numpy()
 
 
-def class_accuracy(labels: np.ndarray, predicted: np.ndarray, n_classes: int) -> list[dict]:
-    """Examples and accuracy per gold class."""
-    return [{"gold_class": c, "examples": int((labels == c).sum()),
-             "accuracy": float((predicted[labels == c] == c).mean()) if (labels == c).any()
-             else float("nan")} for c in range(n_classes)]
-
-
 def random_words(pool: list[str], count: int, seed: list[int]) -> list[str]:
     """`count` words drawn from `pool` (without replacement while it lasts)."""
     rng = np.random.default_rng(seed)
@@ -127,41 +126,62 @@ def source_words(source: pd.DataFrame, special: Collection[str]) -> list[str]:
                    if s >= 0 and typeable(str(w), special)})
 
 
-def attack_table(model, dev: pd.DataFrame, spec: tasks.TaskSpec, tokenizer,
-                 triggers: pd.DataFrame, pool: list[str], cfg: Mapping[str, Any],
-                 model_cfg: Mapping[str, Any], seed: int) -> pd.DataFrame:
-    """Accuracy per gold class before and after inserting each of the top `cfg["top"]`
-    triggers of every class, and after random words of `pool` (mean over
-    `cfg["random_draws"]`); `cfg["batch_size"]` examples per forward pass.
+def attack_examples(model, dev: pd.DataFrame, spec: tasks.TaskSpec, tokenizer,
+                    triggers: pd.DataFrame, pool: list[str], cfg: Mapping[str, Any],
+                    model_cfg: Mapping[str, Any], seed: int) -> pd.DataFrame:
+    """Every dev example's correctness before and after inserting each of the top `cfg["top"]`
+    triggers of every class, and after random words of `pool` (the mean over
+    `cfg["random_draws"]` draws); `cfg["batch_size"]` examples per forward pass.
 
-    Columns: trigger_class, rank, trigger (its words), variant ("trigger" or "random"),
-    gold_class, examples, accuracy_before, accuracy_after.
+    Columns: trigger_class, rank, trigger (its words), variant ("trigger" or "random"), example
+    (the dev row), gold_class, correct_before, correct_after.
     """
     labels = dev[spec.label_field].to_numpy()
     batch_size = cfg["batch_size"]
-    n_classes = len(spec.label_names)
-    before = class_accuracy(labels, predictions(model, dev, spec, tokenizer, model_cfg,
-                                                batch_size), n_classes)
-    top = triggers[triggers["rank"] <= cfg["top"]].to_dict("records")
-    rows = []
-    for trig in tqdm(top, desc=f"attack {spec.name}", unit="trigger"):
+
+    def correct(split: pd.DataFrame) -> np.ndarray:
+        return (predictions(model, split, spec, tokenizer, model_cfg, batch_size)
+                == labels).astype(float)
+
+    before = correct(dev)
+    frames = []
+    for trig in tqdm(triggers[triggers["rank"] <= cfg["top"]].to_dict("records"),
+                     desc=f"attack {spec.name}", unit="trigger"):
         cls, rank, words = int(trig["class"]), int(trig["rank"]), list(trig["tokens"])
         where = (list(trig["segments"]), list(trig["rel_positions"]))
         variants = {"trigger": [words],
                     "random": [random_words(pool, len(words), [seed, cls, rank, draw])
                                for draw in range(cfg["random_draws"])]}
         for variant, word_lists in variants.items():
-            after = [class_accuracy(labels, predictions(
-                model, attacked_split(dev, spec, inserted, *where, tokenizer), spec, tokenizer,
-                model_cfg, batch_size), n_classes) for inserted in word_lists]
-            rows += [{"trigger_class": cls, "rank": rank, "trigger": " ".join(words),
-                      "variant": variant, "gold_class": c, "examples": before[c]["examples"],
-                      "accuracy_before": before[c]["accuracy"],
-                      "accuracy_after": float(np.mean([a[c]["accuracy"] for a in after]))}
-                     for c in range(n_classes)]
-    return pd.DataFrame(rows, columns=["trigger_class", "rank", "trigger", "variant",
-                                       "gold_class", "examples", "accuracy_before",
-                                       "accuracy_after"])
+            after = np.mean([correct(attacked_split(dev, spec, inserted, *where, tokenizer))
+                             for inserted in word_lists], axis=0)
+            frames.append(pd.DataFrame({
+                "trigger_class": cls, "rank": rank, "trigger": " ".join(words),
+                "variant": variant, "example": np.arange(len(dev)), "gold_class": labels,
+                "correct_before": before, "correct_after": after}))
+    columns = ["trigger_class", "rank", "trigger", "variant", "example", "gold_class",
+               "correct_before", "correct_after"]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
+
+
+def class_table(examples: pd.DataFrame) -> pd.DataFrame:
+    """Accuracy per gold class before and after each trigger and its random words, from
+    `attack_examples` (columns trigger_class, rank, trigger, variant, gold_class, examples,
+    accuracy_before, accuracy_after; a class without dev examples has no row)."""
+    return (examples.groupby(["trigger_class", "rank", "trigger", "variant", "gold_class"],
+                              sort=False)
+             .agg(examples=("example", "size"), accuracy_before=("correct_before", "mean"),
+                  accuracy_after=("correct_after", "mean")).reset_index())
+
+
+def example_drops(examples: pd.DataFrame) -> pd.DataFrame:
+    """Per dev example of a class other than some evaluated trigger's (index: example): its
+    drop in correctness, correct_before − correct_after, averaged over those triggers, with
+    the trigger (column "trigger") and with random words at its positions ("random")."""
+    other = examples[examples["gold_class"] != examples["trigger_class"]]
+    drops = other.assign(drop=other["correct_before"] - other["correct_after"])
+    return drops.pivot_table(index="example", columns="variant", values="drop",
+                             aggfunc="mean").reindex(columns=["trigger", "random"])
 
 
 def other_class_summary(table: pd.DataFrame, label_names: list[str]) -> pd.DataFrame:
@@ -191,33 +211,40 @@ def other_class_summary(table: pd.DataFrame, label_names: list[str]) -> pd.DataF
     }).sort_values(["trigger_class", "rank"], ignore_index=True)
 
 
-def attack_claims(summary: pd.DataFrame, triggers: pd.DataFrame, top: int) -> list[dict]:
-    """The attack's statements, and ground truth (b) and (c) where triggers were planted."""
+def attack_claims(drops: pd.DataFrame, planted: Interval | NotTestable | None, top: int
+                  ) -> list[dict]:
+    """The attack's findings on the per-example drops (`example_drops`) and, where triggers
+    were planted, the planted triggers' recovery (`triggers.planted_margin`; None on real
+    data)."""
     claims = []
-    planted = triggers[triggers["planted"].notna()]
-    if len(planted):
-        found = planted[planted["planted"] & (planted["rank"] <= top)].groupby("class").size()
-        classes = sorted(set(planted["class"]))
-        share = len(found) / len(classes)
-        claims.append(claim(
+    if planted is not None:
+        claims.append(finding(
             "triggers", f"the mined top-{top} triggers of every class include its planted pair",
-            f"share of the {len(classes)} classes with a planted trigger pair among whose top-"
-            f"{top} mined triggers it is (holds if = 1)", share, share == 1))
-    if summary.empty:
-        return claims
-    drop_trigger = float((summary["before"] - summary["trigger_after"]).mean())
-    drop_random = float((summary["before"] - summary["random_after"]).mean())
-    # a random drop below one example's worth is no drop: floor it there to keep the ratio finite
-    floor = 1 / summary["examples"].min()
-    ratio = drop_trigger / max(drop_random, floor)
+            f"least, over the classes with a planted trigger pair, of its frequency among the "
+            f"kept source patterns minus that of the class's {top}-th most frequent other "
+            f"trigger, as a share of the patterns; 95 % interval over the source examples "
+            f"(holds above 0: in every class the pair is among the top {top} by frequency "
+            f"alone; bar: our choice, the paper has no planted triggers)",
+            planted, Bar(0), source("hao2021", "triggers_attack")))
+    n = len(drops)
+    drop: Interval | NotTestable = NotTestable("no trigger was mined, or no dev example of "
+                                               "another class")
+    lead: Interval | NotTestable = drop
+    if n:
+        drop = verdicts.bootstrap(drops["trigger"].to_numpy())
+        lead = verdicts.difference(drops["trigger"].to_numpy(), drops["random"].to_numpy(),
+                                   paired=True)
+    per_example = (f"drop in correctness of each of the {n} dev examples of another class than "
+                   f"the trigger's, averaged over the evaluated triggers")
     claims += [
-        claim("attack", "inserting the mined triggers lowers accuracy on the other classes",
-              f"mean accuracy drop on the other classes over {len(summary)} triggers "
-              f"(holds if >= {ATTACK_MIN_DROP})", drop_trigger, drop_trigger >= ATTACK_MIN_DROP),
-        claim("attack", f"the triggers lower it at least {RANDOM_RATIO:g}x more than random "
-              "tokens at the same positions",
-              f"mean drop with triggers / mean drop with random tokens ({drop_random:.4f}, "
-              f"floored at one example, {floor:.4f}; holds if >= {RANDOM_RATIO:g})",
-              ratio, ratio >= RANDOM_RATIO),
+        finding("attack", "inserting the mined triggers lowers accuracy on the other classes",
+                f"{per_example}, 95 % interval over the examples (holds above "
+                f"{ATTACK_MIN_DROP}; bar: our choice)",
+                drop, Bar(ATTACK_MIN_DROP), source("hao2021", "triggers_attack")),
+        finding("attack", "the triggers lower it more than random words at the same positions",
+                f"{per_example}, with the trigger minus with random words at its positions, "
+                f"paired 95 % interval over the examples (holds above {ATTACK_MIN_DROP}; bar: "
+                f"our choice; random words are our control)",
+                lead, Bar(ATTACK_MIN_DROP), source("hao2021", "triggers_attack")),
     ]
     return claims

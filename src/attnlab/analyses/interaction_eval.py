@@ -47,7 +47,8 @@ import pandas as pd
 import torch
 from transformers import PreTrainedModel
 
-from attnlab.analyses.claims import NotTestable, claim
+from attnlab.analyses.claims import NotTestable, Source, finding, source
+from attnlab.analyses.verdicts import Bar, Interval
 from attnlab.engine import models
 from attnlab.engine.capture import Captured
 from attnlab.methods.edge_masking import masked_probabilities, off_diagonal
@@ -277,39 +278,51 @@ def pairs(values: pd.DataFrame, *, reps: int, seed: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _ours(statement: str) -> Source:
+    """The source of a comparison that no paper states: ours."""
+    return Source("our comparison", "docs/interaction_methods.md", statement)
+
+
 def claims(table: pd.DataFrame, compared: pd.DataFrame) -> list[dict[str, Any]]:
     """For each measure: the best method against the runner-up, AttAttr against attention,
-    and (faithfulness) AttAttr against random; each holds when the paired interval of the
-    difference lies above 0. `table`: `intervals`, `compared`: `pairs`."""
+    and (faithfulness) AttAttr against random; each a finding on the paired interval of the
+    difference over examples, holding when it lies above 0. AttAttr against attention tests
+    Hao et al.'s statement that attention does not show what contributes to the prediction;
+    the other two are our comparisons. `table`: `intervals`, `compared`: `pairs`."""
     stage = "interaction_methods"
     rows = []
 
-    def versus(method: str, other: str, measure: str, statement: str) -> None:
+    def versus(method: str, other: str, measure: str, statement: str, cited: Source) -> None:
         pair = compared[(compared["measure"] == measure) & (compared["method"] == method)
                         & (compared["other"] == other)]
         what = MEASURES[measure][0]
-        if pair.empty:
-            rows.append(claim(stage, statement, f"{what}: {method} minus {other}",
-                              float("nan"),
-                              NotTestable(f"no paired scores of {method} and {other}")))
-            return
-        p = pair.iloc[0]
-        rows.append(claim(
+        interval: Interval | NotTestable = NotTestable(
+            f"no paired scores of {method} and {other}")
+        if not pair.empty:
+            p = pair.iloc[0]
+            interval = Interval(float(p["difference"]), float(p["low"]), float(p["high"]),
+                                int(p["examples"]))
+        rows.append(finding(
             stage, statement,
-            f"{what}: {method} minus {other} over {p['examples']} examples (oriented so > 0 "
-            f"is better), {INTERVAL:.0%} paired bootstrap interval [{p['low']:.3g}, "
-            f"{p['high']:.3g}] (holds if above 0)", p["difference"], bool(p["low"] > 0)))
+            f"{what}: {method} minus {other} (oriented so > 0 is better), {INTERVAL:.0%} paired "
+            f"bootstrap interval over examples (holds above 0)",
+            interval, Bar(0), cited))
 
     for measure, (what, higher) in MEASURES.items():
         ranked = table[(table["measure"] == measure) & (table["method"] != RANDOM)]
         if len(ranked) < 2:
-            rows.append(claim(stage, f"One method leads on {what}", what, float("nan"),
-                              NotTestable("fewer than two methods score this measure")))
+            statement = f"One method leads on {what}"
+            rows.append(finding(stage, statement, what,
+                                NotTestable("fewer than two methods score this measure"),
+                                Bar(0), _ours(statement)))
             continue
         ranked = ranked.sort_values("mean", ascending=not higher)
         best, second = ranked["method"].iloc[0], ranked["method"].iloc[1]
-        versus(best, second, measure, f"{best} beats the runner-up, {second}, on {what}")
-        versus("attattr", "attention", measure, f"AttAttr beats raw attention on {what}")
+        statement = f"{best} beats the runner-up, {second}, on {what}"
+        versus(best, second, measure, statement, _ours(statement))
+        versus("attattr", "attention", measure, f"AttAttr beats raw attention on {what}",
+               source("hao2021", "attention_differs"))
         if not measure.startswith("planted"):
-            versus("attattr", RANDOM, measure, f"AttAttr beats random on {what}")
+            statement = f"AttAttr beats random on {what}"
+            versus("attattr", RANDOM, measure, statement, _ours(statement))
     return rows

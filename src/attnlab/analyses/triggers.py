@@ -19,6 +19,13 @@ Aggregation per predicted class: patterns with the same words in the same segmen
 trigger; its frequency is the number of source examples showing it, its score their mean
 s1 + s2. A class's triggers are ranked by frequency, then score; each keeps the positions of
 its highest-scoring occurrence, the source example it is inserted like.
+
+No attribution tree is involved: a pattern is one head's two strongest pairs, as in the
+official code.
+
+On a synthetic task with planted trigger pairs, `planted_margin` measures how surely mining
+puts each class's planted pair among its top triggers, with an interval over the source
+examples.
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ import numpy as np
 import pandas as pd
 from transformers import PreTrainedTokenizerBase
 
+from attnlab.analyses import verdicts
+from attnlab.analyses.claims import NotTestable
 from attnlab.data import synthetic
 from attnlab.data.words import text_words, typeable
 
@@ -80,6 +89,11 @@ def patterns_table(dump: pd.DataFrame, n_layers: int, n_heads: int, cfg: Mapping
     return pd.DataFrame(rows)
 
 
+def trigger_key(segments: list[int], words: list[str]) -> tuple[tuple[int, str], ...]:
+    """What makes two patterns of a class one trigger: the same words in the same segments."""
+    return tuple(sorted(zip(segments, words, strict=True)))
+
+
 def rank_triggers(patterns: pd.DataFrame, label_names: list[str],
                   planted: dict[int, set[str]]) -> pd.DataFrame:
     """Kept patterns aggregated per predicted class and ranked (see the module docstring).
@@ -91,7 +105,7 @@ def rank_triggers(patterns: pd.DataFrame, label_names: list[str],
     kept = patterns[patterns["kept"]]
     rows = []
     for _, pattern in kept.iterrows():
-        key = tuple(sorted(zip(pattern["segments"], pattern["tokens"], strict=True)))
+        key = trigger_key(pattern["segments"], pattern["tokens"])
         rows.append({"class": int(pattern["pred"]), "key": key, "score": pattern["score"],
                      "example": pattern["example"]})
     columns = ["class", "class_name", "rank", "tokens", "segments", "rel_positions", "frequency",
@@ -129,3 +143,40 @@ def planted_triggers(task_cfg: Mapping[str, Any],
     pairs = synthetic.trigger_pairs(task_cfg["synthetic"]["kind"])
     return {c: {read for word in pair for read, _, _ in text_words(word, tokenizer)}
             for c, pair in pairs.items()}
+
+
+def planted_margin(patterns: pd.DataFrame, planted: dict[int, set[str]], top: int
+                   ) -> verdicts.Interval | NotTestable:
+    """How surely each class's planted pair is among its `top` triggers, by frequency alone:
+    the least, over the classes of `planted`, of the planted pair's frequency among the kept
+    patterns minus that of the class's `top`-th most frequent other trigger, as a share of the
+    kept patterns, with its bootstrap interval over the source examples (their patterns
+    resampled). Above 0, the pair is among the top in every class, whatever the scores; at 0
+    the ranking rests on a tie of frequencies."""
+    kept = patterns[patterns["kept"]]
+    if kept.empty:
+        return NotTestable("no source pattern was kept")
+    keys = [(int(cls), trigger_key(segments, tokens))
+            for cls, segments, tokens in zip(kept["pred"], kept["segments"], kept["tokens"],
+                                             strict=True)]
+    distinct = sorted(set(keys))
+    index = {key: k for k, key in enumerate(distinct)}
+    ids = np.array([index[key] for key in keys], dtype=float)
+    classes = {cls: ([k for k, (c, words) in enumerate(distinct)
+                      if c == cls and {w for _, w in words} == pair],
+                     [k for k, (c, words) in enumerate(distinct)
+                      if c == cls and {w for _, w in words} != pair])
+               for cls, pair in planted.items()}
+
+    def statistic(sample: np.ndarray) -> np.ndarray:
+        counts = np.zeros((len(sample), len(distinct)))
+        np.add.at(counts, (np.arange(len(sample))[:, None], sample.astype(int)), 1)
+        margins = []
+        for own, others in classes.values():
+            found = counts[:, own].max(axis=1) if own else np.zeros(len(sample))
+            rivals = -np.sort(-counts[:, others], axis=1)
+            kth = rivals[:, top - 1] if rivals.shape[1] >= top else 0
+            margins.append((found - kth) / sample.shape[1])
+        return np.min(margins, axis=0)
+
+    return verdicts.bootstrap(ids, statistic)

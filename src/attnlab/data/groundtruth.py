@@ -19,21 +19,27 @@ def strongest_edges(row: pd.Series) -> dict[int, tuple[int, int]]:
     return strongest
 
 
-def planted_pair_recovery(dump: pd.DataFrame) -> dict[str, float | int]:
-    """Share of examples in which the strongest edge of some layer joins the planted pair,
-    for head-summed attribution and, as the baseline, head-summed raw attention."""
-    planted = dump.dropna(subset=["planted_i", "planted_j"])
-    if planted.empty:
-        return {"examples": 0, "attribution": float("nan"), "attention": float("nan")}
-    by_attribution = by_attention = 0
-    for _, row in planted.iterrows():
+def planted_pair_hits(dump: pd.DataFrame) -> pd.DataFrame:
+    """Per example with a planted pair (idx): whether the strongest edge of some layer joins
+    it, by head-summed attribution and, as the baseline, by head-summed raw attention."""
+    rows = []
+    for _, row in dump.dropna(subset=["planted_i", "planted_j"]).iterrows():
         a, b = row["planted_i"], row["planted_j"]
-        by_attribution += any(_joins(i, j, a, b) for i, j in strongest_edges(row).values())
-        by_attention += any(
-            _joins(i, j, a, b) for i, j in zip(row["attn_top_i"], row["attn_top_j"], strict=True)
-        )
-    return {
-        "examples": len(planted),
-        "attribution": by_attribution / len(planted),
-        "attention": by_attention / len(planted),
-    }
+        rows.append({
+            "idx": int(row["idx"]),
+            "attribution": any(_joins(i, j, a, b) for i, j in strongest_edges(row).values()),
+            "attention": any(_joins(i, j, a, b) for i, j in
+                             zip(row["attn_top_i"], row["attn_top_j"], strict=True)),
+        })
+    return pd.DataFrame(rows, columns=["idx", "attribution", "attention"]).astype(
+        {"attribution": bool, "attention": bool})
+
+
+def planted_pair_recovery(dump: pd.DataFrame) -> dict[str, float | int]:
+    """Share of examples in which the strongest edge of some layer joins the planted pair
+    (`planted_pair_hits`), by attribution and by attention."""
+    hits = planted_pair_hits(dump)
+    if hits.empty:
+        return {"examples": 0, "attribution": float("nan"), "attention": float("nan")}
+    return {"examples": len(hits), "attribution": float(hits["attribution"].mean()),
+            "attention": float(hits["attention"].mean())}

@@ -1,12 +1,17 @@
 """Rule summarise_attributions: gathers a task's attribution shards (fails unless every shard is
-there), summarises the dump and judges the ground-truth claims of synthetic tasks."""
+there), summarises the dump and judges the ground-truth findings of synthetic tasks."""
 
 from __future__ import annotations
 
 import logging
 
-from attnlab.analyses.attribution_summary import recovery_claims, summarise_task
+from attnlab.analyses.attribution_summary import (
+    read_checked_dump,
+    recovery_claims,
+    summarise_task,
+)
 from attnlab.analyses.claims import claims_frame
+from attnlab.data.groundtruth import planted_pair_hits
 from attnlab.job import Job
 
 log = logging.getLogger(__name__)
@@ -17,8 +22,8 @@ def run(job: Job) -> None:
     example, planted-pair recovery) and the table `claims` (no rows for a task without planted
     pairs)."""
     attribution = job.settings.attribution
-    summary = summarise_task(job.paths("parts"), attribution.shards,
-                             tolerance=attribution.tolerance)
+    dump = read_checked_dump(job.paths("parts"), attribution.shards)
+    summary = summarise_task(dump, job.paths("parts"), tolerance=attribution.tolerance)
     log.info("task %s: %s", job.task, summary)
     job.write_json("summary", summary)
-    job.write_tables({"claims": claims_frame(recovery_claims(summary["planted_pair_recovery"]))})
+    job.write_tables({"claims": claims_frame(recovery_claims(planted_pair_hits(dump)))})

@@ -29,7 +29,7 @@ def run(job: Job) -> None:
     log.info("task %s: trees of %d examples, tau %s, normalised by the %s maximum", job.task,
              len(dump), cfg.tau, cfg.normalise)
     edges, table = trees.tree_tables(dump, n_layers, cfg.tau, cfg.normalise,
-                                     causal=job.next_token)
+                                     causal=job.next_token, seed=job.settings.seed)
     claims = claims_frame(trees.tree_claims(table))
     summary = trees.size_summary(table)
     if summary["incomplete_trees"]:
