@@ -98,6 +98,17 @@ def run_seed(wildcards):
     return RUNS[wildcards.name]
 
 
+def next_seed_importance(wildcards):
+    """The head importance of every task at the run's next seed (config `seeds`, cyclically):
+    the ceiling of the cross-task correlation, one task fine-tuned twice. None in a one-seed
+    run: its ceiling rows say why."""
+    runs = list(RUNS)
+    if len(runs) < 2 or wildcards.name not in runs:
+        return []
+    other = runs[(runs.index(wildcards.name) + 1) % len(runs)]
+    return expand(rules.head_importance.output.importance, name=other, task=TASKS)
+
+
 def data_seed(wildcards):
     """The seed of a run's data: config `seed` for every run (each seed sees the same data),
     unless data_per_seed asks for the run's own."""

@@ -89,17 +89,6 @@ rule pruning_figures:
         "../scripts/pruning_figures.py"
 
 
-def next_seed_importance(wildcards):
-    """The head importance of every task at the run's next seed (config `seeds`, cyclically):
-    the ceiling of the cross-task correlation, one task fine-tuned twice. None in a one-seed
-    run: its ceiling rows say why."""
-    runs = list(RUNS)
-    if len(runs) < 2 or wildcards.name not in runs:
-        return []
-    other = runs[(runs.index(wildcards.name) + 1) % len(runs)]
-    return expand(rules.head_importance.output.importance, name=other, task=TASKS)
-
-
 rule task_correlation:
     input:
         importance=expand(
