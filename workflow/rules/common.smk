@@ -25,18 +25,6 @@ def pretrained_model():
                       "hub model id (like bert-base-cased)")
 
 
-def findings_files():
-    """The findings file of each paper named in report.papers (each must have one)."""
-    folder = Path(workflow.basedir, "workflow/report/findings")
-    files = [folder / f"{paper}.yaml" for paper in config["report"]["papers"]]
-    for path in files:
-        if not path.is_file():
-            known = sorted(p.stem for p in folder.glob("*.yaml"))
-            raise ConfigError(f"report.papers: no findings file for {path.stem!r} "
-                              f"(known: {', '.join(known)})")
-    return files
-
-
 # Everything that can be known wrong before any job runs stops the dry run here, in one line:
 # Snakemake would show a WorkflowError with a header and lines of this file around it.
 try:
@@ -44,7 +32,6 @@ try:
     PRETRAINED = pretrained_model()
     check_config(config, PRETRAINED)
     KIND = task_kind(config)
-    FINDINGS = findings_files()
 except ConfigError as err:
     stop(err, "config error at ")
 
@@ -57,6 +44,10 @@ if len(SEEDS) == 1:
     RUNS = {config["name"]: SEEDS[0]}
 else:
     RUNS = {f"{config['name']}/seed={seed}": seed for seed in SEEDS}
+# Controls (config `controls`): each a run of its own, laid out as a one-seed run, in
+# results/<name>/control=<control>/, with the first seed; rule claims sets its findings beside
+# the run's. CONTROLS maps the `name` wildcard of each to its control.
+CONTROLS = {f"{config['name']}/control={control}": control for control in config["controls"]}
 SHARDS = range(config["attribution"]["shards"])
 
 
@@ -88,14 +79,20 @@ GPU = 0 if config["device"] == "cpu" else 1
 # Outputs are results/{name}/...: only this configuration's name matches, so nothing is ever
 # built under another name with this configuration's settings.
 wildcard_constraints:
-    name="|".join(map(re.escape, [*RUNS, config["name"]])),
+    name="|".join(map(re.escape, [*RUNS, *CONTROLS, config["name"]])),
     task="|".join(TASKS),
     shard=r"\d+",
 
 
 def run_seed(wildcards):
-    """The seed of a run: model initialisation, training order and every seeded stage."""
-    return RUNS[wildcards.name]
+    """The seed of a run: model initialisation, training order and every seeded stage (a
+    control's: the first seed's)."""
+    return RUNS.get(wildcards.name, SEEDS[0])
+
+
+def run_control(wildcards):
+    """The control a run is (None: a run of this configuration's own)."""
+    return CONTROLS.get(wildcards.name)
 
 
 def data_seed(wildcards):
@@ -175,9 +172,10 @@ def task_finetune(wildcards):
     return {**config["finetune"], **config["tasks"][wildcards.task].get("finetune", {})}
 
 
-def for_this_run(pattern):
-    """A rule's file pattern for every run (seed), task and shard of this configuration."""
-    return expand(strip_wildcard_constraints(pattern), name=list(RUNS), task=TASKS,
+def for_this_run(pattern, runs=RUNS):
+    """A rule's file pattern for every run (seed; or of `runs`), task and shard of this
+    configuration."""
+    return expand(strip_wildcard_constraints(pattern), name=list(runs), task=TASKS,
                   shard=SHARDS)
 
 
@@ -200,6 +198,10 @@ def warn_about_the_plan():
             print(line, file=sys.stderr)
 
 
-def claims_tables(wildcards):
+def claims_tables(wildcards, runs=RUNS):
     return [path for rule in kinds_rules() if "claims" in rule.output.keys()
-            for path in for_this_run(rule.output.claims)]
+            for path in for_this_run(rule.output.claims, runs)]
+
+
+def control_claims_tables(wildcards):
+    return claims_tables(wildcards, CONTROLS)
