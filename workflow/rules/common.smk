@@ -25,6 +25,19 @@ def pretrained_model():
                       "hub model id (like bert-base-cased)")
 
 
+def check_papers():
+    """report.papers: each names a paper's file of statements. (Here, not in the config checks
+    that every stage imports: a change to the claims module reruns the stages with claims
+    only.)"""
+    from attnlab.analyses.claims import paper
+
+    for name in config["report"]["papers"]:
+        try:
+            paper(name)
+        except KeyError as err:
+            raise ConfigError(f"report.papers: {err.args[0]}") from None
+
+
 # Everything that can be known wrong before any job runs stops the dry run here, in one line:
 # Snakemake would show a WorkflowError with a header and lines of this file around it.
 try:
@@ -32,6 +45,7 @@ try:
     PRETRAINED = pretrained_model()
     check_config(config, PRETRAINED)
     KIND = task_kind(config)
+    check_papers()
 except ConfigError as err:
     stop(err, "config error at ")
 
@@ -172,11 +186,11 @@ def task_finetune(wildcards):
     return {**config["finetune"], **config["tasks"][wildcards.task].get("finetune", {})}
 
 
-def for_this_run(pattern, runs=RUNS):
-    """A rule's file pattern for every run (seed; or of `runs`), task and shard of this
-    configuration."""
-    return expand(strip_wildcard_constraints(pattern), name=list(runs), task=TASKS,
-                  shard=SHARDS)
+def for_this_run(pattern, runs=None):
+    """A rule's file pattern for every run (seed; or every run of `runs`), task and shard of
+    this configuration."""
+    return expand(strip_wildcard_constraints(pattern), name=list(RUNS if runs is None else runs),
+                  task=TASKS, shard=SHARDS)
 
 
 # The report's inputs are found by name: every rule's `benchmark:` file and every rule output
@@ -198,10 +212,14 @@ def warn_about_the_plan():
             print(line, file=sys.stderr)
 
 
-def claims_tables(wildcards, runs=RUNS):
+def claims_of(runs):
     return [path for rule in kinds_rules() if "claims" in rule.output.keys()
             for path in for_this_run(rule.output.claims, runs)]
 
 
+def claims_tables(wildcards):
+    return claims_of(RUNS)
+
+
 def control_claims_tables(wildcards):
-    return claims_tables(wildcards, CONTROLS)
+    return claims_of(CONTROLS)

@@ -214,21 +214,6 @@ def attributed_idx(config: dict[str, Any], task: dict[str, Any]) -> range | None
     return range(min(task["synthetic"]["n_dev"], limit or task["synthetic"]["n_dev"]))
 
 
-def _check_papers(names: list[str]) -> None:
-    """report.papers: each names a paper's file of statements."""
-    if not names:
-        return
-    # imported here: the claims' verdict rules import scipy, which a DAG without papers to
-    # check need not wait for
-    from attnlab.analyses.claims import paper
-
-    for name in names:
-        try:
-            paper(name)
-        except KeyError as err:
-            raise ConfigError(f"report.papers: {err.args[0]}") from None
-
-
 def check_config(config: dict[str, Any], pretrained: str | None) -> None:
     """Check what the schema cannot (see the module's docstring). `config` has the schema's
     defaults filled in; `pretrained` is the local directory of model.pretrained (None for a
@@ -253,7 +238,6 @@ def check_config(config: dict[str, Any], pretrained: str | None) -> None:
         raise ConfigError(f"controls: {config['controls']} compare with the model fine-tuning "
                           "starts from; model.source finetuned is used as published, with no "
                           "untrained model of ours")
-    _check_papers(config["report"]["papers"])
     trees, attribution = config["trees"], config["attribution"]
     # the adaptive rule's first panels take 3 gradient evaluations per scan interval at most
     if attribution["max_steps"] < 3 * attribution["scan_steps"]:
