@@ -160,6 +160,24 @@ def test_each_finding_stands_beside_its_control_and_is_flagged_when_that_holds_t
     assert "Hold on a control run too (flagged): 1" in lines
 
 
+def test_a_statement_judged_once_per_layer_keeps_a_row_per_layer_beside_its_control(tmp_path):
+    """Rows of one statement (one per layer, told apart by their metric) pair with the same
+    layer's row of the control and of every other seed, in the order the stage wrote them."""
+    def layers(values: list[float]) -> list[dict]:
+        return [finding_row("adversarial_attention", "very different attention, same output",
+                            Interval(v, v - 0.05, v + 0.05, 20)) for v in values]
+
+    results = tmp_path / "results" / "r"
+    seeds = [write_rows(results / f"seed={seed}" / "c.parquet", layers([0.9, 0.1]))
+             for seed in (0, 1)]
+    table = claims_table(seeds, controls_paths=[
+        write_rows(results / "control=untrained" / "c.parquet", layers([0.8, 0.2]))],
+        out=tmp_path / "claims.html", origin={})
+    assert list(table["value"]) == pytest.approx([0.9, 0.1])
+    assert list(table["untrained_value"]) == pytest.approx([0.8, 0.2])
+    assert list(table["flag"]) == ["holds untrained too", ""]
+
+
 def test_claims_over_seeds_give_mean_interval_and_k_of_n(tmp_path):
     """A run over seeds (config `seeds`) writes each seed's claims under seed=<s>/: the page
     shows each claim once, its mean, 95 % interval and per-seed values, and "holds in k of n"."""

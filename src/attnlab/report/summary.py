@@ -50,10 +50,13 @@ from attnlab.report.html_pages import page, table_html, write_page
 # results/<name>/control=<control>/ (config `controls`).
 SEED_FOLDER = re.compile(r"(?:^|/)seed=(\d+)/")
 CONTROL_FOLDER = re.compile(r"(?:^|/)control=(\w+)/")
-KEYS = ["stage", "task", "claim"]
-# The columns of a gathered claims table (`attnlab.analyses.claims.COLUMNS` with the task);
-# over seeds `value`, `low`, `high` are the pooled estimate and interval, `n` the seeds, and
-# `per_seed` holds each seed's value and verdict.
+# What makes a claim the same claim in another seed's or a control's tables: its stage, task
+# and statement, and which of the rows of that statement it is (`occurrence`: a statement
+# judged once per layer has a row per layer, in the same order in every run).
+KEYS = ["stage", "task", "claim", "occurrence"]
+# The columns of a gathered claims table (`attnlab.analyses.claims.COLUMNS` with the task and
+# the occurrence); over seeds `value`, `low`, `high` are the pooled estimate and interval, `n`
+# the seeds, and `per_seed` holds each seed's value and verdict.
 TABLE = [*KEYS, "kind", "metric", "value", "low", "high", "n", "bar", "side", "verdict",
          "reason", "source"]
 # A control's columns, each prefixed by the control's name (untrained_value, ...).
@@ -104,7 +107,8 @@ def over_seeds(claims: pd.DataFrame) -> pd.DataFrame:
     could not test it (the first seed's)."""
     marks = {"holds": "+", "does not hold": "-", "inconclusive": "~", "not testable": "?"}
     rows = []
-    for key, group in claims.sort_values("seed").groupby(KEYS, dropna=False, sort=False):
+    for key, group in claims.sort_values("seed", kind="stable").groupby(KEYS, dropna=False,
+                                                                       sort=False):
         verdict, pooled = _over_seeds_verdict(group)
         first = group.iloc[0]
         rows.append({
@@ -192,6 +196,8 @@ def read_claims(paths: list[str | os.PathLike]) -> pd.DataFrame:
     for column in TABLE:
         if column not in claims:
             claims[column] = None
+    claims["occurrence"] = claims.groupby(["seed", "stage", "task", "claim"], dropna=False,
+                                          sort=False).cumcount()
     return claims.fillna({"kind": "finding", "reason": "", "source": "", "side": ""})
 
 
