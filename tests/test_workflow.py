@@ -25,7 +25,7 @@ from transformers import BertConfig, BertForSequenceClassification
 from attnlab.analyses.claims import KINDS
 from attnlab.analyses.verdicts import SIDES, UNTESTABLE, VERDICTS, Bar, Interval, verdict
 from attnlab.data.tokenization import build_tokenizer
-from attnlab.report.findings import counts, counts_line
+from attnlab.report.findings import checks_line, counts, counts_line
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -560,8 +560,10 @@ def test_the_results_page_is_generated_from_a_run_s_files(tiny_run, tmp_path):
         assert f"`{metrics['code_version']}`" in text
     findings = pd.read_parquet(tiny_run.results / "report" / "findings.parquet")
     assert counts_line(counts(findings)) in text
-    for claim in findings["claim"]:
+    # the findings only: the checks are counted in one line
+    for claim in findings.loc[findings["kind"] == "finding", "claim"]:
         assert claim.replace("|", "\\|") in text, claim
+    assert checks_line(findings) in text
     # --check: the page is the run's; a hand edit is caught
     assert subprocess.run([*generator, "--check"], env=ENV).returncode == 0
     (tmp_path / "results.md").write_text(text.replace(" holds", " hold"))
