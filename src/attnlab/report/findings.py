@@ -126,7 +126,8 @@ def checks_line(table: pd.DataFrame) -> str:
     tested, in words."""
     checks = table[table["kind"] == "check"]
     seen = checks["outcome"].value_counts()
-    return f"{len(checks)} checks: " + ", ".join(f"{n} {name}" for name, n in seen.items())
+    outcomes = ", ".join(f"{n} {name}" for name, n in seen.items())
+    return f"{len(checks)} checks" + (f": {outcomes}" if outcomes else "")
 
 
 def flagged(table: pd.DataFrame) -> pd.DataFrame:
