@@ -21,6 +21,7 @@ import json
 import math
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -213,16 +214,15 @@ def gathered_claims(claims_paths: list[str | os.PathLike]) -> tuple[pd.DataFrame
 
 def with_controls(table: pd.DataFrame,
                   controls: dict[str, pd.DataFrame]) -> pd.DataFrame:
-    """The gathered claims with, for every finding, the same (stage, task, claim) finding of
-    each control run (`controls`: its claims tables by the control's name) in columns
-    <control>_value, _low, _high, _verdict, and `flag` naming the controls on which a finding
-    that holds holds too: what it states the model learned is there without the learning."""
+    """The gathered claims with, for every finding, the same finding (KEYS) of each control
+    run (`controls`: its claims tables by the control's name) in columns <control>_value,
+    _low, _high, _verdict, and `flag` naming the controls on which a finding that holds holds
+    too: what it states the model learned is there without the learning. Checks get none."""
     flags = pd.Series("", index=table.index)
     for name, control in controls.items():
         found = findings_only(control)[[*KEYS, *CONTROL_COLUMNS]]
         found = found.rename(columns={c: f"{name}_{c}" for c in CONTROL_COLUMNS})
         table = table.merge(found, on=KEYS, how="left")
-        table.loc[table["kind"] != "finding", list(found.columns[len(KEYS):])] = None
         also = (table["verdict"].map(outcome) == HOLDS) & (table[f"{name}_verdict"] == HOLDS)
         flags = flags.where(~also, flags + f"holds {name} too; ")
     return table.assign(**{FLAG: flags.str.removesuffix("; ")})
@@ -244,8 +244,8 @@ def claims_table(
     *,
     out: str | os.PathLike,
     origin: dict[str, Any],
-    controls_paths: list[str | os.PathLike] = (),
-    papers: list[str] = (),
+    controls_paths: Sequence[str | os.PathLike] = (),
+    papers: Sequence[str] = (),
     landing: str | os.PathLike | None = None,
     table_out: str | os.PathLike | None = None,
 ) -> pd.DataFrame:
