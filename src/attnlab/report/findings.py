@@ -132,7 +132,7 @@ def checks_line(table: pd.DataFrame) -> str:
 
 def flagged(table: pd.DataFrame) -> pd.DataFrame:
     """The findings that hold and hold on a control run too (summary.with_controls)."""
-    return table[table["flag"].fillna("") != ""]
+    return table[table["flag"] != ""]
 
 
 def interval_text(low: float, high: float) -> str:
@@ -187,6 +187,27 @@ COLOURS = {HOLDS: "#e6f4e6", FAILS: "#fbe3e3", SOME: "#fdf3d8", INCONCLUSIVE: "#
            UNTESTABLE: "#eeeeee"}
 
 
+def _stage_rows(stage: str, claims: pd.DataFrame, controls: list[str], width: int) -> list[str]:
+    """The landing table's rows of one stage: its heading, then one row per finding and task
+    (a finding's name and source once for its tasks)."""
+    rows = [f"<tr><td colspan='{width}'><i>{html.escape(STAGES.get(stage, stage))}</i> "
+            f"({html.escape(stage)})</td></tr>"]
+    previous = None
+    for _, row in claims.iterrows():
+        finding = "" if row["claim"] == previous else html.escape(row["claim"])
+        if finding and row["source"]:
+            finding += f"<br><small>{html.escape(row['source'])}</small>"
+        previous = row["claim"]
+        task = row["task"]
+        cells = [finding, html.escape(task) if isinstance(task, str) else "—",
+                 html.escape(number_text(row["value"], row["low"], row["high"])),
+                 html.escape(bar_text(row["bar"], row["side"])), _verdict(row),
+                 *([_controls(row, controls)] if controls else [])]
+        rows.append(f"<tr style='background: {COLOURS[row['outcome']]}'>"
+                    + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
+    return rows
+
+
 def landing_html(table: pd.DataFrame) -> str:
     """The findings as an HTML fragment for the report's first page: their counts, then per
     group its counts and one row per finding and task (finding with its source, this run's
@@ -194,10 +215,9 @@ def landing_html(table: pd.DataFrame) -> str:
     table = grouped(table)
     controls = control_names(table)
     findings = findings_only(table)
-    parts = [f"<p><b>{html.escape(counts_line(counts(table)))}</b> "
-             f"(findings of this run, one per task they were judged on"
-             + (f"; {len(flagged(findings))} hold on a control run too, flagged"
-                if controls else "") + ").</p>"]
+    flags = f"; {len(flagged(findings))} hold on a control run too, flagged" if controls else ""
+    parts = [f"<p><b>{html.escape(counts_line(counts(table)))}</b> (findings of this run, one "
+             f"per task they were judged on{flags}).</p>"]
     header = ["finding", "task", "this run [95 % interval]", "bar", "verdict",
               *(["controls"] if controls else [])]
     for group, rows in findings.groupby("group", sort=False):
@@ -205,22 +225,7 @@ def landing_html(table: pd.DataFrame) -> str:
         parts.append("<table style='border-collapse: collapse'><tr>"
                      + "".join(f"<th>{h}</th>" for h in header) + "</tr>")
         for stage, claims in rows.groupby("stage", sort=False):
-            parts.append(f"<tr><td colspan='{len(header)}'><i>"
-                         f"{html.escape(STAGES.get(stage, stage))}</i> ({html.escape(stage)})"
-                         "</td></tr>")
-            previous = None
-            for _, row in claims.iterrows():
-                finding = "" if row["claim"] == previous else html.escape(row["claim"])
-                if finding and row["source"]:
-                    finding += f"<br><small>{html.escape(row['source'])}</small>"
-                previous = row["claim"]
-                task = row["task"]
-                cells = [finding, html.escape(task) if isinstance(task, str) else "—",
-                         html.escape(number_text(row["value"], row["low"], row["high"])),
-                         html.escape(bar_text(row["bar"], row["side"])), _verdict(row),
-                         *([_controls(row, controls)] if controls else [])]
-                parts.append(f"<tr style='background: {COLOURS[row['outcome']]}'>"
-                             + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
+            parts += _stage_rows(stage, claims, controls, len(header))
         parts.append("</table>")
     parts.append(f"<p>{html.escape(checks_line(table))} (what follows from the mathematics or "
                  "the construction, not counted as findings: the claims page lists them).</p>")
