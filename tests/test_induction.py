@@ -301,6 +301,11 @@ MECHANISM_FINDINGS = [0, 3, 4, 5, 6, 7]
 
 
 @pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason=(
+    "judged on their intervals over the 100 analysed examples, the six mechanism findings held "
+    "together on 3 of 5 seeds (seed 3: the layer-0 step's and the tree's shares have intervals "
+    "that contain the bar of 0.9); the examples a finding needs are for the power note of "
+    "issue 42 to size, not for this test to loosen"))
 def test_the_induction_findings_hold_on_four_of_five_seeds(induction_model, induction_result):
     """Seeds 0-4 of the induction config's training (seed 0's model and analysis are the other
     tests'): about 25 s on a free machine. The mechanism's findings hold on at least 4 of 5
