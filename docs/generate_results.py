@@ -26,8 +26,14 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from attnlab.report.findings import STAGES, counts, counts_line  # noqa: E402
-from attnlab.report.summary import claims_table  # noqa: E402
+from attnlab.report.findings import (  # noqa: E402
+    STAGES,
+    checks_line,
+    counts,
+    counts_line,
+    findings_only,
+)
+from attnlab.report.summary import claims_table, control_of  # noqa: E402
 
 OUTPUT = ROOT / "docs" / "results.md"
 # The reason of a claim judged by code from before claims stated their reasons.
@@ -118,10 +124,16 @@ def _cell(rows: pd.DataFrame, reasons: dict[str, int]) -> str:
 
 
 def _claims(run: Path) -> str:
+    """The run's findings by group and stage (its checks counted in one line); a control
+    run's claims (control=<control>/) are not the run's."""
+    files = _claims_files(run)
     with tempfile.TemporaryDirectory() as tmp:
-        table = claims_table(_claims_files(run), findings_paths=[], origin={},
+        table = claims_table([p for p in files if not control_of(p)],
+                             controls_paths=[p for p in files if control_of(p)], origin={},
                              out=Path(tmp, "claims.html"))
-    parts = [f"{counts_line(counts(table))} (one claim per task it is judged on).\n"]
+    parts = [f"{counts_line(counts(table))} (findings, one per task it is judged on; "
+             f"{checks_line(table)}, not counted as findings).\n"]
+    table = findings_only(table)
     tasks = sorted({t for t in table["task"] if isinstance(t, str) and "–" not in t})
     for group, rows in table.groupby("group", sort=False):
         parts.append(f"### {group}\n\n{counts_line(counts(rows))}.\n")

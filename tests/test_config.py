@@ -144,8 +144,12 @@ def test_task_source_needs_its_settings(tmp_path):
                     "pretrain": {"epochs": 2}}},
          "config error at model.pretrain.epochs: pre-training is for scratch models only"),
         ({"report": {"papers": ["nosuch"]}},
-         "config error at report.papers: no findings file for 'nosuch' "
-         "(known: brunner2020, explanation, hao2021)"),
+         "config error at report.papers: no statements file for paper 'nosuch' (known: "),
+        # the untrained control is the model fine-tuning starts from: none for a published one
+        ({"model": {"source": "finetuned", "pretrained": "textattack/bert-base-uncased-SST-2"},
+          "controls": ["untrained"]},
+         "config error at controls: ['untrained'] compare with the model fine-tuning starts "
+         "from"),
     ],
 )
 def test_what_a_config_refers_to_is_checked_in_the_dry_run(tmp_path, change, expected):

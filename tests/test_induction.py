@@ -2,10 +2,13 @@
 
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
 
+from attnlab.analyses import induction as induction_analysis
+from attnlab.analyses.verdicts import seeds_needed
 from attnlab.data import induction
 from attnlab.data.prompts import PromptSpec, validate_prompts
 from attnlab.data.tasks import DataError
@@ -250,7 +253,8 @@ def test_the_induction_config_runs_through_the_snakemake_command_line(tmp_path):
     # the eight claims of rule induction, judged (their verdicts over seeds: the test below);
     # AttAttr's strongest edge at the query points to B (observed 1.0; 0.9 for another CPU)
     claims = pd.read_parquet(results / "induction/induction/claims.parquet")
-    assert len(claims) == 8 and claims["verdict"].isin(["holds", "does not hold"]).all()
+    assert len(claims) == 8 and (claims["verdict"] != "not testable").all()
+    assert (claims["kind"] == "finding").all() and claims["low"].notna().all()
     assert claims.loc[0, "value"] >= 0.9, claims.to_string()
     # the dumps' and the trees' ground-truth claims, on the planted pair (query, B)
     for path in ("attribution_summary/induction_claims.parquet",
@@ -290,18 +294,64 @@ def test_the_induction_config_runs_through_the_snakemake_command_line(tmp_path):
             == "holds")
 
 
+# The findings that the trained model's mechanism makes hold. At the query raw attention and
+# rollout point at B about as often as AttAttr (0.995, 0.990 against 1.0 on seed 0): those two
+# comparisons are inconclusive, and must never fail.
+MECHANISM_FINDINGS = [0, 3, 4, 5, 6, 7]
+
+
 @pytest.mark.slow
-def test_the_induction_claims_hold_on_four_of_five_seeds(induction_model, induction_result):
+@pytest.mark.xfail(strict=True, reason=(
+    "judged on their intervals over the 100 analysed examples, the six mechanism findings held "
+    "together on 3 of 5 seeds (seed 3: the layer-0 step's and the tree's shares have intervals "
+    "that contain the bar of 0.9); the examples a finding needs are for the power note of "
+    "issue 42 to size, not for this test to loosen"))
+def test_the_induction_findings_hold_on_four_of_five_seeds(induction_model, induction_result):
     """Seeds 0-4 of the induction config's training (seed 0's model and analysis are the other
-    tests'): about 25 s on a free machine. All eight claims held together on all 5 seeds
-    (docs/decoders.md); 4 of 5 is the margin for another machine's float path."""
+    tests'): about 25 s on a free machine. The mechanism's findings hold on at least 4 of 5
+    seeds (the run's rule, verdicts.seeds_needed), and AttAttr never finds B less often than
+    raw attention or rollout."""
     held = {0: (induction_model.metrics["dev_accuracy"], list(induction_result.claims["verdict"]))}
     for seed in range(1, 5):
         trained = _trained(seed)
         claims = _analysed(trained).claims
         held[seed] = (trained.metrics["dev_accuracy"], list(claims["verdict"]))
     assert all(len(verdicts) == 8 for _, verdicts in held.values()), held
-    assert sum(all(v == "holds" for v in verdicts) for _, verdicts in held.values()) >= 4, held
+    assert sum(all(verdicts[i] == "holds" for i in MECHANISM_FINDINGS)
+               for _, verdicts in held.values()) >= seeds_needed(5), held
+    assert all(verdicts[i] != "does not hold" for _, verdicts in held.values() for i in (1, 2)), \
+        held
+
+
+def test_each_induction_finding_is_judged_on_its_interval_over_the_examples():
+    """Constructed examples: AttAttr finds B and the previous-token step everywhere, raw
+    attention half as often; the top two heads by attribution are the mechanism's; masking them
+    loses every example, the costliest other pair none. Every finding holds, each with its
+    interval over the 40 examples and its source."""
+    n = 40
+    edges = pd.DataFrame({"induction": 5, "top_attattr": 5, "top_rollout": [5, 4] * (n // 2),
+                          "top_attention": [5, 4] * (n // 2), "path_attattr": True,
+                          "path_attention": [True, False] * (n // 2), "tree_path": True},
+                         index=range(n))
+    # heads (layer-major, 2 x 2): importance, attention at the query on B, at B on A
+    per_head = np.array([[1.0, 0.1, 0.9], [0.2, 0.1, 0.1], [0.8, 0.9, 0.1], [0.1, 0.2, 0.1]])
+    per_example = np.repeat(per_head.T[None], n, axis=0)
+    masking = induction_analysis.Masking(full=np.ones(n, bool), top=np.zeros(n, bool),
+                                         worst_other=np.ones(n, bool), other_mean_drop=0.0)
+    rows = pd.DataFrame(induction_analysis.induction_findings(edges, per_example, masking))
+    assert (rows["verdict"] == "holds").all(), rows[["claim", "value", "low", "high"]]
+    assert (rows["n"] == n).all() and rows["low"].notna().all() and rows["source"].all()
+    assert rows.loc[1, "value"] == pytest.approx(0.5)  # AttAttr 1.0 - attention 0.5
+    heads = induction_analysis.head_table(per_example, n_heads=2)
+    assert list(heads.sort_values("attattr_rank")[["layer", "head"]].itertuples(
+        index=False, name=None))[:2] == [(0, 0), (1, 0)]
+
+
+def test_the_top_two_heads_share_counts_the_mechanism_heads_among_them():
+    # the second head by attribution is neither kind: half of the top two
+    per_head = np.array([[1.0, 0.1, 0.9], [0.9, 0.1, 0.1], [0.8, 0.9, 0.1]])
+    sample = np.repeat(per_head.T[None, None], 3, axis=1)
+    assert induction_analysis.mechanism_share(sample) == pytest.approx([0.5])
 
 
 def _run_stages(config: dict, checkpoint, out_dir) -> dict:

@@ -10,7 +10,6 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-import yaml
 
 from attnlab.analyses import (
     adversarial_attention,
@@ -28,10 +27,9 @@ from attnlab.analyses import claims as claim_rows
 from attnlab.analyses.claims import NotTestable, claim
 from attnlab.analyses.verdicts import Bar, Interval
 from attnlab.report import findings as landing
-from attnlab.report.summary import claims_table, load_findings, run_summary, stage_times
+from attnlab.report.summary import claims_table, run_summary, stage_times
 
 ROOT = Path(__file__).resolve().parents[1]
-FINDINGS = ROOT / "workflow" / "report" / "findings"
 BENCHMARK_HEADER = "\t".join(["s", "h:m:s", "max_rss", "max_vms", "max_uss", "max_pss", "io_in",
                               "io_out", "mean_load", "cpu_time"])
 
@@ -80,42 +78,105 @@ def write_claims(path: Path, rows: list[dict], task: str | None = None) -> Path:
     return path
 
 
-def test_claims_sit_beside_the_papers_findings(tmp_path):
-    low = {"stage": "per_layer", "statement": "pruning low-attribution heads barely hurts",
-           "metric": "drop (holds if <= 0.05)", "value": 0.01, "holds": True}
-    keep = {"stage": "global", "statement": "keeping 10% keeps most", "metric": "ratio",
-            "value": 0.5, "holds": False}
-    paths = [write_claims(tmp_path / f"{t}.parquet", [low, keep], task=t) for t in ("mnli", "rte")]
-    paths.append(write_claims(tmp_path / "cross.parquet", [
-        {"stage": "task_correlation", "statement": "similar tasks correlate strongly",
-         "metric": "r", "value": 0.7, "holds": True}]))
-    findings = tmp_path / "paper.yaml"
-    findings.write_text(yaml.safe_dump({"title": "A paper", "findings": [
-        {"stage": "per_layer", "claim": low["statement"], "paper": "barely hurts"},
-        {"stage": "global", "claim": keep["statement"], "task": "mnli", "paper": "60% on MNLI"},
-        {"stage": "trees", "claim": "trees are shallow", "paper": "Fig. 6"},
-    ]}))
+HALF = Bar(0.5)
+
+
+def finding_row(stage: str, statement: str, interval: Interval, bar: Bar = HALF,
+                key: str = "fig3_low_pruning") -> dict:
+    return claim_rows.finding(stage, statement, "share", interval, bar,
+                              claim_rows.source("hao2021", key))
+
+
+def write_rows(path: Path, rows: list[dict], task: str | None = "t") -> Path:
+    """A claims table as the stages write it (the task first, where it has one)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    frame = claim_rows.claims_frame(rows)
+    if task:
+        frame.insert(0, "task", task)
+    frame.to_parquet(path)
+    return path
+
+
+def test_the_claims_page_shows_each_finding_s_interval_bar_verdict_and_source(tmp_path):
+    """A one-seed run: every finding with its estimate, interval, n, bar, verdict and source;
+    the checks in a section of their own, not counted; the statements of the papers named in
+    report.papers that no finding cites, listed."""
+    rows = [finding_row("per_layer", "low heads barely hurt", Interval(0.8, 0.7, 0.9, 120)),
+            finding_row("per_layer", "high heads hurt most", Interval(0.52, 0.45, 0.6, 120),
+                        key="fig3_high_pruning"),
+            claim("per_layer", "the curves start at full accuracy", "difference", 0.0, True,
+                  kind="check")]
     out = tmp_path / "claims.html"
-    table = claims_table(paths, findings_paths=[findings], out=out, origin={"code_version": "abc"})
-
-    by_row = table.set_index(["stage", "task", "claim"])["paper"]
-    assert by_row["per_layer", "mnli", low["statement"]] == "barely hurts"
-    assert by_row["per_layer", "rte", low["statement"]] == "barely hurts"
-    assert by_row["global", "mnli", keep["statement"]] == "60% on MNLI"
-    assert pd.isna(by_row["global", "rte", keep["statement"]])
-    assert len(table) == 6
-    untested = table[table["verdict"] == "not tested by this run"]
-    assert list(untested["claim"]) == ["trees are shallow"]
+    table = claims_table([write_rows(tmp_path / "claims.parquet", rows)], out=out,
+                         origin={"code_version": "abc"}, papers=["hao2021"])
+    assert list(table["verdict"]) == ["holds", "inconclusive", "holds"]
+    assert landing.counts(table) == {"holds": 1, "does not hold": 0, "holds in some seeds": 0,
+                                     "inconclusive": 1, "not testable": 0}
     page = out.read_text()
-    assert "3 holds, 2 does not hold, 1 not tested by this run" in page
-    assert "60% on MNLI" in page and "abc" in page
+    assert "1 holds, 0 does not hold, 1 inconclusive" in page
+    for column in ("estimate", "interval", "n", "bar", "verdict", "source"):
+        assert f"<th>{column}</th>" in page, column
+    assert "<td>[0.7, 0.9]</td>" in page and "<td>&gt; 0.5</td>" in page and "<td>120</td>" in page
+    assert str(claim_rows.source("hao2021", "fig3_low_pruning")) in page
+    checks = page.index("<h2>Checks (not counted as findings)</h2>")
+    assert page.index("the curves start at full accuracy") > checks
+    assert "1 checks: 1 holds" in page
+    untested = page[page.index("<h2>Statements no finding of this run tests</h2>"):]
+    assert claim_rows.paper("hao2021")["statements"]["fig4_taylor"]["statement"] in untested
+    assert claim_rows.paper("hao2021")["statements"]["fig3_low_pruning"]["statement"] not in \
+        untested
+    assert "abc" in page
 
 
-def test_without_papers_the_page_has_no_paper_column(tmp_path):
-    path = write_claims(tmp_path / "c.parquet", [
-        {"stage": "global", "statement": "s", "metric": "m", "value": 1.0, "holds": True}])
-    claims_table([path], findings_paths=[], out=tmp_path / "claims.html", origin={})
-    assert "<th>paper</th>" not in (tmp_path / "claims.html").read_text()
+def test_each_finding_stands_beside_its_control_and_is_flagged_when_that_holds_too(tmp_path):
+    """The untrained control's claims (control=untrained/) join the run's findings by stage,
+    task and claim; a finding that holds on both is flagged; checks get no control."""
+    run = [finding_row("global", "keeps most", Interval(0.8, 0.7, 0.9, 100)),
+           finding_row("global", "beats random", Interval(0.3, 0.2, 0.4, 100), Bar(0.0)),
+           claim("global", "all heads kept is the full model", "difference", 0.0, True,
+                 kind="check")]
+    control = [finding_row("global", "keeps most", Interval(0.75, 0.6, 0.9, 100)),
+               finding_row("global", "beats random", Interval(0.0, -0.1, 0.1, 100), Bar(0.0)),
+               claim("global", "all heads kept is the full model", "difference", 0.0, True,
+                     kind="check")]
+    results = tmp_path / "results" / "r"
+    out = {"out": results / "claims.html", "landing": results / "landing.html"}
+    table = claims_table(
+        [write_rows(results / "heads" / "t" / "claims.parquet", run)],
+        controls_paths=[write_rows(results / "control=untrained" / "heads" / "t" /
+                                   "claims.parquet", control)], origin={}, **out)
+    by_claim = table.set_index("claim")
+    assert by_claim.loc["keeps most", "untrained_verdict"] == "holds"
+    assert by_claim.loc["keeps most", "untrained_low"] == 0.6
+    assert by_claim.loc["keeps most", "flag"] == "holds untrained too"
+    assert by_claim.loc["beats random", "untrained_verdict"] == "inconclusive"
+    assert by_claim.loc["beats random", "flag"] == ""
+    assert pd.isna(by_claim.loc["all heads kept is the full model", "untrained_verdict"])
+    assert len(landing.flagged(table)) == 1
+    page = out["landing"].read_text()
+    assert "1 hold on a control run too, flagged" in page
+    assert "untrained: 0.75 [0.6, 0.9] holds" in page and "flag: holds untrained too" in page
+    assert "<th>untrained</th>" in out["out"].read_text()
+    lines = landing.summary_lines(table, "r.html")
+    assert "Hold on a control run too (flagged): 1" in lines
+
+
+def test_a_statement_judged_once_per_layer_keeps_a_row_per_layer_beside_its_control(tmp_path):
+    """Rows of one statement (one per layer, told apart by their metric) pair with the same
+    layer's row of the control and of every other seed, in the order the stage wrote them."""
+    def layers(values: list[float]) -> list[dict]:
+        return [finding_row("adversarial_attention", "very different attention, same output",
+                            Interval(v, v - 0.05, v + 0.05, 20)) for v in values]
+
+    results = tmp_path / "results" / "r"
+    seeds = [write_rows(results / f"seed={seed}" / "c.parquet", layers([0.9, 0.1]))
+             for seed in (0, 1)]
+    table = claims_table(seeds, controls_paths=[
+        write_rows(results / "control=untrained" / "c.parquet", layers([0.8, 0.2]))],
+        out=tmp_path / "claims.html", origin={})
+    assert list(table["value"]) == pytest.approx([0.9, 0.1])
+    assert list(table["untrained_value"]) == pytest.approx([0.8, 0.2])
+    assert list(table["flag"]) == ["holds untrained too", ""]
 
 
 def test_claims_over_seeds_give_mean_interval_and_k_of_n(tmp_path):
@@ -132,11 +193,11 @@ def test_claims_over_seeds_give_mean_interval_and_k_of_n(tmp_path):
             {"stage": "trees", "statement": "long", "metric": "m", "value": float("nan"),
              "holds": NotTestable("no long sentence")}], task="t"))
     out = tmp_path / "claims.html"
-    table = claims_table(paths, findings_paths=[], out=out, origin={}).set_index("claim")
+    table = claims_table(paths, out=out, origin={}).set_index("claim")
     joins = table.loc["joins"]
     # mean 0.8, sd 0.1: half-width t(0.975, 2 df) * 0.1 / sqrt(3) = 4.303 * 0.0577 = 0.2484
     assert joins["value"] == pytest.approx(0.8)
-    assert joins["ci95"] == "[0.5516, 1.048]"
+    assert (joins["low"], joins["high"]) == pytest.approx((0.5516, 1.0484), abs=1e-4)
     assert joins["per_seed"] == "0: 0.9 +, 1: 0.7 -, 2: 0.8 +"
     assert joins["verdict"] == "holds in 2 of 3 seeds"
     assert joins["metric"] == "share of 10 (>= 0.75)"  # the first seed's words
@@ -144,9 +205,10 @@ def test_claims_over_seeds_give_mean_interval_and_k_of_n(tmp_path):
     assert table.loc["long", "reason"] == "no long sentence"
     page = out.read_text()
     assert "over 3 seeds (0, 1, 2)" in page and "<th>per_seed</th>" in page
+    assert "<td>[0.552, 1.05]</td>" in page
     assert "0 holds, 0 does not hold, 1 holds in some seeds, 1 not testable" in page
     # make run's lines name a claim that holds in some seeds only, with its k of n
-    assert landing.summary_lines(table.reset_index(), "r.html")[2:] == [
+    assert landing.summary_lines(table.reset_index(), "r.html")[2:4] == [
         "Do not hold:", "  Hao et al. 2021 / trees: joins (t holds in 2 of 3 seeds)"]
 
 
@@ -166,12 +228,12 @@ def test_findings_over_seeds_are_judged_by_k_of_n_and_the_pooled_interval(tmp_pa
                                  claim_rows.Source("Hao et al. 2021", "Fig. 4", "keeps most"))
         claim_rows.claims_frame([row]).assign(task="t").to_parquet(folder / "claims.parquet")
         paths.append(folder / "claims.parquet")
-    table = claims_table(paths, findings_paths=[], out=tmp_path / "claims.html", origin={})
+    table = claims_table(paths, out=tmp_path / "claims.html", origin={})
     row = table.set_index("claim").loc["keeps most"]
     # pooled: mean 0.74, sd 0.0962, t(0.975, 4) = 2.776: 0.74 ± 0.1194, clear of 0.5
     assert row["verdict"] == "holds: holds in 4 of 5 seeds"
     assert row["value"] == pytest.approx(0.74)
-    assert row["ci95"] == "[0.6206, 0.8594]"
+    assert (row["low"], row["high"], row["n"]) == pytest.approx((0.6206, 0.8594, 5), abs=1e-4)
     assert row["per_seed"].endswith("4: 0.6 ~")
     assert landing.outcome(row["verdict"]) == "holds"
 
@@ -190,8 +252,9 @@ def _three_papers(tmp_path: Path) -> list[Path]:
         {"stage": "per_layer", "statement": "low heads barely hurt", "metric": "drop",
          "value": 0.0, "holds": True}]
     methods = [{"stage": "interaction_methods", "statement": "AttAttr beats attention",
-                "metric": "hit: attattr minus attention, 95% paired bootstrap interval "
-                          "[0.02, 0.31] (holds if above 0)", "value": 0.15, "holds": True}]
+                "metric": "hit: attattr minus attention", "value": 0.15, "holds": True},
+               {"stage": "interaction_methods", "statement": "the scores are finite",
+                "metric": "share finite", "value": 0.9, "holds": False, "kind": "check"}]
     cross = [{"stage": "task_correlation", "statement": "similar tasks correlate strongly",
               "metric": "r", "value": 0.12,
               "holds": NotTestable("synthetic tasks share no words")}]
@@ -204,20 +267,18 @@ def _three_papers(tmp_path: Path) -> list[Path]:
 def test_the_first_page_groups_the_claims_by_paper_and_stage(tmp_path):
     out = {"out": tmp_path / "claims.html", "landing": tmp_path / "landing.html",
            "table_out": tmp_path / "findings.parquet"}
-    claims_table(_three_papers(tmp_path), findings_paths=[], origin={"code_version": "abc"},
-                 **out)
+    claims_table(_three_papers(tmp_path), origin={"code_version": "abc"}, **out)
     table = pd.read_parquet(out["table_out"])
     # Hao et al. first (its stages in the paper's order, a stage's tasks side by side), then
     # Brunner et al., then the interaction methods
     assert list(zip(table["stage"], table["task"].fillna(""), strict=True)) == [
         ("per_layer", "a"), ("per_layer", "b"), ("global", "a"), ("global", "b"),
         ("task_correlation", ""), ("token_mixing", "a"), ("token_mixing", "a"),
-        ("interaction_methods", "a")]
+        ("interaction_methods", "a"), ("interaction_methods", "a")]
     assert table["group"].unique().tolist() == [landing.GROUPS[0][0], landing.GROUPS[1][0],
                                                 landing.GROUPS[3][0]]
     assert landing.counts(table) == {"holds": 4, "does not hold": 2, "holds in some seeds": 0,
-                                     "inconclusive": 0, "not testable": 2,
-                                     "not tested by this run": 0}
+                                     "inconclusive": 0, "not testable": 2}
     page = out["landing"].read_text()
     assert "<b>4 holds, 2 does not hold, 2 not testable</b>" in page
     # each group with its own counts, in the order above
@@ -225,10 +286,9 @@ def test_the_first_page_groups_the_claims_by_paper_and_stage(tmp_path):
                 set(table["group"])]
     assert headings == sorted(headings)
     assert f"<h3>{landing.GROUPS[0][0]}: 2 holds, 2 does not hold, 1 not testable</h3>" in page
-    # a claim that cannot be tested says why, and keeps its number; an interval is shown
+    # a claim that cannot be tested says why, and keeps its number
     assert "not testable: synthetic tasks share no words" in page
     assert "<td>0.12</td>" in page
-    assert "0.15 (interval [0.02, 0.31])" in page
     # the claims page holds the same groups, each a table, with the reasons
     claims_page = out["out"].read_text()
     assert all(f"<h2>{group}</h2>" in claims_page for group in table["group"].unique())
@@ -238,16 +298,18 @@ def test_the_first_page_groups_the_claims_by_paper_and_stage(tmp_path):
 def test_make_run_prints_where_the_report_is_and_what_failed(tmp_path, capsys):
     results = tmp_path / "results" / "run"
     (results / "report").mkdir(parents=True)
-    claims_table(_three_papers(tmp_path), findings_paths=[], origin={},
-                 out=results / "report" / "claims.html",
+    claims_table(_three_papers(tmp_path), origin={}, out=results / "report" / "claims.html",
                  table_out=results / landing.FINDINGS_TABLE)
     assert landing.main([str(results), "results/run/report.html"]) == 0
     assert capsys.readouterr().out.splitlines() == [
         "Report: results/run/report.html",
-        "Claims: 4 holds, 2 does not hold, 2 not testable (by paper and stage on the report's "
-        "first page)",
+        "Findings: 4 holds, 2 does not hold, 2 not testable (by paper and stage on the "
+        "report's first page)",
         "Do not hold:",
-        "  Hao et al. 2021 / global: keeping 10% keeps most (a, b)"]
+        "  Hao et al. 2021 / global: keeping 10% keeps most (a, b)",
+        "Checks, not counted as findings: 1 checks: 1 does not hold",
+        "Checks that fail:",
+        "  Interaction methods / interaction_methods: the scores are finite (a)"]
     # before rule claims has run: one line, no traceback
     assert landing.main([str(tmp_path / "results" / "other")]) == 1
     assert "findings.parquet is missing" in capsys.readouterr().err
@@ -307,19 +369,6 @@ def library_claims(tasks: list[str], similar: list[list[str]], dissimilar: list[
               + adversarial_attention.claims(keys, adversarial, epsilon=0.01,
                                              distance_cap=1.0))
     return {(c["stage"], c["claim"]) for c in claims}
-
-
-@pytest.mark.parametrize("paper", sorted(p.stem for p in FINDINGS.glob("*.yaml")))
-def test_every_finding_is_about_a_claim_the_library_states(paper):
-    """A finding whose claim text drifts from the library's would never be shown beside it."""
-    paper_config = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
-    stated = library_claims(list(paper_config["tasks"]), paper_config["heads"]["similar_pairs"],
-                            paper_config["heads"]["dissimilar_pairs"])
-    findings = load_findings([FINDINGS / f"{paper}.yaml"])
-    for finding in findings.itertuples():
-        assert (finding.stage, finding.claim) in stated, finding.claim
-        assert pd.isna(finding.task) or finding.task in paper_config["tasks"]
-    assert paper in paper_config["report"]["papers"], "the paper configuration shows it"
 
 
 def test_every_stage_the_library_judges_has_its_group_on_the_first_page():

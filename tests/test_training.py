@@ -22,6 +22,7 @@ from attnlab.engine.models import align_labels
 from attnlab.engine.training import _trimmed, accuracy, finetune, length_bucket_order
 from attnlab.model_job import ModelJob
 from attnlab.plumbing.errors import ConfigError
+from attnlab.plumbing.families import CLASSIFIER
 from attnlab.stages import finetune as finetune_stage
 from attnlab.stages import pretrain as pretrain_stage
 
@@ -45,9 +46,9 @@ def columns(spec: TaskSpec) -> dict:
 
 def run_finetune(spec: TaskSpec, train: Path, dev: Path, out: Path, *, model: dict = TINY_MODEL,
                  training: dict = SHORT_TRAINING, seed: int = 0, pretrained: Path | None = None,
-                 start: Path | None = None) -> dict:
-    """Rule finetune's stage on a prepared task: the model into `out`, its metrics into
-    `out`.json, which it returns."""
+                 start: Path | None = None, control: str | None = None) -> dict:
+    """Rule finetune's stage on a prepared task (of the run, or of the control run `control`):
+    the model into `out`, its metrics into `out`.json, which it returns."""
     metrics = out.parent / f"{out.name}.json"
     finetune_stage.run(ModelJob(
         rule="finetune",
@@ -57,7 +58,7 @@ def run_finetune(spec: TaskSpec, train: Path, dev: Path, out: Path, *, model: di
                 "start": str(start) if start else []},
         outputs={"model": str(out), "metrics": str(metrics)},
         settings={"task": columns(spec), "model": model, "finetune": training, "seed": seed,
-                  **ON_CPU},
+                  "control": control, **ON_CPU},
         wildcards={"task": spec.name},
     ))
     return json.loads(metrics.read_text())
@@ -126,6 +127,23 @@ def test_another_seed_gives_other_weights(tmp_path, small_task):
                      training={**SHORT_TRAINING, "epochs": 1}, seed=seed)
     first, second = (load_file(tmp_path / f"seed{s}" / "model.safetensors") for s in (0, 1))
     assert not all(torch.equal(first[k], second[k]) for k in first)
+
+
+def test_the_untrained_control_is_the_model_training_starts_from(tmp_path, small_task):
+    """No training step: the saved model is the seed's initialisation, which a training run of
+    the same seed starts from and moves away from."""
+    spec, train, dev = small_task
+    metrics = run_finetune(spec, train, dev, tmp_path / "untrained", control="untrained")
+    assert (metrics["epochs"], metrics["steps"], metrics["train_loss"]) == (0, 0, None)
+    torch.manual_seed(0)
+    tokenizer = training.model_tokenizer(spec, TINY_MODEL, load_split(train, spec))
+    start = AutoModelForSequenceClassification.from_config(training.scratch_config(
+        TINY_MODEL, tokenizer, CLASSIFIER, num_labels=len(spec.label_names)))
+    saved = load_file(tmp_path / "untrained" / "model.safetensors")
+    assert all(torch.equal(saved[k], v) for k, v in start.state_dict().items() if k in saved)
+    run_finetune(spec, train, dev, tmp_path / "trained")
+    trained = load_file(tmp_path / "trained" / "model.safetensors")
+    assert not all(torch.equal(saved[k], trained[k]) for k in saved)
 
 
 def test_bf16_trains_under_autocast_and_keeps_float32_weights(tmp_path, small_task):

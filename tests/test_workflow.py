@@ -22,8 +22,10 @@ import yaml
 from test_hub import glue_like, write_hub_folder
 from transformers import BertConfig, BertForSequenceClassification
 
+from attnlab.analyses.claims import KINDS
+from attnlab.analyses.verdicts import SIDES, UNTESTABLE, VERDICTS, Bar, Interval, verdict
 from attnlab.data.tokenization import build_tokenizer
-from attnlab.report.findings import counts, counts_line
+from attnlab.report.findings import checks_line, counts, counts_line
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -137,6 +139,27 @@ def test_replicate_config_runs_every_seed_dependent_stage_once_per_seed():
         "quadrature_study": 1, **dict.fromkeys(FROM_MODEL, 3)}
     finetuned = {job.wildcards["name"] for job in jobs_of(result.stdout) if job.rule == "finetune"}
     assert finetuned == {f"replicate/seed={seed}" for seed in seeds}
+
+
+def test_the_untrained_control_reruns_every_stage_with_claims_on_the_starting_model(tmp_path):
+    """controls: [untrained] plans a second run in default/control=untrained/ of every stage
+    that judges claims (and what they read), with a finetune that trains nothing, and rule
+    claims reads its claims tables; figures and views are the run's own only."""
+    config = {**yaml.safe_load((ROOT / "config.yaml").read_text()), "controls": ["untrained"]}
+    configfile = write_config(tmp_path, config)
+    result = snakemake("-n", "--forceall", "--cores", "2", "--configfile", str(configfile),
+                       "--directory", str(tmp_path))
+    twice = 2 * len(config["tasks"])  # one shard a task
+    assert job_counts(result.stdout) == {
+        "prepare_data": twice, "finetune": twice, "attribute": twice,
+        "summarise_attributions": twice, "head_importance": twice, "prune_eval": twice,
+        "task_correlation": 2, "pruning_figures": 1, "quadrature_study": 1,
+        **dict.fromkeys(FROM_MODEL, twice), "example_views": twice // 2, **PER_CONFIG}
+    control = [job for job in jobs_of(result.stdout)
+               if job.wildcards.get("name") == "default/control=untrained"]
+    assert {job.rule for job in control} >= {"finetune", "trees", "attack_eval", "prune_eval"}
+    (claims,) = [job for job in jobs_of(result.stdout) if job.rule == "claims"]
+    assert "control=untrained/heads/task_correlation_claims.parquet" in claims.fields["input"]
 
 
 @pytest.mark.parametrize("configfile, expected", [
@@ -481,7 +504,7 @@ def test_report_holds_every_figure_the_claims_and_the_run_summary(tiny_run):
     assert len(findings) == len(tables)
     landing = (tiny_run.results / "report" / "landing.html").read_text()
     assert html.escape(counts_line(counts(findings))) in landing
-    for group in findings["group"].unique():
+    for group in findings.loc[findings["kind"] == "finding", "group"].unique():
         assert json.dumps(f"<h3>{html.escape(group)}:")[1:-1] in page, group
     cross = findings[findings["stage"] == "task_correlation"]
     assert set(cross["verdict"]) == {"not testable"}
@@ -490,6 +513,39 @@ def test_report_holds_every_figure_the_claims_and_the_run_summary(tiny_run):
     for stage in (tiny_run.results / "benchmarks").iterdir():
         assert f"<td>{stage.name.removesuffix('.tsv')}</td>" in summary, stage.name
     assert "cpu (1 threads)" in summary and "name: tiny" in summary
+
+
+@pytest.mark.slow
+def test_every_finding_has_its_interval_bar_and_source_and_a_verdict_that_follows(tiny_run):
+    """Issue 42's acceptance on the run's claims tables: a finding has its estimate, interval,
+    n, bar, source and one of the four verdicts, and the verdict is the one its interval and bar
+    give (an interval that contains the bar is inconclusive, whatever the estimate); one that
+    is not testable says why; every other row is a check. The report counts the findings only
+    and lists the checks apart."""
+    paths = [p for p in tiny_run.results.rglob("*claims.parquet") if "report" not in p.parts]
+    claims = pd.concat([pd.read_parquet(p).assign(path=str(p.relative_to(tiny_run.results)))
+                        for p in paths], ignore_index=True)
+    assert set(claims["kind"]) <= set(KINDS)
+    findings = claims[claims["kind"] == "finding"]
+    assert len(findings)  # the checks below are not vacuous
+    wrong = []
+    for row in findings.itertuples():
+        bar_known = not pd.isna(row.bar) and row.side in SIDES and bool(row.source)
+        if row.verdict == UNTESTABLE:
+            ok = bar_known and bool(row.reason)
+        else:
+            interval = Interval(row.value, row.low, row.high, row.n)
+            ok = (bar_known and not pd.isna([row.value, row.low, row.high, row.n]).any()
+                  and row.verdict == verdict(interval, Bar(row.bar, row.side)))
+        if not ok:
+            wrong.append(f"{row.path}: {row.claim} ({row.verdict}, [{row.low}, {row.high}], "
+                         f"bar {row.bar} {row.side}, source {row.source!r})")
+    assert not wrong, "\n".join(wrong)
+    assert claims["verdict"].isin(VERDICTS).all()
+    table = pd.read_parquet(tiny_run.results / "report" / "findings.parquet")
+    assert sum(counts(table).values()) == len(findings)
+    page = (tiny_run.results / "report" / "claims.html").read_text()
+    assert "<h2>Checks (not counted as findings)</h2>" in page
 
 
 @pytest.mark.slow
@@ -504,8 +560,10 @@ def test_the_results_page_is_generated_from_a_run_s_files(tiny_run, tmp_path):
         assert f"`{metrics['code_version']}`" in text
     findings = pd.read_parquet(tiny_run.results / "report" / "findings.parquet")
     assert counts_line(counts(findings)) in text
-    for claim in findings["claim"]:
+    # the findings only: the checks are counted in one line
+    for claim in findings.loc[findings["kind"] == "finding", "claim"]:
         assert claim.replace("|", "\\|") in text, claim
+    assert checks_line(findings) in text
     # --check: the page is the run's; a hand edit is caught
     assert subprocess.run([*generator, "--check"], env=ENV).returncode == 0
     (tmp_path / "results.md").write_text(text.replace(" holds", " hold"))

@@ -25,16 +25,17 @@ def pretrained_model():
                       "hub model id (like bert-base-cased)")
 
 
-def findings_files():
-    """The findings file of each paper named in report.papers (each must have one)."""
-    folder = Path(workflow.basedir, "workflow/report/findings")
-    files = [folder / f"{paper}.yaml" for paper in config["report"]["papers"]]
-    for path in files:
-        if not path.is_file():
-            known = sorted(p.stem for p in folder.glob("*.yaml"))
-            raise ConfigError(f"report.papers: no findings file for {path.stem!r} "
-                              f"(known: {', '.join(known)})")
-    return files
+def check_papers():
+    """report.papers: each names a paper's file of statements. (Here, not in the config checks
+    that every stage imports: a change to the claims module reruns the stages with claims
+    only.)"""
+    from attnlab.analyses.claims import paper
+
+    for name in config["report"]["papers"]:
+        try:
+            paper(name)
+        except KeyError as err:
+            raise ConfigError(f"report.papers: {err.args[0]}") from None
 
 
 # Everything that can be known wrong before any job runs stops the dry run here, in one line:
@@ -44,7 +45,7 @@ try:
     PRETRAINED = pretrained_model()
     check_config(config, PRETRAINED)
     KIND = task_kind(config)
-    FINDINGS = findings_files()
+    check_papers()
 except ConfigError as err:
     stop(err, "config error at ")
 
@@ -57,6 +58,10 @@ if len(SEEDS) == 1:
     RUNS = {config["name"]: SEEDS[0]}
 else:
     RUNS = {f"{config['name']}/seed={seed}": seed for seed in SEEDS}
+# Controls (config `controls`): each a run of its own, laid out as a one-seed run, in
+# results/<name>/control=<control>/, with the first seed; rule claims sets its findings beside
+# the run's. CONTROLS maps the `name` wildcard of each to its control.
+CONTROLS = {f"{config['name']}/control={control}": control for control in config["controls"]}
 SHARDS = range(config["attribution"]["shards"])
 
 
@@ -88,14 +93,20 @@ GPU = 0 if config["device"] == "cpu" else 1
 # Outputs are results/{name}/...: only this configuration's name matches, so nothing is ever
 # built under another name with this configuration's settings.
 wildcard_constraints:
-    name="|".join(map(re.escape, [*RUNS, config["name"]])),
+    name="|".join(map(re.escape, [*RUNS, *CONTROLS, config["name"]])),
     task="|".join(TASKS),
     shard=r"\d+",
 
 
 def run_seed(wildcards):
-    """The seed of a run: model initialisation, training order and every seeded stage."""
-    return RUNS[wildcards.name]
+    """The seed of a run: model initialisation, training order and every seeded stage (a
+    control's: the first seed's)."""
+    return RUNS.get(wildcards.name, SEEDS[0])
+
+
+def run_control(wildcards):
+    """The control a run is (None: a run of this configuration's own)."""
+    return CONTROLS.get(wildcards.name)
 
 
 def next_seed_importance(wildcards):
@@ -186,10 +197,11 @@ def task_finetune(wildcards):
     return {**config["finetune"], **config["tasks"][wildcards.task].get("finetune", {})}
 
 
-def for_this_run(pattern):
-    """A rule's file pattern for every run (seed), task and shard of this configuration."""
-    return expand(strip_wildcard_constraints(pattern), name=list(RUNS), task=TASKS,
-                  shard=SHARDS)
+def for_this_run(pattern, runs=None):
+    """A rule's file pattern for every run (seed; or every run of `runs`), task and shard of
+    this configuration."""
+    return expand(strip_wildcard_constraints(pattern), name=list(RUNS if runs is None else runs),
+                  task=TASKS, shard=SHARDS)
 
 
 # The report's inputs are found by name: every rule's `benchmark:` file and every rule output
@@ -211,6 +223,14 @@ def warn_about_the_plan():
             print(line, file=sys.stderr)
 
 
-def claims_tables(wildcards):
+def claims_of(runs):
     return [path for rule in kinds_rules() if "claims" in rule.output.keys()
-            for path in for_this_run(rule.output.claims)]
+            for path in for_this_run(rule.output.claims, runs)]
+
+
+def claims_tables(wildcards):
+    return claims_of(RUNS)
+
+
+def control_claims_tables(wildcards):
+    return claims_of(CONTROLS)

@@ -53,6 +53,8 @@ rule finetune:
         # own (tasks.<task>.finetune) on top, read by the stage as job.settings.finetune
         finetune=task_finetune,
         seed=run_seed,
+        # a control run's model: the untrained one fine-tuning starts from (config controls)
+        control=run_control,
         code=code_version("stages.finetune"),
     log:
         "results/{name}/logs/finetune/{task}.log",

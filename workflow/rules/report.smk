@@ -1,11 +1,13 @@
 # The run's own pages of the report: a run summary and the claims of every stage. Their inputs
 # are found by name, not listed (benchmarks_by_rule, claims_tables in common.smk), so a new
-# stage's times and claims reach the report without a change here.
+# stage's times and claims reach the report without a change here. The times are the run's
+# own; a control run's are in results/<name>/control=<control>/benchmarks/.
 
 rule run_summary:
     input:
         unpack(benchmarks_by_rule),
-        finetune_metrics=expand(rules.finetune.output.metrics, name=list(RUNS), task=TASKS),
+        finetune_metrics=expand(rules.finetune.output.metrics, name=[*RUNS, *CONTROLS],
+                                task=TASKS),
     output:
         page=report(
             "results/{name}/report/run_summary.html",
@@ -27,7 +29,8 @@ rule run_summary:
 rule claims:
     input:
         claims=claims_tables,
-        findings=FINDINGS,
+        # the same claims of each control run (config `controls`), set beside the run's
+        controls=control_claims_tables,
     output:
         page=report(
             "results/{name}/report/claims.html",

@@ -36,7 +36,8 @@ from attnlab.analyses.verdicts import Bar
 from attnlab.engine import examples, models
 from attnlab.engine.intervention import Intervention
 
-STAGE = "attention_permutation"
+# a stage of its own in the report, though rule attention_permutation computes it
+STAGE = "attention_ranking"
 # "Uncorrelated": a mean τ below 0.5, the value from which rank correlations are commonly
 # called strong (our bar; the paper sets none).
 WEAK_TAU = 0.5

@@ -16,6 +16,11 @@ to hold "A came before me". So:
   their mean maximal attribution (Hao et al. 2021's head importance). Are its top two heads
   of these kinds, and does masking them cost more next-token accuracy than masking any two
   other heads?
+
+Each is a finding over the examples (attnlab.analyses.verdicts): a share of examples with its
+bootstrap interval, a comparison of two methods (or of two maskings) as the paired interval of
+their difference on the same examples, and the top two heads as the share of them that are
+mechanism heads, the ranking and the kinds recomputed on every resample of the examples.
 """
 
 from __future__ import annotations
@@ -28,8 +33,9 @@ import pandas as pd
 import torch
 from transformers import PreTrainedModel
 
-from attnlab.analyses.claims import claim, claims_frame
+from attnlab.analyses.claims import claims_frame, finding, source
 from attnlab.analyses.trees import tree_from_matrix
+from attnlab.analyses.verdicts import Bar, bootstrap, difference
 from attnlab.engine import attribution, models
 from attnlab.engine.intervention import Intervention
 from attnlab.methods.attention_graph import head_mean
@@ -37,9 +43,11 @@ from attnlab.methods.rollout import rollout
 
 STAGE = "induction"
 METHODS = ("attattr", "attention", "rollout")
-# AttAttr's strongest edge at the query must point to B in at least 90 % of the examples: the
-# model is right on about all of them, and it can only be right by reading B
+# AttAttr's strongest edge at the query must point to B in more than 90 % of the examples (our
+# bar: the model is right on about all of them, and it can only be right by reading B)
 EDGE_SHARE = 0.9
+# a comparison holds when the paired interval of the difference lies above 0
+BEATS = Bar(0.0)
 # the two heads of the mechanism (an induction and a previous-token head)
 MECHANISM_HEADS = 2
 # a head is an induction (previous-token) head when on average it puts at least half of its
@@ -49,6 +57,16 @@ MECHANISM_SCORE = 0.5
 # the attribution tree keeps the edges above 0.4 of their layer's maximum (Hao et al. 2021's
 # tau, the trees stage's default)
 TREE_TAU = 0.4
+
+
+class Masking(NamedTuple):
+    """Which examples the model predicts right: whole, with AttAttr's top two heads masked, and
+    with the other pair whose masking costs the most accuracy (boolean, one per example)."""
+
+    full: np.ndarray
+    top: np.ndarray
+    worst_other: np.ndarray
+    other_mean_drop: float
 
 
 class InductionResult(NamedTuple):
@@ -74,11 +92,12 @@ def top_keys(scores: np.ndarray, query: int) -> int:
     return int(np.unravel_index(np.argmax(row), row.shape)[1])
 
 
-def _accuracy(model: PreTrainedModel, inputs: dict[str, torch.Tensor],
-              head_mask: torch.Tensor | None = None) -> float:
+def _correct(model: PreTrainedModel, inputs: dict[str, torch.Tensor],
+             head_mask: torch.Tensor | None = None) -> np.ndarray:
+    """Whether the model predicts each example's target (with `head_mask`'s heads masked)."""
     with torch.no_grad():
         logits = models.logits(model, inputs, Intervention(head_mask=head_mask))
-    return float((logits.argmax(-1).cpu() == inputs["labels"].cpu()).double().mean())
+    return (logits.argmax(-1).cpu() == inputs["labels"].cpu()).numpy()
 
 
 def _mask(shape: tuple[int, int], heads: list[tuple[int, int]]) -> torch.Tensor:
@@ -108,21 +127,16 @@ def induction_analysis(
     queries = inputs["attention_mask"].sum(dim=1).cpu().numpy() - 1  # each prompt's last token
     b, a = induction.numpy(), previous.numpy()
     edges = edge_table(attr, attention, queries, b, a)
-    heads = head_table(attr, attention, queries, b, a)
+    per_example = head_scores(attr, attention, queries, b, a)
+    heads = head_table(per_example, n_heads=attention.shape[2])
     top_heads = [(int(r.layer), int(r.head))
                  for r in heads.nsmallest(MECHANISM_HEADS, "attattr_rank").itertuples()]
-    full, top_drop, other_drops = masking_drops(model, inputs, top_heads,
-                                                shape=attention.shape[1:3])
+    masking = masked(model, inputs, top_heads, shape=attention.shape[1:3])
     heads["in_attattr_top"] = [(r.layer, r.head) in top_heads for r in heads.itertuples()]
-    # of either kind: a model may grow two heads of one kind that do the same (seed 1's two
-    # previous-token heads), so one of each is not asked
-    top = heads[heads["in_attattr_top"]]
-    found = int((top["induction_head"] | top["previous_token_head"]).sum())
-    shares = edge_shares(edges)
-    summary = {"accuracy": full, "top_heads_drop": top_drop,
-               "other_pairs_mean_drop": float(np.mean(other_drops)), **shares}
-    claims = induction_claims(shares, found=found, top_drop=top_drop,
-                              other_drop=max(other_drops))
+    full = float(masking.full.mean())
+    summary = {"accuracy": full, "top_heads_drop": full - float(masking.top.mean()),
+               "other_pairs_mean_drop": masking.other_mean_drop, **edge_shares(edges)}
+    claims = induction_findings(edges, per_example, masking)
     return InductionResult(edges, heads, claims_frame(claims), summary)
 
 
@@ -163,19 +177,29 @@ def edge_shares(edges: pd.DataFrame) -> dict[str, float]:
             "tree_share": float(edges["tree_path"].mean())}
 
 
-def head_table(attr: np.ndarray, attention: np.ndarray, queries: np.ndarray, b: np.ndarray,
-               a: np.ndarray) -> pd.DataFrame:
-    """One row per head: its mean attention at the query on B (induction score) and at B on A
-    (previous-token score), its mean maximal attribution and AttAttr's rank by it, and
-    whether it is an induction or a previous-token head."""
-    n_ex, n_layers, n_heads = attention.shape[:3]
+def head_scores(attr: np.ndarray, attention: np.ndarray, queries: np.ndarray, b: np.ndarray,
+                a: np.ndarray) -> np.ndarray:
+    """Per example and head (examples, 3, layers · heads): its maximal attribution, its
+    attention at the query on B and its attention at B on A (attributions and attention
+    (B, L, H, T, T), each example's query, B's and A's first positions)."""
+    n_ex = attention.shape[0]
     picks = np.arange(n_ex)
-    heads = pd.DataFrame([
-        {"layer": layer, "head": head,
-         "induction_score": float(attention[picks, layer, head, queries, b].mean()),
-         "previous_token_score": float(attention[picks, layer, head, b, a].mean()),
-         "attattr_importance": float(attr[:, layer, head].reshape(n_ex, -1).max(axis=1).mean())}
-        for layer in range(n_layers) for head in range(n_heads)])
+    return np.stack([attr.reshape(*attr.shape[:3], -1).max(axis=-1),
+                     attention[picks, :, :, queries, b],
+                     attention[picks, :, :, b, a]], axis=1).reshape(n_ex, 3, -1)
+
+
+def head_table(per_example: np.ndarray, n_heads: int) -> pd.DataFrame:
+    """One row per head of `head_scores` (`n_heads` a layer), in (layer, head) order: its mean
+    attention at the query on B (induction score) and at B on A (previous-token score), its
+    mean maximal attribution and AttAttr's rank by it, and whether it is an induction or a
+    previous-token head."""
+    importance, induction_score, previous_score = per_example.mean(axis=0)
+    heads = pd.DataFrame({
+        "layer": np.arange(len(importance)) // n_heads,
+        "head": np.arange(len(importance)) % n_heads,
+        "induction_score": induction_score, "previous_token_score": previous_score,
+        "attattr_importance": importance})
     heads["attattr_rank"] = heads["attattr_importance"].rank(ascending=False, method="first")
     heads = heads.astype({"attattr_rank": "int64"})
     heads["induction_head"] = heads["induction_score"] >= MECHANISM_SCORE
@@ -183,45 +207,73 @@ def head_table(attr: np.ndarray, attention: np.ndarray, queries: np.ndarray, b: 
     return heads
 
 
-def masking_drops(model: PreTrainedModel, inputs: dict[str, torch.Tensor],
-                  top_heads: list[tuple[int, int]], *,
-                  shape: tuple[int, int]) -> tuple[float, float, list[float]]:
-    """The next-token accuracy of the whole model, its drop when `top_heads` are masked, and
-    its drop for every other pair of heads masked (`shape`: layers, heads)."""
-    full = _accuracy(model, inputs)
-    top_drop = full - _accuracy(model, inputs, _mask(shape, top_heads))
+def mechanism_share(sample: np.ndarray) -> np.ndarray:
+    """The share of AttAttr's top two heads that are induction or previous-token heads, on
+    each resample (resamples, examples, 3, heads) of `head_scores`: heads ranked by their mean
+    maximal attribution and judged by their mean attention over the resample's examples."""
+    means = sample.mean(axis=1)  # (resamples, 3, heads)
+    top = np.argsort(-means[:, 0], axis=1, kind="stable")[:, :MECHANISM_HEADS]
+    kinds = np.take_along_axis(means[:, 1:], top[:, None, :], axis=2) >= MECHANISM_SCORE
+    # of either kind: a model may grow two heads of one kind that do the same (seed 1's two
+    # previous-token heads), so one of each is not asked
+    return kinds.any(axis=1).mean(axis=1)
+
+
+def masked(model: PreTrainedModel, inputs: dict[str, torch.Tensor],
+           top_heads: list[tuple[int, int]], *, shape: tuple[int, int]) -> Masking:
+    """Which examples the model predicts right whole, with `top_heads` masked, and with the
+    other pair of heads whose masking costs the most accuracy (`shape`: layers, heads), and
+    the mean accuracy drop over all other pairs."""
+    full = _correct(model, inputs)
+    top = _correct(model, inputs, _mask(shape, top_heads))
     others = [h for h in itertools.product(*map(range, shape)) if h not in top_heads]
-    other_drops = [full - _accuracy(model, inputs, _mask(shape, list(pair)))
-                   for pair in itertools.combinations(others, MECHANISM_HEADS)]
-    return full, top_drop, other_drops
+    pairs = [_correct(model, inputs, _mask(shape, list(pair)))
+             for pair in itertools.combinations(others, MECHANISM_HEADS)]
+    worst = min(pairs, key=lambda correct: correct.mean())
+    return Masking(full, top, worst,
+                   float(full.mean() - np.mean([pair.mean() for pair in pairs])))
 
 
-def induction_claims(shares: dict[str, float], *, found: int, top_drop: float,
-                     other_drop: float) -> list[dict[str, Any]]:
-    """The stage's claims on the `edge_shares`, the number of mechanism heads `found` among
-    AttAttr's top two, and the accuracy drop of masking them against the largest of any other
-    pair (`other_drop`)."""
-    attattr, path = shares["share_attattr"], shares["path_share_attattr"]
-    tree = shares["tree_share"]
+def induction_findings(edges: pd.DataFrame, per_example: np.ndarray,
+                       masking: Masking) -> list[dict[str, Any]]:
+    """The stage's findings over the examples of `edges` (`edge_table`), the heads' scores per
+    example (`head_scores`) and the `masking` of AttAttr's top two heads against the other
+    pair that costs most (chosen on these examples: a bias against the finding)."""
+    hit = {name: (edges[f"top_{name}"] == edges["induction"]).to_numpy(float)
+           for name in METHODS}
+    path = {name: edges[f"path_{name}"].to_numpy(float) for name in ("attattr", "attention")}
+    above = Bar(EDGE_SHARE)
+    olsson, hao = "olsson2022", "hao2021"
     return [
-        claim(STAGE, "AttAttr's strongest edge at the second A points to B's first position",
-              "share of examples", attattr, attattr >= EDGE_SHARE),
-        claim(STAGE, "AttAttr's strongest edge finds B at least as often as raw attention's",
-              "share AttAttr - share attention", attattr - shares["share_attention"],
-              attattr >= shares["share_attention"]),
-        claim(STAGE, "AttAttr's strongest edge finds B at least as often as rollout's",
-              "share AttAttr - share rollout", attattr - shares["share_rollout"],
-              attattr >= shares["share_rollout"]),
-        claim(STAGE, "AttAttr's strongest layer-0 edge is B's first position reading A (the "
-              "previous-token step)", "share of examples", path, path >= EDGE_SHARE),
-        claim(STAGE, "AttAttr's strongest layer-0 edge is that step more often than raw "
-              "attention's", "share AttAttr - share attention",
-              path - shares["path_share_attention"], path > shares["path_share_attention"]),
-        claim(STAGE, "AttAttr's attribution tree joins the second A to B through B reading A "
-              "in layer 0", "share of examples", tree, tree >= EDGE_SHARE),
-        claim(STAGE, "AttAttr's top two heads are induction or previous-token heads",
-              "mechanism heads among AttAttr's top two", found, found == MECHANISM_HEADS),
-        claim(STAGE, "Masking AttAttr's top two heads costs more next-token accuracy than "
-              "masking any two other heads", "accuracy drop, top two - largest other pair",
-              top_drop - other_drop, top_drop > other_drop),
+        finding(STAGE, "AttAttr's strongest edge at the second A points to B's first position",
+                "share of examples (bar ours)", bootstrap(hit["attattr"]), above,
+                source(olsson, "induction_heads")),
+        finding(STAGE, "AttAttr's strongest edge finds B more often than raw attention's",
+                "share AttAttr - share attention, paired", difference(
+                    hit["attattr"], hit["attention"], paired=True), BEATS,
+                source(hao, "attention_differs")),
+        finding(STAGE, "AttAttr's strongest edge finds B more often than rollout's",
+                "share AttAttr - share rollout, paired", difference(
+                    hit["attattr"], hit["rollout"], paired=True), BEATS,
+                source(hao, "attention_differs")),
+        finding(STAGE, "AttAttr's strongest layer-0 edge is B's first position reading A (the "
+                "previous-token step)", "share of examples (bar ours)",
+                bootstrap(path["attattr"]), above, source(olsson, "previous_token_heads")),
+        finding(STAGE, "AttAttr's strongest layer-0 edge is that step more often than raw "
+                "attention's", "share AttAttr - share attention, paired",
+                difference(path["attattr"], path["attention"], paired=True), BEATS,
+                source(hao, "attention_differs")),
+        finding(STAGE, "AttAttr's attribution tree joins the second A to B through B reading A "
+                "in layer 0", "share of examples (bar ours)",
+                bootstrap(edges["tree_path"].to_numpy(float)), above,
+                source(hao, "tree_hierarchy")),
+        finding(STAGE, "AttAttr's top two heads are induction or previous-token heads",
+                "share of the top two that are (0, 0.5 or 1: above 0.5 is both)",
+                bootstrap(per_example, mechanism_share), Bar(0.5),
+                source(hao, "important_heads")),
+        finding(STAGE, "Masking AttAttr's top two heads costs more next-token accuracy than "
+                "masking any two other heads", "accuracy drop, top two - costliest other pair, "
+                "paired", difference(masking.worst_other.astype(float),
+                                     masking.top.astype(float), paired=True), BEATS,
+                source(hao, "important_heads")),
     ]

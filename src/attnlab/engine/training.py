@@ -57,7 +57,8 @@ MAX_GRAD_NORM = 1.0  # gradient clipping, as in the transformers Trainer
 # finetune.length_buckets: batches of similar length come from windows of this many batches
 # of a random permutation (as the transformers Trainer's group_by_length)
 BUCKET_BATCHES = 50
-# the metrics of a model of source `finetuned`, evaluated as published
+# the metrics of a model evaluated without a training step: one of source `finetuned`, as
+# published, or the untrained control's starting model
 UNTRAINED = {"train_loss": None, "epochs": 0, "steps": 0, "n_train": 0}
 
 
@@ -320,6 +321,7 @@ def finetune(
     seed: int,
     bf16: bool = False,
     start: str | os.PathLike | None = None,
+    untrained: bool = False,
 ) -> Trained:
     """Train a classifier on the split `train` and evaluate it on `dev` (validated splits, as
     `attnlab.data.tasks.load_split` reads them).
@@ -327,9 +329,10 @@ def finetune(
     `model_cfg` and `train_cfg` are config["model"] (with model.pretrained a local directory)
     and config["finetune"]; a checkpoint of source `finetuned` is not trained, only evaluated
     (its classes put in the task's order). A scratch model starts from `start` (the shared
-    checkpoint of `pretrain`) when given. The same config and seed give the same numbers on
-    CPU. `bf16`: train under bfloat16 autocast. The metrics' seconds are those of building,
-    training and evaluating the model.
+    checkpoint of `pretrain`) when given. `untrained`: the model as training would start
+    from it, evaluated without a training step (the untrained control, config controls). The
+    same config and seed give the same numbers on CPU. `bf16`: train under bfloat16 autocast.
+    The metrics' seconds are those of building, training and evaluating the model.
     """
     started = time.monotonic()
     torch.manual_seed(seed)  # model initialisation and dropout
@@ -339,8 +342,8 @@ def finetune(
     max_length, truncate = length_limit(model_cfg)
     dev_data = encode(dev, spec, tokenizer, max_length, truncate)
     evaluate = partial(accuracy, data=dev_data, batch_size=train_cfg["batch_size"], device=device)
-    if model_cfg["source"] == "finetuned":
-        log.info("%s: %s is used as published, not trained", spec.name, model_cfg["pretrained"])
+    if model_cfg["source"] == "finetuned" or untrained:
+        log.info("%s: the model is evaluated as it is, not trained", spec.name)
         result = {"dev_accuracy": evaluate(model), **UNTRAINED}
     else:
         train_data = encode(train, spec, tokenizer, max_length, truncate)
@@ -466,14 +469,16 @@ def train_language_model(
     device: torch.device,
     seed: int,
     bf16: bool = False,
+    untrained: bool = False,
 ) -> Trained:
     """Train a decoder language model on a next-token task and evaluate it on `dev`.
 
     A scratch model (model.scratch.family a decoder family) gets a word-level vocabulary of the
     training split's words; a pretrained checkpoint is trained further, and one of source
-    `finetuned` is only evaluated. The loss is the next-token cross-entropy from each
-    example's `train_from` position to its target (`attnlab.engine.next_token.encode_prompts`),
-    minimised by `finetune`'s training loop (`bf16`: under bfloat16 autocast). The metric is
+    `finetuned` (or any with `untrained`, the untrained control) is only evaluated. The loss
+    is the next-token cross-entropy from each example's `train_from` position to its target
+    (`attnlab.engine.next_token.encode_prompts`), minimised by `finetune`'s training loop
+    (`bf16`: under bfloat16 autocast). The metric is
     next-token accuracy at the query: dev_accuracy, the share of dev prompts whose argmax next
     token is the target. Prompts are never truncated (the config check refuses model.truncate
     for next-token tasks): one longer than model.max_length is an error."""
@@ -485,7 +490,7 @@ def train_language_model(
     dev_data = encode_prompts(dev, spec, tokenizer, max_length)
     evaluate = partial(next_token.accuracy, data=dev_data, batch_size=train_cfg["batch_size"],
                        device=device)
-    if model_cfg["source"] == "finetuned":
+    if model_cfg["source"] == "finetuned" or untrained:
         result = {"dev_accuracy": evaluate(model), **UNTRAINED}
     else:
         log.info("%s: training a %s language model", spec.name, model.config.model_type)

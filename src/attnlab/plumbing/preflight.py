@@ -234,6 +234,10 @@ def check_config(config: dict[str, Any], pretrained: str | None) -> None:
         raise ConfigError(f"model.pretrain.epochs: pre-training is for scratch models only; "
                           f"model.source is {config['model']['source']!r}, which starts from "
                           "model.pretrained")
+    if config["controls"] and config["model"]["source"] == "finetuned":
+        raise ConfigError(f"controls: {config['controls']} compare with the model fine-tuning "
+                          "starts from; model.source finetuned is used as published, with no "
+                          "untrained model of ours")
     trees, attribution = config["trees"], config["attribution"]
     # the adaptive rule's first panels take 3 gradient evaluations per scan interval at most
     if attribution["max_steps"] < 3 * attribution["scan_steps"]:

@@ -1,6 +1,9 @@
-"""What a reader of the report sees first: every claim of the run grouped by the paper (or
-comparison) it tests and by stage, with this run's number, its interval and "k of n" where
-the claim has them, and the verdict; a claim the configuration cannot test says why instead.
+"""What a reader of the report sees first: every finding of the run grouped by the paper (or
+comparison) it tests and by stage, with this run's estimate and interval, its bar, its verdict
+(over seeds: with "k of n"), its source and, where the configuration runs controls, the same
+finding on each control run, flagged when it holds there too; a finding the configuration
+cannot test says why instead. Checks (what follows from the mathematics or the construction)
+are counted apart and never as findings.
 
 The report's landing page (workflow/report/workflow.rst) holds `landing_html`, which rule claims
 writes beside its claims page; the table it is built from is results/<name>/report/
@@ -18,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from attnlab.analyses.verdicts import VERDICTS
+from attnlab.analyses.verdicts import VERDICTS, Bar
 
 # The papers and comparisons, each with its short name (make run's lines) and the stages whose
 # claims test it, in the report's order.
@@ -30,7 +33,8 @@ GROUPS: list[tuple[str, str, tuple[str, ...]]] = [
      ("effective_attention", "token_identifiability", "token_mixing")),
     ("Is attention explanation? (Jain & Wallace 2019; Drozdyuk et al.)",
      "Attention as explanation",
-     ("attention_permutation", "adversarial_keys", "adversarial_attention")),
+     ("attention_ranking", "attention_permutation", "adversarial_keys",
+      "adversarial_attention")),
     ("Interaction methods compared", "Interaction methods", ("interaction_methods",)),
     ("Induction heads in a decoder (Olsson et al. 2022)", "Induction heads", ("induction",)),
 ]
@@ -48,20 +52,20 @@ STAGES = {
     "effective_attention": "effective attention (§3)",
     "token_identifiability": "token identifiability (§4)",
     "token_mixing": "token mixing (§5)",
+    "attention_ranking": "attention against gradient and leave-one-out importance (Jain & "
+                         "Wallace 2019, §4.1)",
     "attention_permutation": "permuted attention (Drozdyuk et al.)",
     "adversarial_keys": "adversarial keys (Drozdyuk et al.)",
     "adversarial_attention": "adversarial attention (Jain & Wallace 2019)",
     "interaction_methods": "attribution against other interaction methods",
     "induction": "attribution finds the planted induction path (next-token tasks)",
 }
-# The outcome of a claim, by its verdict (attnlab.analyses.verdicts; a run over seeds: "holds
-# in k of n seeds").
+# The outcome of a claim, by its verdict (attnlab.analyses.verdicts; a claim without an
+# interval over seeds: "holds in k of n seeds").
 HOLDS, FAILS, INCONCLUSIVE, UNTESTABLE = VERDICTS
-SOME, UNTESTED = "holds in some seeds", "not tested by this run"
-OUTCOMES = (HOLDS, FAILS, SOME, INCONCLUSIVE, UNTESTABLE, UNTESTED)
+SOME = "holds in some seeds"
+OUTCOMES = (HOLDS, FAILS, SOME, INCONCLUSIVE, UNTESTABLE)
 K_OF_N = re.compile(r"holds in (\d+) of (\d+)")
-# The interval a claim's metric names (the interaction methods' paired bootstrap interval).
-INTERVAL = re.compile(r"interval \[([^\]]+)\]")
 
 
 def group_of(stage: str) -> str:
@@ -101,33 +105,68 @@ def grouped(table: pd.DataFrame) -> pd.DataFrame:
     return out.drop(columns=["_group", "_stage", "_claim"]).reset_index(drop=True)
 
 
+def findings_only(table: pd.DataFrame) -> pd.DataFrame:
+    """The findings of a claims table, its checks left out."""
+    return table[table["kind"] == "finding"]
+
+
 def counts(table: pd.DataFrame) -> dict[str, int]:
-    """How many claims of a grouped table have each outcome (every outcome, 0 included)."""
-    seen = table["outcome"].value_counts()
+    """How many findings of a grouped table have each outcome (every outcome, 0 included);
+    checks are not counted."""
+    seen = findings_only(table)["outcome"].value_counts()
     return {name: int(seen.get(name, 0)) for name in OUTCOMES}
 
 
 def counts_line(numbers: dict[str, int]) -> str:
-    """`counts` in words, leaving out the outcomes no claim has (but holds / does not hold)."""
+    """`counts` in words, leaving out the outcomes no finding has (but holds / does not hold)."""
     shown = [f"{numbers[name]} {name}" for name in OUTCOMES
              if numbers[name] or name in (HOLDS, FAILS)]
     return ", ".join(shown)
 
 
-def _number(row: pd.Series) -> str:
-    """This run's number of a claim: its value and its interval (over seeds, or the one its
-    metric names); in how many seeds it holds is its verdict."""
-    value = row["value"]
+def checks_line(table: pd.DataFrame) -> str:
+    """How many checks of a grouped table there are and how many hold, do not or cannot be
+    tested, in words."""
+    checks = table[table["kind"] == "check"]
+    seen = checks["outcome"].value_counts()
+    outcomes = ", ".join(f"{n} {name}" for name, n in seen.items())
+    return f"{len(checks)} checks" + (f": {outcomes}" if outcomes else "")
+
+
+def flagged(table: pd.DataFrame) -> pd.DataFrame:
+    """The findings that hold and hold on a control run too (summary.with_controls)."""
+    return table[table["flag"] != ""]
+
+
+def interval_text(low: float, high: float) -> str:
+    """An interval (—: none)."""
+    return "—" if pd.isna(low) else f"[{low:.3g}, {high:.3g}]"
+
+
+def number_text(value: float, low: float, high: float) -> str:
+    """An estimate and its interval, where it has one (—: no estimate)."""
     if pd.isna(value):
         return "—"
-    text = f"{value:.3g}"
-    interval = row.get("ci95")
-    named = INTERVAL.search(str(row.get("metric") or ""))
-    if isinstance(interval, str) and interval.startswith("["):
-        text += f" (95 % interval over seeds {interval})"
-    elif named:
-        text += f" (interval [{named[1]}])"
-    return text
+    return f"{value:.3g}" + ("" if pd.isna(low) else f" {interval_text(low, high)}")
+
+
+def bar_text(value: float, side: str) -> str:
+    """A finding's bar, e.g. "> 0.5" (—: a claim without one)."""
+    return "—" if pd.isna(value) else str(Bar(float(value), side))
+
+
+def control_names(table: pd.DataFrame) -> list[str]:
+    """The controls whose columns the table has (summary.with_controls)."""
+    return [c.removesuffix("_verdict") for c in table.columns
+            if c.endswith("_verdict") and c != "verdict"]
+
+
+def control_text(row: pd.Series, name: str) -> str:
+    """A finding's number and verdict on the control run `name` (—: none)."""
+    if not isinstance(row[f"{name}_verdict"], str):
+        return "—"
+    number = number_text(row[f"{name}_value"], row[f"{name}_low"], row[f"{name}_high"])
+    return f"{number} {row[f'{name}_verdict']}"
 
 
 def _verdict(row: pd.Series) -> str:
@@ -138,38 +177,61 @@ def _verdict(row: pd.Series) -> str:
     return verdict
 
 
+def _controls(row: pd.Series, names: list[str]) -> str:
+    """A finding's number and verdict on each control run, and its flag."""
+    parts = [f"{html.escape(name)}: {html.escape(control_text(row, name))}" for name in names]
+    if row["flag"]:
+        parts.append(f"<b>flag: {html.escape(row['flag'])}</b>")
+    return "<br>".join(parts)
+
+
 # The colour of each outcome, so that a glance finds what failed.
 COLOURS = {HOLDS: "#e6f4e6", FAILS: "#fbe3e3", SOME: "#fdf3d8", INCONCLUSIVE: "#fdf3d8",
-           UNTESTABLE: "#eeeeee", UNTESTED: "#ffffff"}
+           UNTESTABLE: "#eeeeee"}
+
+
+def _stage_rows(stage: str, claims: pd.DataFrame, controls: list[str], width: int) -> list[str]:
+    """The landing table's rows of one stage: its heading, then one row per finding and task
+    (a finding's name and source once for its tasks)."""
+    rows = [f"<tr><td colspan='{width}'><i>{html.escape(STAGES.get(stage, stage))}</i> "
+            f"({html.escape(stage)})</td></tr>"]
+    previous = None
+    for _, row in claims.iterrows():
+        finding = "" if row["claim"] == previous else html.escape(row["claim"])
+        if finding and row["source"]:
+            finding += f"<br><small>{html.escape(row['source'])}</small>"
+        previous = row["claim"]
+        task = row["task"]
+        cells = [finding, html.escape(task) if isinstance(task, str) else "—",
+                 html.escape(number_text(row["value"], row["low"], row["high"])),
+                 html.escape(bar_text(row["bar"], row["side"])), _verdict(row),
+                 *([_controls(row, controls)] if controls else [])]
+        rows.append(f"<tr style='background: {COLOURS[row['outcome']]}'>"
+                    + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
+    return rows
 
 
 def landing_html(table: pd.DataFrame) -> str:
-    """The findings as an HTML fragment for the report's first page: per group its counts and
-    one row per claim and task (finding, what the paper states where the configuration names
-    it, this run's number, verdict)."""
+    """The findings as an HTML fragment for the report's first page: their counts, then per
+    group its counts and one row per finding and task (finding with its source, this run's
+    estimate and interval, bar, verdict, and each control's); then the checks' counts."""
     table = grouped(table)
-    parts = [f"<p><b>{html.escape(counts_line(counts(table)))}</b> "
-             f"(claims of this run, one per task they were judged on).</p>"]
-    for group, rows in table.groupby("group", sort=False):
+    controls = control_names(table)
+    findings = findings_only(table)
+    flags = f"; {len(flagged(findings))} hold on a control run too, flagged" if controls else ""
+    parts = [f"<p><b>{html.escape(counts_line(counts(table)))}</b> (findings of this run, one "
+             f"per task they were judged on{flags}).</p>"]
+    header = ["finding", "task", "this run [95 % interval]", "bar", "verdict",
+              *(["controls"] if controls else [])]
+    for group, rows in findings.groupby("group", sort=False):
         parts.append(f"<h3>{html.escape(group)}: {html.escape(counts_line(counts(rows)))}</h3>")
-        parts.append("<table style='border-collapse: collapse'><tr><th>finding</th>"
-                     "<th>task</th><th>this run</th><th>verdict</th></tr>")
+        parts.append("<table style='border-collapse: collapse'><tr>"
+                     + "".join(f"<th>{h}</th>" for h in header) + "</tr>")
         for stage, claims in rows.groupby("stage", sort=False):
-            parts.append(f"<tr><td colspan='4'><i>{html.escape(STAGES.get(stage, stage))}"
-                         f"</i> ({html.escape(stage)})</td></tr>")
-            previous = None
-            for _, row in claims.iterrows():
-                finding = "" if row["claim"] == previous else html.escape(row["claim"])
-                paper = row.get("paper")
-                if finding and isinstance(paper, str):
-                    finding += f"<br><small>paper: {html.escape(paper)}</small>"
-                previous = row["claim"]
-                task = row.get("task")
-                parts.append(
-                    f"<tr style='background: {COLOURS[row['outcome']]}'><td>{finding}</td>"
-                    f"<td>{html.escape(task) if isinstance(task, str) else '—'}</td>"
-                    f"<td>{html.escape(_number(row))}</td><td>{_verdict(row)}</td></tr>")
+            parts += _stage_rows(stage, claims, controls, len(header))
         parts.append("</table>")
+    parts.append(f"<p>{html.escape(checks_line(table))} (what follows from the mathematics or "
+                 "the construction, not counted as findings: the claims page lists them).</p>")
     return "\n".join(parts) + "\n"
 
 
@@ -191,17 +253,11 @@ def _where(rows: pd.DataFrame) -> str:
 FAILED_PER_STAGE = 3
 
 
-def summary_lines(table: pd.DataFrame, report: str | os.PathLike) -> list[str]:
-    """The few lines `make run` prints at its end: where the report is, how many claims hold,
-    do not or cannot be tested, and which do not hold (by name, with their tasks)."""
-    table = grouped(table)
-    lines = [f"Report: {report}",
-             f"Claims: {counts_line(counts(table))} (by paper and stage on the report's first "
-             "page)"]
+def _failed_lines(failed: pd.DataFrame) -> list[str]:
+    """One line per failed claim of a grouped table (by group, stage and name, with its
+    tasks), at most FAILED_PER_STAGE a stage and how many more."""
     short = {title: name for title, name, _ in GROUPS}
-    failed = table[table["outcome"].isin([FAILS, SOME])]
-    if len(failed):
-        lines.append("Do not hold:")
+    lines = []
     for (group, stage), claims in failed.groupby(["group", "stage"], sort=False):
         names = list(claims.groupby("claim", sort=False))
         shown = names[:FAILED_PER_STAGE] if len(names) > FAILED_PER_STAGE + 1 else names
@@ -213,6 +269,28 @@ def summary_lines(table: pd.DataFrame, report: str | os.PathLike) -> list[str]:
             lines.append(f"  {short.get(group, group)} / {stage}: and "
                          f"{len(names) - FAILED_PER_STAGE} more claims (on the report's first "
                          "page)")
+    return lines
+
+
+def summary_lines(table: pd.DataFrame, report: str | os.PathLike) -> list[str]:
+    """The few lines `make run` prints at its end: where the report is, how many findings hold,
+    do not or cannot be tested, how many hold on a control run too, which do not hold (by
+    name, with their tasks), and the checks apart (which fail, by name)."""
+    table = grouped(table)
+    findings = findings_only(table)
+    lines = [f"Report: {report}",
+             f"Findings: {counts_line(counts(table))} (by paper and stage on the report's first "
+             "page)"]
+    if control_names(table):
+        lines.append(f"Hold on a control run too (flagged): {len(flagged(findings))}")
+    failed = findings[findings["outcome"].isin([FAILS, SOME])]
+    if len(failed):
+        lines += ["Do not hold:", *_failed_lines(failed)]
+    lines.append(f"Checks, not counted as findings: {checks_line(table)}")
+    checks = table[table["kind"] == "check"]
+    failed_checks = checks[checks["outcome"].isin([FAILS, SOME])]
+    if len(failed_checks):
+        lines += ["Checks that fail:", *_failed_lines(failed_checks)]
     return lines
 
 

@@ -1,14 +1,15 @@
 """The run's own pages of the `snakemake --report`: a run summary and the table of claims.
 
 * Run summary: wall time and memory per stage (from Snakemake's `benchmark:` files), the device
-  and dev accuracy of every fine-tuned model, the library and package versions, and the
-  configuration with its defaults filled in.
-* Claims: the claims tables of every stage (each a paper's statement judged on this run, see
-  `attnlab.analyses.claims`), grouped by paper and stage as the report's first page groups them
-  (`attnlab.report.findings`), with what the paper states beside each claim when the
-  configuration names the paper (`report.papers`, files in workflow/report/findings/). A run
-  over several seeds (config `seeds`) shows each claim once: its metric's mean and 95 %
-  interval over the seeds, the value of every seed, and "holds in k of n seeds".
+  and dev accuracy of every fine-tuned model (the controls' included), the library and package
+  versions, and the configuration with its defaults filled in.
+* Claims: the claims tables of every stage (`attnlab.analyses.claims`). The findings, grouped by
+  paper and stage as the report's first page groups them (`attnlab.report.findings`), each with
+  its estimate, interval, n, bar, verdict and source, and beside it the same finding on each
+  control run (config `controls`: the untrained model); the checks in a section of their own;
+  the statements of the papers named in `report.papers` that no finding of this run tests. A
+  run over several seeds (config `seeds`) shows each claim once, judged over the seeds
+  (`verdicts.over_seeds`), with the value and verdict of every seed.
 
 Both are HTML pages, which the report shows as they are.
 """
@@ -20,25 +21,48 @@ import json
 import math
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import yaml
 
+from attnlab.analyses import claims as claim_rows
 from attnlab.analyses import verdicts
-from attnlab.analyses.verdicts import UNTESTABLE, Bar, Interval
+from attnlab.analyses.verdicts import HOLDS, UNTESTABLE, Bar, Interval
 from attnlab.plumbing.outputs import provenance, write_table
-from attnlab.report.findings import counts, counts_line, grouped, landing_html
+from attnlab.report.findings import (
+    bar_text,
+    checks_line,
+    control_names,
+    control_text,
+    counts,
+    counts_line,
+    findings_only,
+    grouped,
+    interval_text,
+    landing_html,
+    outcome,
+)
 from attnlab.report.html_pages import page, table_html, write_page
 
-# A seed's outputs are in results/<name>/seed=<s>/ (config `seeds`).
+# A seed's outputs are in results/<name>/seed=<s>/ (config `seeds`), a control run's in
+# results/<name>/control=<control>/ (config `controls`).
 SEED_FOLDER = re.compile(r"(?:^|/)seed=(\d+)/")
-# Student's t, 0.975 quantile, by degrees of freedom: the half-width of a 95 % interval of a
-# mean over n seeds is T_975[n - 1] * sd / sqrt(n). Beyond 30 the value for 30 (conservative).
-T_975 = [math.nan, 12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-         2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074,
-         2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
+CONTROL_FOLDER = re.compile(r"(?:^|/)control=(\w+)/")
+# What makes a claim the same claim in another seed's or a control's tables: its stage, task
+# and statement, and which of the rows of that statement it is (`occurrence`: a statement
+# judged once per layer has a row per layer, in the same order in every run).
+KEYS = ["stage", "task", "claim", "occurrence"]
+# The columns of a gathered claims table (`attnlab.analyses.claims.COLUMNS` with the task and
+# the occurrence); over seeds `value`, `low`, `high` are the pooled estimate and interval, `n`
+# the seeds, and `per_seed` holds each seed's value and verdict.
+TABLE = [*KEYS, "kind", "metric", "value", "low", "high", "n", "bar", "side", "verdict",
+         "reason", "source"]
+# A control's columns, each prefixed by the control's name (untrained_value, ...).
+CONTROL_COLUMNS = ("value", "low", "high", "verdict")
+FLAG = "flag"
 
 
 def seed_of(path: str | os.PathLike) -> int | None:
@@ -47,65 +71,62 @@ def seed_of(path: str | os.PathLike) -> int | None:
     return int(match[1]) if match else None
 
 
-def interval95(values: list[float]) -> tuple[float, float]:
-    """The 95 % interval of the mean of `values` (Student's t; NaN for fewer than two)."""
-    n = len(values)
-    if n < 2:
-        return math.nan, math.nan
-    mean = sum(values) / n
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    half = T_975[min(n - 1, len(T_975) - 1)] * sd / math.sqrt(n)
-    return mean - half, mean + half
+def control_of(path: str | os.PathLike) -> str | None:
+    """The control of an output of a control run (in a control=<control> folder); None for the
+    run itself."""
+    match = CONTROL_FOLDER.search(Path(path).as_posix())
+    return match[1] if match else None
 
 
-def _over_seeds_verdict(group: pd.DataFrame) -> tuple[str, float, float, float]:
-    """A claim's verdict over seeds, its value and interval. A finding with intervals is judged
+def _over_seeds_verdict(group: pd.DataFrame) -> tuple[str, Interval | None]:
+    """A claim's verdict over seeds and its pooled interval. A finding with intervals is judged
     by the verdict rules (`verdicts.over_seeds`: k of n and the pooled interval); a claim
-    without them by "holds in k of n seeds", with the Student-t interval of its mean."""
+    without them (a check, or a finding of a stage not yet on the verdict rules) by "holds in
+    k of n seeds", with the pooled interval of its estimates."""
     tested = group[group["verdict"] != UNTESTABLE]
-    if len(tested) and tested["low"].notna().all() and tested["bar"].notna().any():
+    if not len(tested):
+        return UNTESTABLE, None
+    if tested["low"].notna().all() and tested["bar"].notna().any():
         bar = Bar(float(tested["bar"].iloc[0]), str(tested["side"].iloc[0]))
         judged = verdicts.over_seeds(
             [None if row.verdict == UNTESTABLE else
              Interval(row.value, row.low, row.high, int(row.n)) for row in group.itertuples()],
             bar)
-        pooled = judged.interval
-        return str(judged), pooled.estimate, pooled.low, pooled.high
-    values = [float(v) for v in tested["value"] if not pd.isna(v)]
-    low, high = interval95(values)
-    verdict = (f"holds in {(tested['verdict'] == 'holds').sum()} of {len(tested)} seeds"
-               if len(tested) else UNTESTABLE)
-    if len(tested) and len(tested) < len(group):
+        return str(judged), judged.interval
+    held = int((tested["verdict"] == HOLDS).sum())
+    verdict = f"holds in {held} of {len(tested)} seeds"
+    if len(tested) < len(group):
         verdict += f" (not testable in {len(group) - len(tested)})"
-    return verdict, sum(values) / len(values) if values else math.nan, low, high
+    return verdict, verdicts.pooled([Interval(v, math.nan, math.nan, 1) for v in tested["value"]])
 
 
 def over_seeds(claims: pd.DataFrame) -> pd.DataFrame:
-    """One row per claim of a claims table with a `seed` column: `value` the mean over the seeds
-    whose verdict is not "not testable" (a finding's pooled estimate), `ci95` its 95 %
-    interval, `per_seed` every seed's value and verdict (+ holds, - does not, ~ inconclusive,
+    """One row per claim of a claims table with a `seed` column: `value`, `low`, `high` its
+    pooled estimate and interval over the seeds whose verdict is not "not testable", `n` the
+    seeds, `per_seed` every seed's value and verdict (+ holds, - does not, ~ inconclusive,
     ? not testable), `verdict` over the seeds (`_over_seeds_verdict`), `reason` why a seed
     could not test it (the first seed's)."""
     marks = {"holds": "+", "does not hold": "-", "inconclusive": "~", "not testable": "?"}
     rows = []
-    keys = ["stage", "task", "claim"]
-    for key, group in claims.sort_values("seed").groupby(keys, dropna=False, sort=False):
-        verdict, value, low, high = _over_seeds_verdict(group)
+    for key, group in claims.sort_values("seed", kind="stable").groupby(KEYS, dropna=False,
+                                                                       sort=False):
+        verdict, pooled = _over_seeds_verdict(group)
+        first = group.iloc[0]
         rows.append({
-            **dict(zip(keys, key, strict=True)),
             # a metric may name a count that differs between seeds (the examples it was judged
             # on): the first seed's words stand for all
-            "metric": group["metric"].iloc[0],
-            "value": value,
-            "ci95": "—" if math.isnan(low) else f"[{low:.4g}, {high:.4g}]",
+            **first[TABLE].to_dict(), **dict(zip(KEYS, key, strict=True)),
+            "value": pooled.estimate if pooled else math.nan,
+            "low": pooled.low if pooled else math.nan,
+            "high": pooled.high if pooled else math.nan,
+            "n": pooled.n if pooled else 0,
             "per_seed": ", ".join(f"{s}: {v:.4g} {marks[verdict]}" for s, v, verdict in
                                   zip(group["seed"], group["value"], group["verdict"],
                                       strict=True)),
             "verdict": verdict,
-            "reason": next((r for r in group["reason"] if isinstance(r, str) and r), ""),
+            "reason": next((r for r in group["reason"] if r), ""),
         })
-    return pd.DataFrame(rows, columns=[*keys, "metric", "value", "ci95", "per_seed", "verdict",
-                                       "reason"])
+    return pd.DataFrame(rows, columns=[*TABLE, "per_seed"])
 
 
 def _provenance(origin: dict[str, Any]) -> str:
@@ -141,13 +162,13 @@ def run_summary(
     """Write the run summary page at `out`: times per stage, fine-tuned models, versions and
     the configuration."""
     models = pd.DataFrame([
-        {"task": Path(path).parent.name, "seed": seed_of(path),
+        {"task": Path(path).parent.name, "seed": seed_of(path), "control": control_of(path),
          **{key: metrics.get(key) for key in (
              "device", "dev_accuracy", "epochs", "steps", "n_train", "n_dev", "seconds")}}
         for path in finetune_metrics for metrics in [json.loads(Path(path).read_text())]
     ])
-    if models["seed"].isna().all():  # one run: its seed is in the configuration below
-        models = models.drop(columns="seed")
+    # one run: its seed is in the configuration below; no control runs
+    models = models.drop(columns=[c for c in ("seed", "control") if models[c].isna().all()])
     origin = provenance()
     versions = pd.DataFrame(
         [{"component": "attnlab code version", "version": origin["code_version"]},
@@ -167,38 +188,82 @@ def run_summary(
     write_page(out, page(f"Run summary: {config['name']}", sections))
 
 
-def load_findings(paths: list[str | os.PathLike]) -> pd.DataFrame:
-    """The stated findings of the papers in `paths` (YAML: `title`, `findings` with `stage`,
-    `claim`, optional `task`, and `paper`, what the paper states)."""
-    rows = []
-    for path in paths:
-        document = yaml.safe_load(Path(path).read_text())
-        rows += [{"task": None, **finding, "source": document["title"]}
-                 for finding in document["findings"]]
-    return pd.DataFrame(rows, columns=["stage", "claim", "task", "paper", "source"])
+def read_claims(paths: list[str | os.PathLike]) -> pd.DataFrame:
+    """The claims tables at `paths` as one, in TABLE's columns and a `seed` (None: a one-seed
+    run). Tables of older runs lack some columns: their claims are findings without an
+    interval, bar or source."""
+    claims = pd.concat([pd.read_parquet(path).assign(seed=seed_of(path)) for path in paths],
+                       ignore_index=True)
+    for column in TABLE:
+        if column not in claims:
+            claims[column] = None
+    claims["occurrence"] = claims.groupby(["seed", "stage", "task", "claim"], dropna=False,
+                                          sort=False).cumcount()
+    return claims.fillna({"kind": "finding", "reason": "", "source": "", "side": ""})
+
+
+def gathered_claims(claims_paths: list[str | os.PathLike]) -> tuple[pd.DataFrame, list[int]]:
+    """Every stage's claims tables as one, and the seeds of the runs they come from (none for
+    a one-seed run); the claims of several seeds are judged over them (over_seeds)."""
+    claims = read_claims(claims_paths)
+    seeds = sorted(set(claims["seed"].dropna().astype(int)))
+    if seeds:
+        return over_seeds(claims), seeds
+    return claims[TABLE], seeds
+
+
+def with_controls(table: pd.DataFrame,
+                  controls: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """The gathered claims with, for every finding, the same finding (KEYS) of each control
+    run (`controls`: its claims tables by the control's name) in columns <control>_value,
+    _low, _high, _verdict, and `flag` naming the controls on which a finding that holds holds
+    too: what it states the model learned is there without the learning. Checks get none."""
+    flags = pd.Series("", index=table.index)
+    for name, control in controls.items():
+        found = findings_only(control)[[*KEYS, *CONTROL_COLUMNS]]
+        found = found.rename(columns={c: f"{name}_{c}" for c in CONTROL_COLUMNS})
+        table = table.merge(found, on=KEYS, how="left")
+        also = (table["verdict"].map(outcome) == HOLDS) & (table[f"{name}_verdict"] == HOLDS)
+        flags = flags.where(~also, flags + f"holds {name} too; ")
+    return table.assign(**{FLAG: flags.str.removesuffix("; ")})
+
+
+def untested_statements(table: pd.DataFrame, papers: list[str]) -> pd.DataFrame:
+    """The statements of `papers` (their files in attnlab/analyses/papers/) that no finding of
+    `table` cites as its source."""
+    cited = set(table["source"])
+    rows = [{"paper": claim_rows.paper(name)["cite"], "where": entry["where"],
+             "statement": entry["statement"]}
+            for name in papers for key, entry in claim_rows.paper(name)["statements"].items()
+            if str(claim_rows.source(name, key)) not in cited]
+    return pd.DataFrame(rows, columns=["paper", "where", "statement"])
 
 
 def claims_table(
     claims_paths: list[str | os.PathLike],
     *,
-    findings_paths: list[str | os.PathLike],
     out: str | os.PathLike,
     origin: dict[str, Any],
+    controls_paths: Sequence[str | os.PathLike] = (),
+    papers: Sequence[str] = (),
     landing: str | os.PathLike | None = None,
     table_out: str | os.PathLike | None = None,
 ) -> pd.DataFrame:
-    """Gather every stage's claims into HTML tables at `out`, grouped by paper and stage, each
-    beside what the papers in `findings_paths` state about it (a finding naming a task is about
-    that task's row only), and the findings this run did not test. The claims of a run over
-    several seeds (paths in seed=<s> folders) are aggregated over the seeds (over_seeds).
-    Writes the report's first page's fragment at `landing` and the table it is built from at
-    `table_out` (Parquet, with the provenance `origin`), where given. Returns the table."""
+    """Gather every stage's claims into the claims page at `out`: the findings grouped by paper
+    and stage, each beside the same finding of the control runs whose claims tables are
+    `controls_paths` (in control=<control> folders), the checks apart, and the statements of
+    `papers` no finding tests. The claims of a run over several seeds (paths in seed=<s>
+    folders) are judged over the seeds (over_seeds). Writes the report's first page's fragment
+    at `landing` and the table it is built from at `table_out` (Parquet, with the provenance
+    `origin`), where given. Returns the table."""
     claims, seeds = gathered_claims(claims_paths)
-    table = beside_findings(claims, load_findings(findings_paths))
-    replicated = ["ci95", "per_seed"] if seeds else []
-    table = grouped(table[["stage", "task", "claim", "paper", "metric", "value", *replicated,
-                           "verdict", "reason", "source"]])
-    write_page(out, _claims_page(table, seeds, papers=bool(findings_paths), origin=origin))
+    by_control: dict[str, list] = {}
+    for path in controls_paths:
+        by_control.setdefault(control_of(path), []).append(path)
+    table = grouped(with_controls(claims, {name: read_claims(paths)[TABLE]
+                                           for name, paths in by_control.items()}))
+    untested = untested_statements(table, list(papers))
+    write_page(out, _claims_page(table, seeds, untested=untested, origin=origin))
     if landing is not None:
         write_page(landing, landing_html(table))
     if table_out is not None:
@@ -206,61 +271,51 @@ def claims_table(
     return table
 
 
-def gathered_claims(claims_paths: list[str | os.PathLike]) -> tuple[pd.DataFrame, list[int]]:
-    """Every stage's claims tables as one, and the seeds of the runs they come from (none for
-    a one-seed run); the claims of several seeds are aggregated over them (over_seeds)."""
-    claims = pd.concat([pd.read_parquet(path).assign(seed=seed_of(path))
-                        for path in claims_paths], ignore_index=True)
-    # (tables of an older run have no reason; those of stages not on the verdict rules yet, no
-    # interval)
-    for column in ("task", "reason", "low", "high", "n", "bar", "side"):
-        if column not in claims:
-            claims[column] = None
-    claims["reason"] = claims["reason"].fillna("")
-    seeds = sorted(set(claims["seed"].dropna().astype(int)))
-    if seeds:
-        return over_seeds(claims), seeds
-    return claims[["stage", "task", "claim", "metric", "value", "verdict", "reason"]], seeds
+def shown(table: pd.DataFrame) -> pd.DataFrame:
+    """The grouped table as the claims page shows it: each claim's estimate, interval, n, bar
+    and verdict, its source, its number and verdict on each control (with the flag), and over
+    seeds each seed's value."""
+    out = table[["stage", "task", "claim", "metric"]].assign(
+        estimate=table["value"],
+        interval=[interval_text(lo, hi) for lo, hi in zip(table["low"], table["high"],
+                                                          strict=True)],
+        n=table["n"],
+        bar=[bar_text(v, s) for v, s in zip(table["bar"], table["side"], strict=True)],
+        verdict=table["verdict"], reason=table["reason"], source=table["source"])
+    if "per_seed" in table:
+        out["per_seed"] = table["per_seed"]
+    for name in control_names(table):
+        out[name] = [control_text(row, name) for _, row in table.iterrows()]
+    if control_names(table):
+        out[FLAG] = table[FLAG]
+    return out
 
 
-def beside_findings(claims: pd.DataFrame, findings: pd.DataFrame) -> pd.DataFrame:
-    """The claims, each with the paper and source of the finding stated about it, and after
-    them the findings that no claim tests."""
-
-    def about(finding: pd.Series, claim: pd.Series) -> bool:
-        return (finding["stage"], finding["claim"]) == (claim["stage"], claim["claim"]) and (
-            pd.isna(finding["task"]) or finding["task"] == claim["task"])
-
-    stated = [[f for _, f in findings.iterrows() if about(f, c)] for _, c in claims.iterrows()]
-    # a finding about one task is more precise than one about every task
-    stated = [sorted(fs, key=lambda f: pd.isna(f["task"]))[:1] for fs in stated]
-    claims = claims.assign(paper=[fs[0]["paper"] if fs else None for fs in stated],
-                           source=[fs[0]["source"] if fs else None for fs in stated])
-    untested = findings[[not any(about(f, c) for _, c in claims.iterrows())
-                         for _, f in findings.iterrows()]]
-    return pd.concat([claims, untested.assign(verdict="not tested by this run", reason="")],
-                     ignore_index=True)
-
-
-def _claims_page(table: pd.DataFrame, seeds: list[int], *, papers: bool,
+def _claims_page(table: pd.DataFrame, seeds: list[int], *, untested: pd.DataFrame,
                  origin: dict[str, Any]) -> str:
-    """The claims page of the grouped `table`: a heading with the counts, one table per group
-    (with the papers' statements where `papers`), and the provenance."""
+    """The claims page of the grouped `table`: a heading with the findings' counts, one table
+    of findings per group, the checks, the untested statements, and the provenance."""
     if seeds:
-        heading = f"Every stage's claims over {len(seeds)} seeds ({', '.join(map(str, seeds))})"
-        how = (" <i>value</i> is the mean over the seeds, <i>ci95</i> its 95 % interval "
-               "(Student's t), <i>per_seed</i> each seed's value (+ holds, - does not, "
+        heading = f"Every stage's findings over {len(seeds)} seeds ({', '.join(map(str, seeds))})"
+        how = (" Over seeds, <i>estimate</i> and <i>interval</i> are pooled over the seeds "
+               "(n: the seeds), <i>per_seed</i> each seed's value (+ holds, - does not, "
                "~ inconclusive, ? not testable).")
     else:
-        heading, how = "Every stage's claims, judged on this run", ""
-    shown = table.drop(columns=["group", "outcome"])
-    if not papers:
-        shown = shown.drop(columns=["paper", "source"])
-    note = "; <i>paper</i> is what the paper states" if papers else ""
+        heading, how = "Every stage's findings, judged on this run", ""
+    findings, checks = findings_only(table), table[table["kind"] == "check"]
     sections = [(heading,
-                 f"<p>{html.escape(counts_line(counts(table)))}. Each metric names the "
-                 f"threshold of its verdict; <i>reason</i> says why a claim is not testable"
-                 f"{note}.{how}</p>")]
-    sections += [(group, table_html(shown[table["group"] == group]))
-                 for group in table["group"].unique()]
+                 f"<p>{html.escape(counts_line(counts(table)))}. A finding holds when its 95 % "
+                 "interval lies wholly on the bar's side, does not hold when it lies wholly on "
+                 "the other, and is inconclusive when it contains the bar; <i>reason</i> says "
+                 "why a finding is not testable; a control column holds the same finding on "
+                 "that control run, and <i>flag</i> marks a finding that holds there too."
+                 f"{how}</p>")]
+    sections += [(group, table_html(shown(findings[findings["group"] == group])))
+                 for group in findings["group"].unique()]
+    sections.append(("Checks (not counted as findings)",
+                     f"<p>{html.escape(checks_line(table))}: what follows from the "
+                     "mathematics or the construction, a detector of bugs.</p>"
+                     + table_html(shown(checks).drop(columns=["source"]))))
+    if len(untested):
+        sections.append(("Statements no finding of this run tests", table_html(untested)))
     return page("Claims", [*sections, ("Provenance", _provenance(origin))])
