@@ -1,5 +1,6 @@
 """Shared test fixtures. Everything runs offline, on CPU, with one thread."""
 
+import fcntl
 import json
 import multiprocessing
 import os
@@ -63,23 +64,6 @@ def pytest_runtest_makereport(item, call):
 def pytest_make_collect_report(collector):
     outcome = yield
     fail_skip_under_ci(outcome.get_result())
-
-
-# `make test` runs the tests in one worker process per core (pytest-xdist, --dist loadgroup),
-# which shares out groups of tests. A group is a test file, so that a file's module fixtures
-# (a whole workflow run) are built once; the files that train the default models share one
-# group, so that the session fixture below trains them once.
-SHARED_FIXTURES = ("default_task_model",)
-
-
-def pytest_collection_modifyitems(items):
-    group = {item.path: item.path.name for item in items}
-    for item in items:
-        for fixture in SHARED_FIXTURES:
-            if fixture in item.fixturenames:
-                group[item.path] = fixture
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(group[item.path]))
 
 
 # Task sections as a validated config holds them (label_field: the schema's default), so that
@@ -184,25 +168,37 @@ def _train_default_task(name: str, folder: Path) -> dict:
     return json.loads((folder / "metrics.json").read_text())
 
 
+def run_folder(tmp_path_factory) -> Path:
+    """A folder of this test run that every worker process sees: `make test` runs the tests in
+    pytest-xdist workers, each with its own temporary folder inside the run's."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 @pytest.fixture(scope="session")
 def default_task_model(tmp_path_factory) -> Callable[[str], tuple[Path, dict]]:
     """Task name -> (folder with train/dev.parquet and model/, metrics) of the default tasks,
     trained as `make run` trains them. On first use all of them are trained, two processes
-    side by side as `make run` runs them (one thread each): on 2 cores a third less waiting."""
-    trained: dict[str, tuple[Path, dict]] = {}
+    side by side as `make run` runs them (one thread each): on 2 cores a third less waiting.
+    They are trained once per test run: a worker that finds another training them waits for
+    it (a lock on the run's folder)."""
+    folders = {task: run_folder(tmp_path_factory) / "default_models" / task
+               for task in DEFAULT_CONFIG["tasks"]}
 
     def train(name: str) -> tuple[Path, dict]:
-        if not trained:
-            folders = {task: tmp_path_factory.mktemp(task) for task in DEFAULT_CONFIG["tasks"]}
-            # spawn: a forked child would inherit the parent's torch thread pools
-            context = multiprocessing.get_context("spawn")
-            # two cores: two one-thread processes, or one process of ATTNLAB_TEST_THREADS=2
-            # (more threads than cores run many times slower)
-            workers = max(1, 2 // TRAIN_THREADS)
-            with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-                metrics = pool.map(_train_default_task, folders, folders.values())
-                trained.update(zip(folders, zip(folders.values(), metrics, strict=True),
-                                   strict=True))
-        return trained[name]
+        with open(run_folder(tmp_path_factory) / "default_models.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not all((folder / "metrics.json").exists() for folder in folders.values()):
+                for folder in folders.values():
+                    folder.mkdir(parents=True, exist_ok=True)
+                # spawn: a forked child would inherit the parent's torch thread pools
+                context = multiprocessing.get_context("spawn")
+                # two cores: two one-thread processes, or one process of ATTNLAB_TEST_THREADS=2
+                # (more threads than cores run many times slower)
+                workers = max(1, 2 // TRAIN_THREADS)
+                with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+                    list(pool.map(_train_default_task, folders, folders.values()))
+        folder = folders[name]
+        return folder, json.loads((folder / "metrics.json").read_text())
 
     return train
