@@ -66,6 +66,20 @@ def pytest_make_collect_report(collector):
     fail_skip_under_ci(outcome.get_result())
 
 
+# `make test` runs the tests in one pytest-xdist worker per core, which takes test files in the
+# order collected. The files that run the workflow or train models go first: a long file taken
+# last would leave the other worker idle at the end.
+LONG_FILES = ("test_real_model.py", "test_slurm.py", "test_workflow.py",
+              "test_flow_groundtruth.py", "test_groundtruth.py", "test_quadrature_study.py",
+              "test_induction.py", "test_errors.py", "test_code_closure.py")
+
+
+def pytest_collection_modifyitems(items):
+    # a stable sort: the tests of a file keep their order
+    items.sort(key=lambda item: LONG_FILES.index(item.path.name)
+               if item.path.name in LONG_FILES else len(LONG_FILES))
+
+
 # Task sections as a validated config holds them (label_field: the schema's default), so that
 # the jobs built from them get the columns their rules pass.
 PAIR_TASK = {
