@@ -375,7 +375,7 @@ def test_every_stage_the_library_judges_has_its_group_on_the_first_page():
     stated = library_claims(["mnli", "rte", "sst2"], [["mnli", "rte"]], [["mnli", "sst2"]])
     stages = {stage for stage, _ in stated} | {"ground_truth", "trees", "triggers",
                                                "interaction_methods", "induction"}
-    assert len(stages) == 15  # every stage that judges claims (induction: next-token tasks)
+    assert len(stages) == 16  # every stage that judges claims (induction: next-token tasks)
     assert {stage: landing.group_of(stage) for stage in stages if
             landing.group_of(stage) == landing.OTHER or stage not in landing.STAGES} == {}
 

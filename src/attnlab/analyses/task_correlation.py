@@ -142,8 +142,8 @@ def cross_task_claims(
     head-importance matrix `wide` (`importance_matrix`): each similar pair correlates above
     the floor's 0 (the pair is the row's `task`), and similar pairs correlate more than
     dissimilar ones (the mean r of the similar pairs minus that of the dissimilar ones, paired
-    over the same head resamples; no `task`). With `untestable` (why_not_comparable) each is
-    "not testable"."""
+    over the same head resamples; no `task`; "not testable" where pairs of one kind only are
+    configured). With `untestable` (why_not_comparable) each is "not testable"."""
     similar_columns = [_columns(wide, p) for p in similar]
     dissimilar_columns = [_columns(wide, p) for p in dissimilar]
     matrix = wide.to_numpy()
@@ -159,7 +159,7 @@ def cross_task_claims(
                 f"floor's r in expectation: a random permutation of the heads; bar: our "
                 f"choice, we can quote no number of the paper's for 'strong')",
                 interval, Bar(0), source("hao2021", "fig5_tasks"))})
-        if similar and dissimilar:
+        if similar or dissimilar:
             def gap(sample: np.ndarray, m: str = method) -> np.ndarray:
                 mean_r = [np.mean([correlation(sample, a, b, m) for a, b in columns], axis=0)
                           for columns in (similar_columns, dissimilar_columns)]
@@ -170,6 +170,8 @@ def cross_task_claims(
                 f"({method})",
                 f"mean {method} r of the similar pairs minus that of the dissimilar pairs, "
                 f"paired {heads} (the same resample for every pair; holds above 0)",
-                untestable or verdicts.bootstrap(matrix, gap), Bar(0),
-                source("hao2021", "fig5_tasks"))})
+                untestable or (verdicts.bootstrap(matrix, gap) if similar and dissimilar else
+                               NotTestable("it needs a similar and a dissimilar pair "
+                                           "(heads.similar_pairs, heads.dissimilar_pairs)")),
+                Bar(0), source("hao2021", "fig5_tasks"))})
     return claims
