@@ -51,7 +51,7 @@ run: $(VENV)/installed
 test: $(VENV)/installed
 	@$(MAKE) --no-print-directory packages STRICT=1
 	@$(MAKE) --no-print-directory browser
-	$(BIN)/pytest -n $(CORES) --dist loadfile
+	$(BIN)/pytest -n $(CORES) --dist loadfile --no-loadscope-reorder
 
 # The explorer's test draws the page in a real browser, headless: Debian's chromium, installed
 # where apt-get and root are at hand. Elsewhere (or offline) one line says so and the test skips.

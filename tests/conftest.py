@@ -67,8 +67,9 @@ def pytest_make_collect_report(collector):
 
 
 # `make test` runs the tests in one pytest-xdist worker per core, which takes test files in the
-# order collected. The files that run the workflow or train models go first: a long file taken
-# last would leave the other worker idle at the end.
+# order collected (--no-loadscope-reorder; by default it would take the files of most tests
+# first). The files that run the workflow or train models go first: a long file taken last
+# would leave the other worker idle at the end.
 LONG_FILES = ("test_real_model.py", "test_slurm.py", "test_workflow.py",
               "test_flow_groundtruth.py", "test_groundtruth.py", "test_quadrature_study.py",
               "test_induction.py", "test_errors.py", "test_code_closure.py")
