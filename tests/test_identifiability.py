@@ -38,6 +38,20 @@ def _inputs(batch):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
+
+def padded_as_alone(model, tokenizer, batch: dict, lengths: tuple[int, ...], *, batch_size: int,
+                    atol: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The effective-attention tables of `batch` analysed `batch_size` examples at a time
+    (padded), checked equal to those of one example at a time and their null spaces of the rank
+    bound's dimension, max(0, n - d_v)."""
+    padded, padded_mass = ea.analyse_examples(model, tokenizer, batch, batch_size=batch_size)
+    alone, alone_mass = ea.analyse_examples(model, tokenizer, batch, batch_size=1)
+    pd.testing.assert_frame_equal(padded, alone, rtol=0, atol=atol)
+    pd.testing.assert_frame_equal(padded_mass, alone_mass, rtol=0, atol=atol)
+    expected_null = {n: max(0, n - D_V) for n in lengths}
+    assert (padded["null_dim"] == padded["length"].map(expected_null)).all()
+    return padded, padded_mass
+
 def test_effective_attention_keeps_the_output_and_is_the_attention_up_to_d_v(family):
     model = models.prepare_model(tiny_classifier(family))
     capture = Intervention(capture=True, capture_values=True)
@@ -71,12 +85,8 @@ def test_padding_does_not_change_effective_attention_of_the_real_tokens(tokenize
     changes null_dim from 1 to 4)."""
     model = models.prepare_model(tiny_classifier("bert"))
     batch = tiny_batch("bert", LENGTHS)
-    padded, padded_mass = ea.analyse_examples(model, tokenizer, batch, batch_size=4)
-    alone, alone_mass = ea.analyse_examples(model, tokenizer, batch, batch_size=1)
-    pd.testing.assert_frame_equal(padded, alone, rtol=0, atol=1e-6)
-    pd.testing.assert_frame_equal(padded_mass, alone_mass, rtol=0, atol=1e-6)
-    expected_null = {n: max(0, n - D_V) for n in LENGTHS}
-    assert (padded["null_dim"] == padded["length"].map(expected_null)).all()
+    padded, padded_mass = padded_as_alone(model, tokenizer, batch, LENGTHS, batch_size=4,
+                                          atol=1e-6)
     # every example has [CLS] and [SEP]; the synthetic vocabulary's fillers are found too
     assert {"[CLS]", "[SEP]"} <= set(padded_mass["category"])
 
@@ -149,12 +159,8 @@ def test_a_decoders_effective_attention_tables_do_not_depend_on_padding():
     tokenizer = build_causal_tokenizer([f"w{i}" for i in range(VOCAB)])
     batch = tiny_prompts(DECODER_LENGTHS)
     batch["input_ids"][:, 0] = tokenizer.bos_token_id  # every prompt starts with <s>
-    padded, padded_mass = ea.analyse_examples(model, tokenizer, batch, batch_size=3)
-    alone, alone_mass = ea.analyse_examples(model, tokenizer, batch, batch_size=1)
-    pd.testing.assert_frame_equal(padded, alone, rtol=0, atol=1e-9)
-    pd.testing.assert_frame_equal(padded_mass, alone_mass, rtol=0, atol=1e-9)
-    expected_null = {n: max(0, n - D_V) for n in DECODER_LENGTHS}
-    assert (padded["null_dim"] == padded["length"].map(expected_null)).all()
+    padded, padded_mass = padded_as_alone(model, tokenizer, batch, DECODER_LENGTHS,
+                                          batch_size=3, atol=1e-9)
     assert set(padded_mass["category"]) == {"[BOS]"}
     # r(A, A_eff) over the entries the mask allows only: 1 where nothing is removed
     short = padded[padded["length"] <= D_V]
