@@ -37,8 +37,6 @@ def _inputs(batch):
     return {k: v for k, v in batch.items() if k != "labels"}
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-
 def padded_as_alone(model, tokenizer, batch: dict, lengths: tuple[int, ...], *, batch_size: int,
                     atol: float) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The effective-attention tables of `batch` analysed `batch_size` examples at a time
@@ -52,6 +50,8 @@ def padded_as_alone(model, tokenizer, batch: dict, lengths: tuple[int, ...], *, 
     assert (padded["null_dim"] == padded["length"].map(expected_null)).all()
     return padded, padded_mass
 
+
+@pytest.mark.parametrize("family", FAMILIES)
 def test_effective_attention_keeps_the_output_and_is_the_attention_up_to_d_v(family):
     model = models.prepare_model(tiny_classifier(family))
     capture = Intervention(capture=True, capture_values=True)
