@@ -2,7 +2,7 @@
 
     python docs/generate_results.py results/default           # rewrite docs/results.md
     python docs/generate_results.py results/default --check   # exit 1 if it is not current
-    python docs/generate_results.py results/tiny --out page.md
+    python docs/generate_results.py results/replicate --out docs/results-replicate.md
 
 Every number of the page is read from the run's files: the fine-tuned models
 (finetune/<task>/metrics.json), the attribution summaries (attribution_summary/<task>.json),
@@ -10,6 +10,8 @@ every stage's claims (*claims.parquet, grouped by paper and stage as the report'
 groups them: attnlab.report.findings), the interaction methods' means
 (interaction_methods/<task>/intervals.parquet) and the wall time of every job (benchmarks/).
 The page names the code version the files record, so a reader can tell which code found them.
+A run over several seeds (results/<name>/seed=<s>/) gets every seed's models and attribution
+side by side and each finding judged over the seeds, as its claims page judges it.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from attnlab.report.findings import (  # noqa: E402
     counts_line,
     findings_only,
 )
-from attnlab.report.summary import claims_table, control_of  # noqa: E402
+from attnlab.report.summary import claims_table, control_of, seed_of  # noqa: E402
 
 OUTPUT = ROOT / "docs" / "results.md"
 # The reason of a claim judged by code from before claims stated their reasons.
@@ -59,10 +61,26 @@ def _claims_files(run: Path) -> list[Path]:
     return sorted(p for p in run.rglob("*claims.parquet") if "report" not in p.parts)
 
 
-def _code_versions(run: Path, tasks: list[str]) -> list[str]:
+def seed_runs(run: Path) -> dict[int | None, Path]:
+    """The one-seed runs of `run`: its seed=<s> folders for a run over seeds, else itself."""
+    seeds = {seed_of(p / "finetune"): p for p in run.glob("seed=*") if p.is_dir()}
+    return dict(sorted(seeds.items())) or {None: run}
+
+
+def _per_seed(runs: dict[int | None, Path], header: list[str], rows_of) -> str:
+    """A table of `rows_of(one-seed run)`'s rows, each seed's after a seed column where there
+    are several."""
+    if None in runs:
+        return _table(header, rows_of(runs[None]))
+    return _table(["seed", *header], [[str(seed), *row] for seed, one in runs.items()
+                                      for row in rows_of(one)])
+
+
+def _code_versions(run: Path, runs: dict[int | None, Path], tasks: list[str]) -> list[str]:
     """The code versions the run's files record (one, unless the run was resumed by newer
     code)."""
-    versions = {_json(run / "finetune" / t / "metrics.json").get("code_version") for t in tasks}
+    versions = {_json(one / "finetune" / t / "metrics.json").get("code_version")
+                for one in runs.values() for t in tasks}
     for path in _claims_files(run):
         meta = pq.read_schema(path).metadata or {}
         if b"attnlab" in meta:
@@ -70,7 +88,7 @@ def _code_versions(run: Path, tasks: list[str]) -> list[str]:
     return sorted(v for v in versions if v)
 
 
-def _models(run: Path, tasks: list[str]) -> str:
+def _models(run: Path, tasks: list[str]) -> list[list[str]]:
     rows = []
     for task in tasks:
         metrics = _json(run / "finetune" / task / "metrics.json")
@@ -82,11 +100,13 @@ def _models(run: Path, tasks: list[str]) -> str:
         rows.append([task, f"{metrics['n_train']:,}", f"{metrics['epochs']} of {cap} ({why})",
                      f"{metrics['seconds']:.0f} s", metrics["device"],
                      f"{_number(metrics['dev_accuracy'])} ({metrics['n_dev']} examples)"])
-    return _table(["task", "training examples", "epochs", "training time", "device",
-                   "dev accuracy"], rows)
+    return rows
 
 
-def _attribution(run: Path, tasks: list[str]) -> str:
+MODELS = ["task", "training examples", "epochs", "training time", "device", "dev accuracy"]
+
+
+def _attribution(run: Path, tasks: list[str]) -> list[list[str]]:
     rows = []
     for task in tasks:
         summary = _json(run / "attribution_summary" / f"{task}.json")
@@ -97,20 +117,26 @@ def _attribution(run: Path, tasks: list[str]) -> str:
                      f"{summary['grad_nodes']['mean']:.1f}",
                      str(recovery["examples"]),
                      f"{_number(recovery['attribution'])} / {_number(recovery['attention'])}"])
-    tolerance = _json(run / "attribution_summary" / f"{tasks[0]}.json")["tolerance"]
+    return rows
+
+
+def _attribution_section(runs: dict[int | None, Path], tasks: list[str]) -> str:
+    first = next(iter(runs.values()))
+    tolerance = _json(first / "attribution_summary" / f"{tasks[0]}.json")["tolerance"]
     return (f"Completeness: the share of (example, layer) pairs whose attributions sum to the "
             f"change of F within the tolerance ({tolerance:g}, in units of F), and the largest "
             "absolute error. Planted pair: the share of the examples a planted pair decides in "
             "which the strongest edge of some layer joins it, by attribution / raw attention.\n\n"
-            + _table(["task", "dev examples", "within tolerance", "largest error",
-                      "gradient evaluations per (example, layer)", "planted-pair examples",
-                      "planted pair found"], rows))
+            + _per_seed(runs, ["task", "dev examples", "within tolerance", "largest error",
+                               "gradient evaluations per (example, layer)",
+                               "planted-pair examples", "planted pair found"],
+                        lambda one: _attribution(one, tasks)))
 
 
 def _cell(rows: pd.DataFrame, reasons: dict[str, int]) -> str:
-    """One task's cell of a claim: its number and verdict; a claim judged once per layer (several
-    rows) as the range of its numbers and how many hold; a reason's footnote where it is not
-    testable."""
+    """One task's cell of a claim: its number, interval and verdict; a claim judged once per
+    layer (several rows) as the range of its numbers and how many hold; a reason's footnote
+    where it is not testable."""
     if len(rows) > 1:
         held = int((rows["outcome"] == "holds").sum())
         return (f"{_number(rows['value'].min())}–{_number(rows['value'].max())}, {held} of "
@@ -120,7 +146,8 @@ def _cell(rows: pd.DataFrame, reasons: dict[str, int]) -> str:
     if row["outcome"] == "not testable":
         reasons.setdefault(row["reason"], len(reasons) + 1)
         mark += f" ({reasons[row['reason']]})"
-    return f"{_number(row['value'])} {mark}"
+    interval = f" [{_number(row['low'])}, {_number(row['high'])}]" if pd.notna(row["low"]) else ""
+    return f"{_number(row['value'])}{interval} {mark}"
 
 
 def _claims(run: Path) -> str:
@@ -156,11 +183,13 @@ def _claims(run: Path) -> str:
     return "\n".join(parts)
 
 
-def _interaction(run: Path, tasks: list[str]) -> str:
+def _interaction(runs: dict[int | None, Path], tasks: list[str]) -> str:
     """Each interaction method's mean on each measure, per model (trained, untrained), the
-    tasks side by side; rows ordered by the first task's direction-free deletion AOPC."""
-    frames = [pd.read_parquet(run / "interaction_methods" / t / "intervals.parquet")
-              for t in tasks if (run / "interaction_methods" / t / "intervals.parquet").exists()]
+    tasks side by side (over seeds, the mean of the seeds' means); rows ordered by the first
+    task's direction-free deletion AOPC."""
+    files = [one / "interaction_methods" / t / "intervals.parquet"
+             for one in runs.values() for t in tasks]
+    frames = [pd.read_parquet(path) for path in files if path.exists()]
     if not frames:
         return "The run has no interaction-methods stage.\n"
     intervals = pd.concat(frames)
@@ -179,12 +208,14 @@ def _interaction(run: Path, tasks: list[str]) -> str:
     return "\n".join(parts)
 
 
-def _run_time(run: Path) -> str:
-    rows = []
-    for item in sorted((run / "benchmarks").iterdir()):
-        files = sorted(item.rglob("*.tsv")) if item.is_dir() else [item]
-        seconds = sum(pd.read_csv(f, sep="\t")["s"].sum() for f in files)
-        rows.append((item.name.removesuffix(".tsv"), len(files), seconds))
+def _run_time(runs: dict[int | None, Path]) -> str:
+    files = {}
+    for one in runs.values():
+        for item in (one / "benchmarks").iterdir():
+            files.setdefault(item.name.removesuffix(".tsv"), []).extend(
+                item.rglob("*.tsv") if item.is_dir() else [item])
+    rows = [(rule, len(tsvs), sum(pd.read_csv(f, sep="\t")["s"].sum() for f in tsvs))
+            for rule, tsvs in files.items()]
     rows.sort(key=lambda r: -r[2])
     total = sum(r[2] for r in rows)
     return (f"The jobs' wall times summed by rule, from the `benchmark:` files: {total:.0f} s "
@@ -193,21 +224,38 @@ def _run_time(run: Path) -> str:
                                         [[r, str(n), f"{s:.0f}"] for r, n, s in rows]))
 
 
-def generate(run: Path) -> str:
-    """The page for the run whose files are in `run` (results/<name>/)."""
+def generate(run: Path, *, command: str) -> str:
+    """The page for the run whose files are in `run` (results/<name>/), which `command`
+    writes."""
     run = Path(run)
-    tasks = sorted(p.name for p in (run / "finetune").iterdir() if p.is_dir())
-    versions = ", ".join(f"`{v}`" for v in _code_versions(run, tasks)) or "not recorded"
-    return f"""# What the default run finds
+    runs = seed_runs(run)
+    first = next(iter(runs.values()))
+    tasks = sorted(p.name for p in (first / "finetune").iterdir() if p.is_dir())
+    versions = ", ".join(f"`{v}`" for v in _code_versions(run, runs, tasks)) or "not recorded"
+    seeds = [seed for seed in runs if seed is not None]
+    if seeds:
+        what = (f"one run of the configuration `{run.name}` over {len(seeds)} training seeds "
+                f"({', '.join(map(str, seeds))}; each seed's files in "
+                f"`results/{run.name}/seed=<s>/`)")
+        draw = ("Each finding is judged over the seeds, as the claims page judges it "
+                "([methods.md](methods.md#how-a-finding-is-judged)): its pooled estimate and "
+                "interval, and in how many seeds it holds.")
+        per_task = "the pooled number and the verdict over the seeds per task"
+    else:
+        what = f"one run of the configuration `{run.name}` (`results/{run.name}/`)"
+        draw = ("One training run is one draw: on another CPU or seed the models differ "
+                "slightly and so do the numbers; `make run CONFIG=config/replicate.yaml` judges "
+                "every claim over 5 seeds ([replication.md](replication.md)).")
+        per_task = "this run's number and verdict per task"
+    return f"""# What the `{run.name}` run finds
 
-<!-- Generated by docs/generate_results.py from the files of one run. Do not edit: after
-     `make run`, run `python docs/generate_results.py results/default`. -->
+<!-- Generated by docs/generate_results.py from the files of one run. Do not edit: after the
+     run, run `{command}`. -->
 
-Every number below is read from the files of one run of `config.yaml` (`results/{run.name}/`),
-by code version {versions} (as its files record it). The report `results/{run.name}/report.html`
-shows the same claims first, with their figures. One training run is one draw: on another CPU
-or seed the models differ slightly and so do the numbers; `make run
-CONFIG=config/replicate.yaml` judges every claim over 5 seeds ([replication.md](replication.md)).
+Every number below is read from the files of {what},
+by code version {versions} (as its files record it).
+The report `results/{run.name}/report.html` shows the same claims first, with their figures.
+{draw}
 The methods are defined in [methods.md](methods.md); each claim's metric and threshold are in
 the claims page of the report.
 
@@ -215,16 +263,16 @@ the claims page of the report.
 
 `finetune/<task>/metrics.json`:
 
-{_models(run, tasks)}
+{_per_seed(runs, MODELS, lambda one: _models(one, tasks))}
 ## Attribution and completeness
 
 `attribution_summary/<task>.json`:
 
-{_attribution(run, tasks)}
+{_attribution_section(runs, tasks)}
 ## The claims
 
-Every stage's claims (`*claims.parquet`), by paper and stage: this run's number and verdict
-per task; a claim the configuration cannot test says why.
+Every stage's claims (`*claims.parquet`), by paper and stage:
+{per_task}; a claim the configuration cannot test says why.
 
 {_claims(run)}
 ## Interaction methods
@@ -235,10 +283,10 @@ untrained one of the same shape; the measures are defined in
 [interaction_methods.md](interaction_methods.md). "—": the measure does not apply (random has no
 planted edge).
 
-{_interaction(run, tasks)}
+{_interaction(runs, tasks)}
 ## Run time
 
-{_run_time(run)}"""
+{_run_time(runs)}"""
 
 
 def main(argv: list[str]) -> int:
@@ -250,9 +298,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, default=OUTPUT, metavar="FILE",
                         help="the page to write or check (default: docs/results.md)")
     args = parser.parse_args(argv)
-    if not (args.run / "finetune").is_dir():
+    if not all((one / "finetune").is_dir() for one in seed_runs(args.run).values()):
         parser.error(f"{args.run} is not a finished run's folder (it has no finetune/)")
-    text = generate(args.run)
+    command = f"python docs/generate_results.py {args.run.as_posix()}"
+    if args.out.resolve() != OUTPUT:
+        command += f" --out {args.out.as_posix()}"
+    text = generate(args.run, command=command)
     if args.check:
         current = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
         if current != text:
