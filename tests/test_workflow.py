@@ -7,6 +7,7 @@ import html
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -139,6 +140,15 @@ def test_replicate_config_runs_every_seed_dependent_stage_once_per_seed():
         "quadrature_study": 1, **dict.fromkeys(FROM_MODEL, 3)}
     finetuned = {job.wildcards["name"] for job in jobs_of(result.stdout) if job.rule == "finetune"}
     assert finetuned == {f"replicate/seed={seed}" for seed in seeds}
+
+
+def test_the_untrained_config_is_the_default_with_nothing_learned():
+    default = yaml.safe_load((ROOT / "config.yaml").read_text())
+    untrained = yaml.safe_load((ROOT / "config" / "untrained.yaml").read_text())
+    assert {key for key in default | untrained
+            if default.get(key) != untrained.get(key)} == {"name", "finetune"}
+    assert untrained["finetune"] == {**default["finetune"], "epochs": 1,
+                                     "learning_rate": 1.0e-12}
 
 
 def test_the_untrained_control_reruns_every_stage_with_claims_on_the_starting_model(tmp_path):
@@ -568,6 +578,30 @@ def test_the_results_page_is_generated_from_a_run_s_files(tiny_run, tmp_path):
     assert subprocess.run([*generator, "--check"], env=ENV).returncode == 0
     (tmp_path / "results.md").write_text(text.replace(" holds", " hold"))
     assert subprocess.run([*generator, "--check"], env=ENV, capture_output=True).returncode == 1
+
+
+@pytest.mark.slow
+def test_the_results_page_of_a_run_over_seeds_shows_every_seed_and_judges_over_them(
+        tiny_run, tmp_path):
+    """The tiny run's files as two seeds of a run over seeds (seed=0/, seed=1/): the page lists
+    both seeds' models and judges every finding over the two, as the claims page does."""
+    run = tmp_path / "results" / "twice"
+    for seed in (0, 1):
+        shutil.copytree(tiny_run.results, run / f"seed={seed}",
+                        ignore=shutil.ignore_patterns("report", "report.html"))
+    subprocess.run([sys.executable, str(ROOT / "docs" / "generate_results.py"), str(run),
+                    "--out", str(tmp_path / "twice.md")], check=True, env=ENV)
+    text = (tmp_path / "twice.md").read_text()
+    assert "over 2 training seeds (0, 1" in text
+    for seed in (0, 1):
+        for task in TINY["tasks"]:
+            metrics = json.loads((run / f"seed={seed}" / "finetune" / task / "metrics.json")
+                                 .read_text())
+            assert f"| {seed} | {task} | {metrics['n_train']:,} | " in text
+    # the same numbers on both seeds: every finding testable on the tiny run is judged on 2
+    # seeds, and holds in 2 of 2 or in none
+    judged = re.findall(r"holds in (\d) of (\d) seeds", text)
+    assert judged and {n for _, n in judged} == {"2"} and {k for k, _ in judged} <= {"0", "2"}
 
 
 @pytest.mark.slow
