@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 import torch
 from conftest import MINILM
+from test_decoders import _word_tokenizer as word_tokenizer
 from test_explorer import embedded, stored
-from tiny_models import tiny_classifier
+from tiny_models import tiny_causal_lm, tiny_classifier
 
 from attnlab import cli
 from attnlab.data import packages
@@ -85,12 +86,27 @@ def test_explain_a_sentence_on_the_packaged_minilm_offline(tmp_path):
     assert example["maps"]["attribution"]["heads"] == 12
 
 
+def test_explain_the_next_token_of_a_tiny_decoder(tmp_path, capsys):
+    """A decoder language model (GPT-2): the prompt's next token is attributed, in-process."""
+    folder = tmp_path / "gpt2"
+    tiny_causal_lm("gpt2", dtype=torch.float32).save_pretrained(folder)
+    word_tokenizer().save_pretrained(folder)
+    page = tmp_path / "page.html"
+    cli.main(["explain", str(folder), "w1 w2 w3 w1 w2", "--target", "3", "--out", str(page)])
+    out = capsys.readouterr().out
+    assert "attributed: 'w3'" in out and residual(out) <= TOLERANCE
+    assert "  layer 1: w2[4] -> " in out  # the last token reads, the causal mask keeps the rest
+    (example,) = embedded(page.read_text())["examples"]
+    assert example["root"] == 4 and example["maps"]["attribution"]["heads"] == 4
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["model.gguf", "hi"], "model.gguf: GGUF files are not supported yet"),
     (["./nowhere", "hi"], "./nowhere: neither a checkpoint folder nor a hub id"),
     (["{tiny}", " "], "TEXT: the input is empty"),
     (["{tiny}", "w1", "--target", "3"], "--target: '3' is neither 'pred' nor a class index 0..2"),
     (["{tiny}", "w1", "--target", "first"], "--target: 'first' is neither"),
+    (["{tiny}", "w1 " * 600], "TEXT: 602 tokens, more than the model takes (512)"),
 ])
 def test_a_mistake_is_one_line(tiny, capsys, args, message):
     with pytest.raises(SystemExit) as stopped:

@@ -74,13 +74,13 @@ def _number(value: float) -> str:
 
 def top_interactions(attr: Any, tokens: Sequence[str], top: int) -> list[str]:
     """One line per layer of attributions (L, H, n, n): its `top` largest entries, each as
-    query -> key (head h) value."""
+    query[position] -> key[position] (head h) value (a token may occur more than once)."""
     import numpy as np
 
     lines = []
     for layer, heads in enumerate(attr):
         order = np.argsort(heads, axis=None)[::-1][:top]
-        entries = [f"{tokens[i]} -> {tokens[j]} (head {h}) {_number(heads[h, i, j])}"
+        entries = [f"{tokens[i]}[{i}] -> {tokens[j]}[{j}] (head {h}) {_number(heads[h, i, j])}"
                    for h, i, j in zip(*np.unravel_index(order, heads.shape), strict=True)]
         lines.append(f"  layer {layer}: " + "; ".join(entries))
     return lines
@@ -146,7 +146,8 @@ def explain(args: argparse.Namespace) -> None:
     residual = float(result.residual.abs().max())
     print(f"completeness: |sum of Attr - (F(A) - F(0 A))| <= {_number(residual)} in every "
           f"layer (tolerance {settings['tolerance']})")
-    print("strongest interactions of every layer (query -> key, head, attribution):")
+    print("strongest interactions of every layer (query[position] -> key[position], head, "
+          "attribution):")
     print("\n".join(top_interactions(attr, tokens, args.top)))
 
     trees = section_defaults("trees")
