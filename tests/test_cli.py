@@ -107,6 +107,9 @@ def test_explain_the_next_token_of_a_tiny_decoder(tmp_path, capsys):
     (["{tiny}", "w1", "--target", "3"], "--target: '3' is neither 'pred' nor a class index 0..2"),
     (["{tiny}", "w1", "--target", "first"], "--target: 'first' is neither"),
     (["{tiny}", "w1 " * 600], "TEXT: 602 tokens, more than the model takes (512)"),
+    (["{tiny}", "w1", "--top", "0"], "--top: 0 is not a positive number of interactions"),
+    (["{tiny}", "w1", "--out", "no/such/folder/page.html"],
+     "--out: no/such/folder/page.html: its folder does not exist"),
 ])
 def test_a_mistake_is_one_line(tiny, capsys, args, message):
     with pytest.raises(SystemExit) as stopped:

@@ -19,10 +19,16 @@ import re
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
+
+import numpy as np
 
 from attnlab.plumbing.errors import AttnlabError, stop
-from attnlab.plumbing.preflight import HUB_ID
+from attnlab.plumbing.preflight import HUB_ID, ModelShape
+
+if TYPE_CHECKING:  # imported when used: `attnlab --help` needs neither
+    import torch
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 DEFAULT_OUT = "attnlab-explain.html"
 # A checkpoint whose config names none of these architectures has no trained classification
@@ -72,11 +78,9 @@ def _number(value: float) -> str:
     return f"{value:.3g}"
 
 
-def top_interactions(attr: Any, tokens: Sequence[str], top: int) -> list[str]:
+def top_interactions(attr: np.ndarray, tokens: Sequence[str], top: int) -> list[str]:
     """One line per layer of attributions (L, H, n, n): its `top` largest entries, each as
     query[position] -> key[position] (head h) value (a token may occur more than once)."""
-    import numpy as np
-
     lines = []
     for layer, heads in enumerate(attr):
         order = np.argsort(heads, axis=None)[::-1][:top]
@@ -86,11 +90,47 @@ def top_interactions(attr: Any, tokens: Sequence[str], top: int) -> list[str]:
     return lines
 
 
+def check_arguments(args: argparse.Namespace) -> None:
+    """Refuse what needs no model to refuse, before the model is loaded."""
+    if not args.text.strip():
+        raise AttnlabError("TEXT: the input is empty")
+    if args.top < 1:
+        raise AttnlabError(f"--top: {args.top} is not a positive number of interactions")
+    if not Path(args.out).resolve().parent.is_dir():
+        raise AttnlabError(f"--out: {args.out}: its folder does not exist")
+
+
+def load_model(folder: Path, model: str, device: torch.device
+               ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, ModelShape]:
+    """The model of checkpoint `folder` (named `model` on the command line), a classifier or a
+    decoder language model as its family is, ready to analyse on `device`; its tokenizer and
+    its shape."""
+    import torch
+    import transformers
+
+    from attnlab.engine import models
+    from attnlab.plumbing.families import FAMILIES
+    from attnlab.plumbing.preflight import checkpoint_shape
+
+    shape = checkpoint_shape(folder)
+    causal = FAMILIES[shape.model_type].causal
+    architectures = json.loads((folder / "config.json").read_text()).get("architectures") or []
+    torch.manual_seed(SEED)
+    # the loading bar and transformers' word on freshly drawn weights: the note below says it
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    loaded = (models.load_causal_lm if causal else models.load_classifier)(folder, device)
+    if not any(name.endswith(HEAD_SUFFIXES) for name in architectures):
+        print(f"note: {model} has no trained {'head' if causal else 'classification head'}; "
+              f"its weights are drawn at random (seed {SEED}), and the attributions explain "
+              "that head", file=sys.stderr)
+    return *loaded, shape
+
+
 def explain(args: argparse.Namespace) -> None:
     """`attnlab explain`: see the module docstring."""
     # imported here, so that `attnlab --help` answers at once
     import torch
-    import transformers
 
     from attnlab.analyses import views
     from attnlab.analyses.effective_attention import effective_maps
@@ -98,37 +138,21 @@ def explain(args: argparse.Namespace) -> None:
     from attnlab.engine import models
     from attnlab.plumbing.config import section_defaults
     from attnlab.plumbing.device import pick_device
-    from attnlab.plumbing.families import FAMILIES
-    from attnlab.plumbing.preflight import checkpoint_shape
     from attnlab.report.explorer import example_data, explorer_page
 
-    if not args.text.strip():
-        raise AttnlabError("TEXT: the input is empty")
-    folder = model_folder(args.model)
-    shape = checkpoint_shape(folder)
-    causal = FAMILIES[shape.model_type].causal
+    check_arguments(args)
+    device = pick_device(args.device)
+    model, tokenizer, shape = load_model(model_folder(args.model), args.model, device)
+    causal = models.family_of(model).causal
     if causal and args.pair is not None:
         raise AttnlabError("--pair: a decoder language model reads one prompt")
-    architectures = json.loads((folder / "config.json").read_text()).get("architectures") or []
-    torch.manual_seed(SEED)
-    # the loading bar and transformers' word on freshly drawn weights: the note below says it
-    transformers.logging.set_verbosity_error()
-    transformers.logging.disable_progress_bar()
-    device = pick_device(args.device)
-    model, tokenizer = (models.load_causal_lm if causal else models.load_classifier)(folder,
-                                                                                     device)
-    if not any(name.endswith(HEAD_SUFFIXES) for name in architectures):
-        print(f"note: {args.model} has no trained {'head' if causal else 'classification head'}"
-              f"; its weights are drawn at random (seed {SEED}), and the attributions explain "
-              "that head", file=sys.stderr)
     segments = [args.text] if args.pair is None else [args.text, args.pair]
     inputs = dict(tokenizer(*segments, return_tensors="pt"))
     n = inputs["input_ids"].shape[1]
     if shape.positions is not None and n > shape.positions:
         raise AttnlabError(f"TEXT: {n} tokens, more than the model takes ({shape.positions})")
     tokens = tokenizer.convert_ids_to_tokens(inputs["input_ids"][0].tolist())
-    classes = len(tokenizer) if causal else model.config.id2label
-    target = target_index(args.target, classes)
+    target = target_index(args.target, len(tokenizer) if causal else model.config.id2label)
     settings = section_defaults("attribution")
     settings["target"] = target if target == "pred" else torch.tensor([target])
     result = views.attribute_again(model, inputs, settings, device)
@@ -142,7 +166,8 @@ def explain(args: argparse.Namespace) -> None:
     print(f"model: {args.model} ({shape.model_type}, {shape.layers} layers x {shape.heads} "
           f"heads), {n} tokens: {' '.join(tokens)}")
     print(f"predicted: {name(pred)} (p = {float(result.probs[0, pred]):.3f}); attributed: "
-          f"{name(chosen)}, F = its probability = {float(result.f_full[0]):.3g}")
+          f"{name(chosen)}, F = its {settings['score'].replace('_', ' ')} = "
+          f"{float(result.f_full[0]):.3g}")
     residual = float(result.residual.abs().max())
     print(f"completeness: |sum of Attr - (F(A) - F(0 A))| <= {_number(residual)} in every "
           f"layer (tolerance {settings['tolerance']})")
