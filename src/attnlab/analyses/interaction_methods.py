@@ -77,16 +77,6 @@ def scored_examples(dump: pd.DataFrame, dev: pd.DataFrame,
     return dump.reset_index(drop=True), dev
 
 
-def example_scores(scores: pd.DataFrame, idx: int) -> dict[str, np.ndarray]:
-    """Each method's (L, n, n) scores of example `idx` from a table of scores
-    (`Comparison.scores`, rule interaction_methods' scores file); empty where it was not
-    scored."""
-    rows = scores[scores["idx"] == idx].sort_values("layer", kind="stable")
-    return {method: np.stack([np.reshape(flat, (n, n)) for flat, n in
-                              zip(layers["scores"], layers["n_tokens"], strict=True)])
-            for method, layers in rows.groupby("method", sort=False)}
-
-
 def score_example(
     model: PreTrainedModel,
     example: Captured,

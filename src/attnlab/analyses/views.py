@@ -66,6 +66,16 @@ def word_maps(row: pd.Series, maps: Mapping[str, np.ndarray], *,
             else words.merge_pairs(values, ids, query="mean") for name, values in maps.items()}
 
 
+def method_maps(scores: pd.DataFrame, idx: int) -> dict[str, np.ndarray]:
+    """Each interaction method's (L, n, n) scores of example `idx` from a table of scores (rule
+    interaction_methods' scores file: idx, method, layer, n_tokens and the n·n scores); empty
+    where it was not scored."""
+    rows = scores[scores["idx"] == idx].sort_values("layer", kind="stable")
+    return {method: np.stack([np.reshape(flat, (n, n)) for flat, n in
+                              zip(layers["scores"], layers["n_tokens"], strict=True)])
+            for method, layers in rows.groupby("method", sort=False)}
+
+
 def dump_gap(row: pd.Series, attr: np.ndarray) -> float:
     """How far the per-head maxima of attributions `attr` (L, H, n, n) computed again are from
     those of the example's dump row."""

@@ -14,7 +14,6 @@ import pandas as pd
 
 from attnlab.analyses import views
 from attnlab.analyses.effective_attention import effective_maps
-from attnlab.analyses.interaction_methods import example_scores
 from attnlab.analyses.trees import planted_pair, sample_examples, tree_from_dump
 from attnlab.data.dumps import has_words, read_task_dump, word_row
 from attnlab.engine.examples import encoded_frame
@@ -55,7 +54,7 @@ def run(job: ModelJob) -> None:
             maps = views.word_maps(row, {"attention": attention,
                                          "effective attention": effective[b],
                                          "attribution": attr}, summed=SUMMED)
-            methods = views.word_maps(row, example_scores(scores, row["idx"]), summed=SUMMED)
+            methods = views.word_maps(row, views.method_maps(scores, row["idx"]), summed=SUMMED)
             attr, attention = maps["attribution"], maps["attention"]
             shown = word_row(row)
             # the explorer draws the tree as rule trees does: from the dump row, over words
