@@ -28,11 +28,12 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/finetune.smk"
 include: "workflow/rules/attribute.smk"
 include: "workflow/rules/heads.smk"
+# before trees.smk: the explorer of rule example_views reads the interaction methods' scores
+include: "workflow/rules/interaction_methods.smk"
 include: "workflow/rules/trees.smk"
 include: "workflow/rules/triggers.smk"
 include: "workflow/rules/identifiability.smk"
 include: "workflow/rules/explanation.smk"
-include: "workflow/rules/interaction_methods.smk"
 include: "workflow/rules/induction.smk"
 # the report's own pages, gathering what every stage wrote
 include: "workflow/rules/report.smk"

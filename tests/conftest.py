@@ -72,7 +72,7 @@ def pytest_make_collect_report(collector):
 # would leave the other worker idle at the end.
 LONG_FILES = ("test_real_model.py", "test_slurm.py", "test_workflow.py",
               "test_flow_groundtruth.py", "test_groundtruth.py", "test_quadrature_study.py",
-              "test_induction.py", "test_errors.py", "test_code_closure.py")
+              "test_induction.py", "test_errors.py", "test_code_closure.py", "test_cli.py")
 
 
 def pytest_collection_modifyitems(items):

@@ -51,6 +51,25 @@ def padded_as_alone(model, tokenizer, batch: dict, lengths: tuple[int, ...], *, 
     return padded, padded_mass
 
 
+def test_the_explorers_effective_attention_is_each_examples_own():
+    """effective_maps (the explorer's A_eff, one padded batch) gives each example's A_eff over
+    its real tokens, as effective_attention gives it for the example alone in float64."""
+    model = models.prepare_model(tiny_classifier("bert"))
+    batch = tiny_batch("bert", LENGTHS)
+    maps = ea.effective_maps(model, batch)
+    double = models.prepare_model(tiny_classifier("bert", dtype=torch.float64))
+    for row, n in enumerate(LENGTHS):
+        capture = Intervention(capture=True, capture_values=True)
+        with torch.no_grad():
+            models.logits(double, {k: v[row : row + 1, :n] for k, v in _inputs(batch).items()},
+                          capture)
+        alone = torch.stack([ea.effective_attention(capture.probs[layer][0],
+                                                    capture.values[layer][0])[0]
+                             for layer in sorted(capture.probs)])
+        assert maps[row].shape == (3, 4, n, n)
+        np.testing.assert_allclose(maps[row], alone.numpy(), atol=1e-10)
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_effective_attention_keeps_the_output_and_is_the_attention_up_to_d_v(family):
     model = models.prepare_model(tiny_classifier(family))

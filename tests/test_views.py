@@ -68,12 +68,16 @@ def test_no_sampled_example_gives_an_empty_page_without_loading_the_model(tmp_pa
     config = copy.deepcopy(DEFAULT_CONFIG)
     config["tasks"] = {"syn_mnli": pair_task}
     config["trees"].update(examples=0, example_idx=[])
+    # the interaction methods scored no example either
+    pd.DataFrame({"idx": [], "method": [], "layer": [], "n_tokens": [], "scores": []}).to_parquet(
+        tmp_path / "scores.parquet")
     out = tmp_path / "views"
     # no model folder: a job that loaded the model would fail
     example_views.run(ModelJob.from_config(
         "example_views", config, task="syn_mnli",
         inputs={"parts": [str(tmp_path / "part.parquet")], "model": str(tmp_path / "model"),
-                "dev": str(tmp_path / "dev.parquet"), "tree_figures": str(tmp_path / "trees")},
+                "dev": str(tmp_path / "dev.parquet"), "tree_figures": str(tmp_path / "trees"),
+                "scores": str(tmp_path / "scores.parquet")},
         outputs={"views": str(out)}))
     assert sorted(p.name for p in out.iterdir()) == ["explorer.html", "index.html"]
     page = (out / "index.html").read_text()
@@ -90,7 +94,9 @@ def test_views_merge_the_pieces_of_a_word(wordpiece_tokenizer):
     rng = np.random.default_rng(0)
     attention = rng.uniform(size=(3, 2, 13, 13))
     attention /= attention.sum(axis=-1, keepdims=True)
-    by_word, attention_by_word = views.word_matrices(row, attr.double().numpy(), attention)
+    merged = views.word_maps(row, {"attribution": attr.double().numpy(), "attention": attention},
+                             summed=["attribution"])
+    by_word, attention_by_word = merged["attribution"], merged["attention"]
     assert by_word.shape == attention_by_word.shape == (3, 2, 10, 10)
     # "unsentimental" (word 2, tokens 2..5) reading "film" (word 7, token 10), and itself
     assert by_word[1, :, 2, 7].sum() == 1.0 and by_word[0, 1, 2, 2] == 0.375
@@ -113,7 +119,8 @@ def test_views_of_words_that_are_tokens_are_as_they_were():
     those of the tokens, unchanged."""
     attr, attention = np.arange(16.0).reshape(1, 1, 4, 4), np.full((1, 1, 4, 4), 0.25)
     row = pd.Series({"word_ids": None, "tokens": ["[CLS]", "a", "b", "[SEP]"]})
-    same = views.word_matrices(row, attr, attention)
-    assert same[0] is attr and same[1] is attention
+    same = views.word_maps(row, {"attribution": attr, "attention": attention},
+                           summed=["attribution"])
+    assert same["attribution"] is attr and same["attention"] is attention
     assert flow_page("t", []) == flow_page("t", [], merged_words=False)
     assert "shown whole" not in flow_page("t", [])

@@ -432,8 +432,11 @@ def test_tiny_config_runs_end_to_end(tiny_run):
 @pytest.mark.slow
 def test_no_figure_check_warned_and_each_explorer_holds_the_sampled_examples(tiny_run):
     """Every figure of the run passed the figure checks (a failed one is a WARNING of logger
-    attnlab.report.figures in its job's log); the explorer holds the examples the page shows,
-    within the size docs/outputs.md states for the tiny run."""
+    attnlab.report.figures in its job's log); the explorer holds the examples the page shows and
+    the first the interaction methods scored, with their maps, within the size
+    docs/outputs.md states for the tiny run."""
+    from test_explorer import embedded, stored
+
     logs = list((tiny_run.results / "logs").rglob("*.log"))
     assert any(log.parent.name == "example_views" for log in logs)  # the logs are there to read
     warned = [line for log in logs for line in log.read_text().splitlines()
@@ -442,17 +445,22 @@ def test_no_figure_check_warned_and_each_explorer_holds_the_sampled_examples(tin
     for task in TINY["tasks"]:
         folder = tiny_run.results / "views" / task
         page = (folder / "explorer.html").read_text()
-        data = json.loads(re.search(r'<script id="data" type="application/json">(.*?)</script>',
-                                    page, re.S).group(1).replace("<\\/", "</"))
-        shown = sorted(int(p.stem.removeprefix("heatmap_")) for p in folder.glob("heatmap_*.png"))
-        assert [e["idx"] for e in data["examples"]] == shown
+        data = embedded(page)
+        shown = {int(p.stem.removeprefix("heatmap_")) for p in folder.glob("heatmap_*.png")}
+        scores = pd.read_parquet(tiny_run.results / f"interaction_scores/task={task}/part.parquet")
+        scored = int(scores["idx"].iloc[0])
+        assert sorted(e["idx"] for e in data["examples"]) == sorted(shown | {scored})
         layers, heads = TINY["model"]["scratch"]["layers"], TINY["model"]["scratch"]["heads"]
         for example in data["examples"]:
             n = len(example["tokens"])
-            assert np.shape(example["attribution"]) == (layers, heads, n, n)
-            # attention rows sum to 1, in hundredths
-            np.testing.assert_allclose(np.sum(example["attention"], axis=-1), 100, atol=n)
-        assert len(page.encode()) < 40_000
+            assert list(example["maps"]) == ["attention", "effective attention", "attribution"]
+            assert stored(example["maps"]["attribution"]).shape == (layers, heads * n * n)
+            # attention rows sum to 1, to float16 precision
+            attention = stored(example["maps"]["attention"]).reshape(layers, heads, n, n)
+            np.testing.assert_allclose(attention.sum(axis=-1), 1, atol=n * 2.0**-11)
+            methods = set(scores.loc[scores["idx"] == example["idx"], "method"])
+            assert set(example["methods"]) == methods
+        assert len(page.encode()) < 80_000
 
 
 @pytest.mark.slow

@@ -50,6 +50,8 @@ rule example_views:
         model=rules.finetune.output.model,
         dev=rules.prepare_data.output.dev,
         tree_figures=rules.trees.output.figures,
+        # the explorer shows every method's maps of an example they scored
+        scores=rules.interaction_methods.output.scores,
     output:
         views=report(
             directory("results/{name}/views/{task}"),

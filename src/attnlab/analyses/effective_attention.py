@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import copy
 import unicodedata
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -208,6 +209,32 @@ def allowed_keys(model: PreTrainedModel, batch: dict[str, torch.Tensor]) -> torc
     return torch.stack([context.masks[kind] == 0 for kind in context.types], dim=1)
 
 
+def _heads_of_batch(
+    model: PreTrainedModel, batch: dict[str, torch.Tensor]
+) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]:
+    """Per example of a batch: its attention (L, H, n, n), value vectors (L, H, n, d_v) and, a
+    decoder's, allowed keys (L, 1, n, n), over its n real tokens."""
+    capture = Intervention(capture=True, capture_values=True)
+    with torch.no_grad():
+        models.logits(model, batch, capture)
+    probs = torch.stack([capture.probs[i] for i in sorted(capture.probs)], dim=1)
+    values = torch.stack([capture.values[i] for i in sorted(capture.values)], dim=1)
+    allowed = allowed_keys(model, batch)
+    for offset, mask in enumerate(batch["attention_mask"].bool()):
+        yield (probs[offset][..., mask, :][..., mask], values[offset][..., mask, :],
+               None if allowed is None else allowed[offset][..., mask, :][..., mask])
+
+
+def effective_maps(model: PreTrainedModel, inputs: dict[str, torch.Tensor]) -> list[np.ndarray]:
+    """A_eff (L, H, n, n) of every example of a tokenized batch, over its n real tokens, in
+    float64 (a float64 copy of the model, as `analyse_examples` computes it)."""
+    model = copy.deepcopy(model).double()
+    device = next(model.parameters()).device
+    batch = {k: v.to(device) for k, v in inputs.items() if k != "labels"}
+    return [effective_attention(attention, values, allowed)[0].cpu().numpy()
+            for attention, values, allowed in _heads_of_batch(model, batch)]
+
+
 def analyse_examples(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -229,21 +256,13 @@ def analyse_examples(
     heads_rows, mass_rows = [], []
     progress = tqdm(total=len(inputs["input_ids"]), desc="effective attention", mininterval=5)
     for rows, batch in examples.batches(inputs, batch_size, device):
-        capture = Intervention(capture=True, capture_values=True)
-        with torch.no_grad():
-            models.logits(model, batch, capture)
-        probs = torch.stack([capture.probs[i] for i in sorted(capture.probs)], dim=1)
-        values = torch.stack([capture.values[i] for i in sorted(capture.values)], dim=1)
-        allowed = allowed_keys(model, batch)
-        for offset, example in enumerate(range(rows.start, rows.stop)):
+        for offset, (attention, values, allowed) in enumerate(_heads_of_batch(model, batch)):
+            example = rows.start + offset
             real = batch["attention_mask"][offset].bool()
             ids = batch["input_ids"][offset][real].tolist()
             tokens = tokenizer.convert_ids_to_tokens(ids)
             categories = [token_category(t, tokenizer, i) for t, i in zip(tokens, ids, strict=True)]
-            attention = probs[offset][..., real, :][..., real]
-            stats = head_statistics(attention, values[offset][..., real, :], categories,
-                                    None if allowed is None
-                                    else allowed[offset][..., real, :][..., real])
+            stats = head_statistics(attention, values, categories, allowed)
             layers, heads = np.indices(stats["null_dim"].shape)
             base = {"example": example, "length": len(ids), "layer": layers.ravel(),
                     "head": heads.ravel()}

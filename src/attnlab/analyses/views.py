@@ -13,7 +13,7 @@ key word, attention summed over the key word's pieces and averaged over the quer
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import numpy as np
@@ -52,14 +52,28 @@ def example_matrices(result: Attribution, b: int, n_tokens: int) -> tuple[np.nda
     return attr, attention
 
 
-def word_matrices(row: pd.Series, attr: np.ndarray,
-                  attention: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Attribution and attention (L, H, n, n) of a dump row's example over its W words
-    (L, H, W, W); as they are where every word is one token (null word_ids)."""
+def word_maps(row: pd.Series, maps: Mapping[str, np.ndarray], *,
+              summed: Collection[str]) -> dict[str, np.ndarray]:
+    """Maps (..., n, n) of a dump row's example over its W words (..., W, W): those named in
+    `summed` (attribution) summed over the pieces of the query word and of the key word, the
+    others (attention) summed over the key word's pieces and averaged over the query word's, so
+    that an attention row still sums to 1; as they are where every word is one token (null
+    word_ids)."""
     if not has_words(row):
-        return attr, attention
+        return dict(maps)
     ids = row["word_ids"]
-    return words.merge_pairs(attr, ids), words.merge_pairs(attention, ids, query="mean")
+    return {name: words.merge_pairs(values, ids) if name in summed
+            else words.merge_pairs(values, ids, query="mean") for name, values in maps.items()}
+
+
+def method_maps(scores: pd.DataFrame, idx: int) -> dict[str, np.ndarray]:
+    """Each interaction method's (L, n, n) scores of example `idx` from a table of scores (rule
+    interaction_methods' scores file: idx, method, layer, n_tokens and the n·n scores); empty
+    where it was not scored."""
+    rows = scores[scores["idx"] == idx].sort_values("layer", kind="stable")
+    return {method: np.stack([np.reshape(flat, (n, n)) for flat, n in
+                              zip(layers["scores"], layers["n_tokens"], strict=True)])
+            for method, layers in rows.groupby("method", sort=False)}
 
 
 def dump_gap(row: pd.Series, attr: np.ndarray) -> float:

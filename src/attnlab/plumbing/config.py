@@ -74,6 +74,17 @@ def validate_config(config: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
+def section_defaults(section: str) -> dict[str, Any]:
+    """Config section `section` as the schema's defaults fill it where a config leaves it out
+    (the settings `attnlab explain` runs with)."""
+    schema = yaml.safe_load(SCHEMA.read_text())
+    # the section's own schema, with the definitions its references point to
+    section_schema = {**schema["properties"][section], "$defs": schema.get("$defs", {})}
+    filled: dict[str, Any] = {}
+    _filling_defaults(Draft202012Validator)(section_schema).validate(filled)
+    return filled
+
+
 def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
     """The mapping in the YAML file `path`, or a `ConfigError` naming the file (and the line of
     a syntax error) — Snakemake itself reports these with a traceback or without the line."""

@@ -1,0 +1,131 @@
+"""`attnlab explain` through the real console script: on a tiny classifier the test builds and on
+the packaged MiniLM (as a hub id, offline), exit status 0, the page written, the attribution on
+the page the engine's own and complete; its mistakes in one line."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import MINILM
+from test_decoders import _word_tokenizer as word_tokenizer
+from test_explorer import embedded, stored
+from tiny_models import tiny_causal_lm, tiny_classifier
+
+from attnlab import cli
+from attnlab.data import packages
+from attnlab.data.tokenization import build_tokenizer
+from attnlab.engine import models
+from attnlab.engine.attribution import attribute
+
+SCRIPT = Path(sys.executable).with_name("attnlab")  # the console script of the environment
+TOLERANCE = 1e-3  # attribution.tolerance's default, the completeness budget per layer
+
+
+def explain(*args: str, cache: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "XDG_CACHE_HOME": str(cache)}
+    return subprocess.run([str(SCRIPT), "explain", *args], capture_output=True, text=True,
+                          env=env, timeout=600)
+
+
+def residual(stdout: str) -> float:
+    return float(re.search(r"completeness: .* <= (\S+) in every layer", stdout).group(1))
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    """A tiny random BERT classifier (3 layers, 4 heads, 3 classes) and a word-level tokenizer
+    over w0..w29, saved as save_pretrained writes them."""
+    folder = tmp_path_factory.mktemp("tiny") / "model"
+    tiny_classifier("bert").save_pretrained(folder)
+    build_tokenizer([f"w{k}" for k in range(30)]).save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.slow
+def test_explain_a_pair_on_a_tiny_model_writes_the_engines_attribution(tiny, tmp_path):
+    page = tmp_path / "page.html"
+    done = explain(str(tiny), "w1 w2 w3 w4", "--pair", "w5 w6", "--target", "2", "--out",
+                   str(page), cache=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert residual(done.stdout) <= TOLERANCE
+    assert len(re.findall(r"^  layer \d: ", done.stdout, re.M)) == 3
+    # the page: the engine's attribution of the same input and class, to float16 precision
+    model, tokenizer = models.load_classifier(tiny)
+    inputs = dict(tokenizer("w1 w2 w3 w4", "w5 w6", return_tensors="pt"))
+    expected = attribute(model, inputs, torch.tensor([2])).attr[0].double().numpy()
+    (example,) = embedded(page.read_text())["examples"]
+    assert example["tokens"] == ["[CLS]", "w1", "w2", "w3", "w4", "[SEP]", "w5", "w6", "[SEP]"]
+    assert example["gold"] is None and list(example["maps"]) == [
+        "attention", "effective attention", "attribution"]
+    np.testing.assert_allclose(stored(example["maps"]["attribution"]),
+                               expected.reshape(3, -1), rtol=2.0**-11, atol=1e-7)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(bool(packages.missing_packages({"model": {"pretrained": MINILM}})),
+                    reason=f"needs the package {packages.MINILM.requirement}: "
+                    f"{packages.install_hint(packages.MINILM)}")
+def test_explain_a_sentence_on_the_packaged_minilm_offline(tmp_path):
+    page = tmp_path / "minilm.html"
+    done = explain(MINILM, "a gripping film", "--out", str(page), cache=tmp_path)
+    assert done.returncode == 0, done.stderr
+    # fetched as rule download_model fetches it: the hub fails offline, the package serves it
+    assert (tmp_path / "attnlab" / "models" / MINILM / "config.json").is_file()
+    assert "has no trained classification head" in done.stderr
+    assert residual(done.stdout) <= TOLERANCE
+    assert len(re.findall(r"^  layer \d: ", done.stdout, re.M)) == 6
+    (example,) = embedded(page.read_text())["examples"]
+    assert example["tokens"] == ["[CLS]", "a", "gripping", "film", "[SEP]"]
+    assert example["maps"]["attribution"]["heads"] == 12
+
+
+def test_explain_the_next_token_of_a_tiny_decoder(tmp_path, capsys):
+    """A decoder language model (GPT-2): the prompt's next token is attributed, in-process."""
+    folder = tmp_path / "gpt2"
+    tiny_causal_lm("gpt2", dtype=torch.float32).save_pretrained(folder)
+    word_tokenizer().save_pretrained(folder)
+    page = tmp_path / "page.html"
+    cli.main(["explain", str(folder), "w1 w2 w3 w1 w2", "--target", "3", "--out", str(page)])
+    out = capsys.readouterr().out
+    assert "attributed: 'w3'" in out and residual(out) <= TOLERANCE
+    assert "  layer 1: w2[4] -> " in out  # the last token reads, the causal mask keeps the rest
+    (example,) = embedded(page.read_text())["examples"]
+    assert example["root"] == 4 and example["maps"]["attribution"]["heads"] == 4
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["model.gguf", "hi"], "model.gguf: GGUF files are not supported yet"),
+    (["./nowhere", "hi"], "./nowhere: neither a checkpoint folder nor a hub id"),
+    (["{tiny}", " "], "TEXT: the input is empty"),
+    (["{tiny}", "w1", "--target", "3"], "--target: '3' is neither 'pred' nor a class index 0..2"),
+    (["{tiny}", "w1", "--target", "first"], "--target: 'first' is neither"),
+    (["{tiny}", "w1 " * 600], "TEXT: 602 tokens, more than the model takes (512)"),
+    (["{tiny}", "w1", "--top", "0"], "--top: 0 is not a positive number of interactions"),
+    (["{tiny}", "w1", "--out", "no/such/folder/page.html"],
+     "--out: no/such/folder/page.html: its folder does not exist"),
+])
+def test_a_mistake_is_one_line(tiny, capsys, args, message):
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(["explain", *(arg.format(tiny=tiny) for arg in args)])
+    assert stopped.value.code == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"attnlab explain: {message}") and err.count("\n") == 1, err
+
+
+def test_the_help_names_every_option(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["explain", "--help"])
+    out = capsys.readouterr().out
+    for option in ("MODEL", "TEXT", "--pair", "--target", "--out", "--top", "--device"):
+        assert option in out
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(["explain", "only-a-model"])
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.count("\n") == 1
