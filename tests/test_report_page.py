@@ -5,6 +5,7 @@ heading and the findings' counts are then on screen."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import shutil
@@ -13,10 +14,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from attnlab.analyses import claims as claim_rows
 from attnlab.analyses.verdicts import Bar, Interval
 from attnlab.report import findings as landing
+from attnlab.report.figures_page import Figure, write_figures_page
 from attnlab.report.summary import claims_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -141,3 +144,28 @@ def test_the_report_opens_on_its_first_heading_and_the_findings_counts(tmp_path)
         assert top["heading"]["text"] == "attnlab run t: its findings", window
         assert top["heading"]["shown"], (window, top)
         assert top["counts"]["text"].startswith(counts) and top["counts"]["shown"], (window, top)
+
+
+def test_the_figures_page_shows_every_figure_with_its_caption_under_it(tmp_path):
+    paths = []
+    for name, colour in (("a.png", "red"), ("b.png", "blue"), ("c.png", "green")):
+        paths.append(tmp_path / name)
+        Image.new("RGB", (30, 20), colour).save(paths[-1])
+    caption = "Accuracy of task {{ snakemake.wildcards.task }}: see ``triggers/<task>/x``."
+    figures = [Figure(str(paths[0]), "Triggers", caption, "syn_a"),
+               Figure(str(paths[1]), "Heads", "Every *task* at once."),
+               Figure(str(paths[2]), "Triggers", caption, "syn_b")]
+    write_figures_page(tmp_path / "figures.html", figures, "run")
+    page = (tmp_path / "figures.html").read_text()
+    # the categories in the order of their names, each figure under its own
+    assert page.index("<h2>Heads</h2>") < page.index(str(paths[1])) < page.index(
+        "<h2>Triggers</h2>") < page.index(str(paths[0])) < page.index(str(paths[2]))
+    shown = re.findall(r"<figure><img src='data:image/png;base64,([^']+)'.*?<figcaption>"
+                       r"<code>([^<]+)</code>(.*?)</figcaption></figure>", page, re.S)
+    assert [path for _, path, _ in shown] == [str(paths[1]), str(paths[0]), str(paths[2])]
+    # each image is the figure's own file, its caption the template filled in for its task
+    assert [base64.b64decode(data) for data, _, _ in shown] == [
+        p.read_bytes() for p in (paths[1], paths[0], paths[2])]
+    assert shown[1][2] == ("<p>Accuracy of task syn_a: see <tt class=\"docutils literal\"><span "
+                           "class=\"pre\">triggers/&lt;task&gt;/x</span></tt>.</p>\n")
+    assert "task syn_b" in shown[2][2] and "Every <em>task</em> at once." in shown[0][2]

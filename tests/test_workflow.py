@@ -476,7 +476,7 @@ def report_results(report: Path) -> dict[str, dict]:
 
 
 @pytest.mark.slow
-def test_report_holds_every_figure_the_claims_and_the_run_summary(tiny_run):
+def test_report_holds_every_figure_the_claims_the_run_summary_and_the_figures_page(tiny_run):
     results = report_results(tiny_run.results / "report.html")
     # every figure the run drew, whichever stage drew it, with a caption; the per-example
     # views' heatmaps are embedded in their pages, which the report holds instead
@@ -489,7 +489,13 @@ def test_report_holds_every_figure_the_claims_and_the_run_summary(tiny_run):
     pages = {Path(path).name: tiny_run.work / path for path in results if path.endswith(".html")}
     view_pages = {p.name for p in views.rglob("*.html")}
     assert view_pages and set(pages) == {"claims.html", "run_summary.html", "leaderboard.html",
-                                         *view_pages}
+                                         "figures.html", *view_pages}
+    # the figures page: every figure with the caption the report gives it, written under it
+    shown = pages["figures.html"].read_text()
+    for path in figures:
+        named = shown.index(f"<code>{path}</code>")
+        assert shown.index(results[path]["caption"].strip(), named) == shown.index(
+            "</code>", named) + len("</code>"), path
     assert sum(path.endswith("leaderboard.html") for path in results) == len(TINY["tasks"])
 
     claims = pages["claims.html"].read_text()
