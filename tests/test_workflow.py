@@ -92,7 +92,7 @@ def jobs(output: str) -> list[tuple[str, str, dict[str, str]]]:
     return [(job.rule, job.fields.get("jobid", ""), job.wildcards) for job in jobs_of(output)]
 
 # The jobs every configuration has once: the report's pages and the target rule.
-PER_CONFIG = {"run_summary": 1, "claims": 1, "all": 1}
+PER_CONFIG = {"run_summary": 1, "claims": 1, "figures": 1, "all": 1}
 # The per-task stages after attribution: trees, views and triggers (from the dumps and the
 # model), identifiability and explanation (from the fine-tuned model).
 FROM_MODEL = ("trees", "example_views", "mine_triggers", "attack_eval",
@@ -601,8 +601,8 @@ def merged(base: dict, change: dict) -> dict:
     return out
 
 
-# The report's pages and the target rule follow every change.
-REPORT = {"run_summary": 1, "claims": 1, "all": 1}
+# The report's pages and the target rule follow every change (each below redraws a figure).
+REPORT = {"run_summary": 1, "claims": 1, "figures": 1, "all": 1}
 # Everything of one task from fine-tuning on, and the stages gathering all tasks.
 FROM_FINETUNE = {"finetune": 1, "attribute": TINY["attribution"]["shards"],
                  "summarise_attributions": 1, "head_importance": 1, "prune_eval": 1,

@@ -1,7 +1,7 @@
 # The run's own pages of the report: a run summary, the claims of every stage and every figure
-# with its caption. Their inputs
-# are found by name, not listed (benchmarks_by_rule, claims_tables, report_figures in common.smk), so a new
-# stage's times and claims reach the report without a change here. The times are the run's
+# with its caption. Their inputs are found by name, not listed (benchmarks_by_rule,
+# claims_tables, report_figures in common.smk), so a new stage's times, claims and figures reach
+# the report without a change here. The times are the run's
 # own; a control run's are in results/<name>/control=<control>/benchmarks/.
 
 rule run_summary:
