@@ -51,10 +51,12 @@ localrules:
     all,
 
 
-# The report's two pages: the run summary gathers the benchmark file of every job of the rules
+# The report's own pages: the run summary gathers the benchmark file of every job of the rules
 # this configuration's kind of task runs (kinds_rules in common.smk), the claims page every
-# output called `claims`, so they plan every stage; a new stage needs no line here.
+# output called `claims`, the figures page every figure marked for the report, so they plan
+# every stage; a new stage needs no line here.
 rule all:
     input:
         expand(rules.run_summary.output.page, name=config["name"]),
         expand(rules.claims.output.page, name=config["name"]),
+        expand(rules.figures.output.page, name=config["name"]),

@@ -13,8 +13,10 @@ import pandas as pd
 import pytest
 import seaborn as sns
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import to_rgb
 from PIL import Image
 
+from attnlab.analyses.claims import NotTestable, claim
 from attnlab.analyses.interaction_eval import ALL, MEASURES, RANDOM
 from attnlab.report import (
     explanation_figures,
@@ -40,7 +42,7 @@ def drawn(monkeypatch, caplog):
         kept[path.name] = figure
         figures.save_figure(figure, path)
 
-    for module in (explanation_figures, flow_figures, identifiability_figures,
+    for module in (explanation_figures, flow_figures, head_figures, identifiability_figures,
                    interaction_figures, quadrature_figures, trigger_figures):
         monkeypatch.setattr(module, "save_figure", keep)
     caplog.set_level(logging.WARNING, logger=CHECKS)
@@ -217,6 +219,15 @@ def test_the_leaderboard_of_one_task_has_readable_ticks(tmp_path, drawn, methods
                              "mean": mean, "low": mean - 0.0333333, "high": mean + 0.0123456})
     interaction_figures.plot_leaderboard(pd.DataFrame(rows), "pairs", tmp_path / "lb.png")
     assert drawn[0].warnings == [] and within_bounds(tmp_path / "lb.png")
+    # each panel titled by what it measures, in words, its x axis saying which way is better
+    figure = figure_of(drawn, "lb.png")
+    titles = [ax.get_title().replace("\n", " ") for ax in figure.axes]
+    assert titles == [what for what, _ in MEASURES.values()]
+    assert [ax.get_xlabel() for ax in figure.axes] == [
+        "higher is better →" if higher else "← lower is better" for _, higher in MEASURES.values()]
+    # the untrained model named as the control, in the legend over the panels
+    assert [t.get_text() for t in figure.legends[0].get_texts()] == [
+        "trained model", "control: untrained model (nothing learned)"]
 
 
 def test_the_ground_truth_of_one_task_with_every_share_zero_reads(tmp_path, drawn):
@@ -281,9 +292,18 @@ def test_the_attack_names_its_task_and_planted_trigger(tmp_path, drawn):
     ax = figure_of(drawn, "attack.png").axes[0]
     assert ax.get_title() == ("syn_sst2: attack with the mined triggers\nplanted triggers: "
                               "negative = zt0 zu0; positive = zt1 zu1")
-    colours = {t.get_text(): t.get_color() for t in ax.get_xticklabels()}
+    colours = {t.get_text(): t.get_color() for t in ax.get_yticklabels()}
     assert colours["negative #1: zt0 zu0"] == colours["positive #1: zt1 zu1"] == "tab:green"
     assert colours["negative #2: zw3"] != "tab:green"
+    # one row of bars per trigger, as long as the accuracies, in a plot area of 100 pixels and
+    # more a trigger
+    hues = [text.get_text() for text in ax.get_legend().get_texts()]
+    widths = {hue: [round(bar.get_width(), 6) for bar in bars]
+              for hue, bars in zip(hues, ax.containers, strict=True)}
+    assert widths == {"unchanged": [0.9, 0.9, 0.8], "with trigger": [0.2, 0.85, 0.3],
+                      "with random tokens": [0.88, 0.9, 0.8]}
+    renderer = FigureCanvasAgg(ax.figure).get_renderer()
+    assert ax.get_window_extent(renderer).height >= 100 * len(summary) / 2
     trigger_figures.plot_attack(summary.iloc[:0], "real_task", None, tmp_path / "none.png")
     assert "no planted trigger" in figure_of(drawn, "none.png")._suptitle.get_text()
     assert drawn[0].warnings == []
@@ -329,3 +349,35 @@ def test_pruning_a_model_whose_accuracy_never_moves_says_so(tmp_path, monkeypatc
         "accuracy, whatever is pruned: 0.5 everywhere"]
     assert not moving.texts
     assert not [r for r in caplog.records if r.name == CHECKS]
+
+
+def correlation_inputs() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Attribution importance of 8 heads on two tasks, and their Pearson r."""
+    rng = np.random.default_rng(0)
+    importance = pd.DataFrame([{"method": "attribution", "task": task, "layer": k // 4,
+                                "head": k % 4, "importance": rng.random()}
+                               for task in ("a", "b") for k in range(8)])
+    pairs = pd.DataFrame([{"task_a": "a", "task_b": "b", "r": 0.4}])
+    return importance, pairs
+
+
+def test_a_correlation_the_run_cannot_test_says_so_on_the_figure(tmp_path, drawn):
+    why = "each task's model starts from its own random weights"
+    claims = pd.DataFrame([
+        claim("task_correlation", "similar tasks correlate", "r", 0.4, NotTestable(why)),
+        claim("task_correlation", "the importances are finite", "finite", 1.0, True,
+              kind="check")])
+    head_figures.plot_task_correlation(*correlation_inputs(), tmp_path / "untested.png",
+                                       claims=claims)
+    figure = figure_of(drawn, "untested.png")
+    title = figure.get_suptitle().replace("\n", " ")
+    assert title == f"NOT TESTABLE in this run: {why}"
+    assert figure._suptitle.get_color() == "tab:red"
+    assert [p.get_edgecolor()[:3] for p in figure.patches] == [to_rgb("tab:red")]
+    # a finding the run judged leaves the figure as it is
+    judged = claims.assign(verdict="holds", reason="")
+    head_figures.plot_task_correlation(*correlation_inputs(), tmp_path / "judged.png",
+                                       claims=judged)
+    figure = figure_of(drawn, "judged.png")
+    assert figure.get_suptitle() == "" and figure.patches == []
+    assert drawn[0].warnings == []

@@ -98,7 +98,7 @@ def test_the_dry_run_warns_of_no_gpu_with_its_jobs_and_their_estimate():
     result = snakemake("-n", "--forceall", "--cores", "2", env={"CUDA_VISIBLE_DEVICES": ""})
     jobs = job_counts(result.stdout)
     # the estimate counts the jobs the dry run plans, but the report's pages and the target
-    for rule in ("run_summary", "claims", "all"):
+    for rule in ("run_summary", "claims", "figures", "all"):
         jobs.pop(rule)
     seconds, unknown = plan_warnings.cpu_estimate(jobs)
     assert unknown == [] and seconds > 0

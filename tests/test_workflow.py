@@ -93,7 +93,7 @@ def jobs(output: str) -> list[tuple[str, str, dict[str, str]]]:
     return [(job.rule, job.fields.get("jobid", ""), job.wildcards) for job in jobs_of(output)]
 
 # The jobs every configuration has once: the report's pages and the target rule.
-PER_CONFIG = {"run_summary": 1, "claims": 1, "all": 1}
+PER_CONFIG = {"run_summary": 1, "claims": 1, "figures": 1, "all": 1}
 # The per-task stages after attribution: trees, views and triggers (from the dumps and the
 # model), identifiability and explanation (from the fine-tuned model).
 FROM_MODEL = ("trees", "example_views", "mine_triggers", "attack_eval",
@@ -494,7 +494,7 @@ def report_results(report: Path) -> dict[str, dict]:
 
 
 @pytest.mark.slow
-def test_report_holds_every_figure_the_claims_and_the_run_summary(tiny_run):
+def test_report_holds_every_figure_the_claims_the_run_summary_and_the_figures_page(tiny_run):
     results = report_results(tiny_run.results / "report.html")
     # every figure the run drew, whichever stage drew it, with a caption; the per-example
     # views' heatmaps are embedded in their pages, which the report holds instead
@@ -507,7 +507,13 @@ def test_report_holds_every_figure_the_claims_and_the_run_summary(tiny_run):
     pages = {Path(path).name: tiny_run.work / path for path in results if path.endswith(".html")}
     view_pages = {p.name for p in views.rglob("*.html")}
     assert view_pages and set(pages) == {"claims.html", "run_summary.html", "leaderboard.html",
-                                         *view_pages}
+                                         "figures.html", *view_pages}
+    # the figures page: every figure with the caption the report gives it, written under it
+    shown = pages["figures.html"].read_text()
+    for path in figures:
+        named = shown.index(f"<code>{path}</code>")
+        assert shown.index(results[path]["caption"].strip(), named) == shown.index(
+            "</code>", named) + len("</code>"), path
     assert sum(path.endswith("leaderboard.html") for path in results) == len(TINY["tasks"])
 
     claims = pages["claims.html"].read_text()
@@ -637,8 +643,8 @@ def merged(base: dict, change: dict) -> dict:
     return out
 
 
-# The report's pages and the target rule follow every change.
-REPORT = {"run_summary": 1, "claims": 1, "all": 1}
+# The report's pages and the target rule follow every change (each below redraws a figure).
+REPORT = {"run_summary": 1, "claims": 1, "figures": 1, "all": 1}
 # Everything of one task from fine-tuning on, and the stages gathering all tasks.
 FROM_FINETUNE = {"finetune": 1, "attribute": TINY["attribution"]["shards"],
                  "summarise_attributions": 1, "head_importance": 1, "prune_eval": 1,

@@ -136,7 +136,7 @@ def task_data(wildcards):
 NEXT_TOKEN_RULES = ("download_data", "download_model", "prepare_data", "finetune", "attribute",
                     "summarise_attributions", "trees", "example_views", "head_importance",
                     "prune_eval", "pruning_figures", "effective_attention", "interaction_methods",
-                    "induction", "run_summary", "claims", "all")
+                    "induction", "run_summary", "claims", "figures", "all")
 # the rules of next_token configurations only
 DECODER_ONLY_RULES = ("induction",)
 
@@ -209,6 +209,27 @@ def for_this_run(pattern, runs=None):
 # is built, after every rule file is included.
 def benchmarks_by_rule(wildcards):
     return {rule.name: for_this_run(rule.benchmark) for rule in kinds_rules() if rule.benchmark}
+
+
+def report_figures(wildcards):
+    """Every figure of this configuration's runs that a rule marks for the report (its PNG
+    outputs; a folder of figures is left out), as (path, category, caption file, task): the
+    report's page of figures shows each with its caption (rule figures)."""
+    figures = []
+    for rule in kinds_rules():
+        for item in rule.output:
+            marked = item.flags.get("report")
+            pattern = strip_wildcard_constraints(str(item))
+            if marked is None or not pattern.endswith(".png"):
+                continue
+            for task in TASKS if "{task}" in pattern else [None]:
+                figures += [(path, marked.category, marked.caption.get_path_or_uri(secret_free=True), task)
+                            for path in expand(pattern, name=list(RUNS), task=[task])]
+    return figures
+
+
+def report_figure_files(wildcards):
+    return [path for path, *_ in report_figures(wildcards)]
 
 
 def warn_about_the_plan():

@@ -1,6 +1,7 @@
-# The run's own pages of the report: a run summary and the claims of every stage. Their inputs
-# are found by name, not listed (benchmarks_by_rule, claims_tables in common.smk), so a new
-# stage's times and claims reach the report without a change here. The times are the run's
+# The run's own pages of the report: a run summary, the claims of every stage and every figure
+# with its caption. Their inputs are found by name, not listed (benchmarks_by_rule,
+# claims_tables, report_figures in common.smk), so a new stage's times, claims and figures reach
+# the report without a change here. The times are the run's
 # own; a control run's are in results/<name>/control=<control>/benchmarks/.
 
 rule run_summary:
@@ -51,3 +52,26 @@ rule claims:
         "../../envs/attnlab.yaml"
     script:
         "../scripts/claims.py"
+
+
+rule figures:
+    input:
+        figures=report_figure_files,
+    output:
+        page=report(
+            "results/{name}/report/figures.html",
+            caption="../report/figures.rst",
+            category="Figures with captions",
+        ),
+    params:
+        # (path, category, caption file, task) of each figure: a function, so that it sees
+        # every rule
+        figures=report_figures,
+        code=code_version("stages.figures"),
+    log:
+        "results/{name}/logs/figures.log",
+    threads: 1
+    conda:
+        "../../envs/attnlab.yaml"
+    script:
+        "../scripts/figures.py"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -23,12 +24,14 @@ logging.getLogger("matplotlib.category").setLevel(logging.WARNING)
 
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.collections import Collection, QuadMesh  # noqa: E402
 from matplotlib.image import AxesImage  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 from matplotlib.transforms import Bbox  # noqa: E402
 
+from attnlab.analyses.verdicts import UNTESTABLE  # noqa: E402
 from attnlab.plumbing.outputs import atomic_path  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -47,6 +50,22 @@ def note(ax: Axes, text: str, **kwargs) -> None:
     ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", wrap=True,
             fontsize=kwargs.pop("fontsize", 9), gid=NOTE,
             bbox={"facecolor": "white", "alpha": 0.85, "edgecolor": "0.6"}, **kwargs)
+
+
+def mark_not_testable(figure: plt.Figure, claims: pd.DataFrame) -> None:
+    """Stamp `figure` with why the run cannot test the findings of `claims` (a stage's claims
+    table) that it calls not testable, in red above the panels and framed in red: a figure of
+    such a claim must not read as evidence for or against it. Nothing where every finding was
+    judged."""
+    untested = claims[(claims["kind"] == "finding") & (claims["verdict"] == UNTESTABLE)]
+    reasons = list(dict.fromkeys(untested["reason"]))
+    if not reasons:
+        return
+    figure.suptitle(textwrap.fill("NOT TESTABLE in this run: " + "; ".join(reasons),
+                                  width=int(figure.get_figwidth() * 12)),
+                    color="tab:red", fontweight="bold", fontsize=10)
+    figure.patches.append(Rectangle((0.002, 0.002), 0.996, 0.996, transform=figure.transFigure,
+                                    fill=False, edgecolor="tab:red", linewidth=3))
 
 
 def note_if_flat(ax: Axes, values, what: str) -> None:

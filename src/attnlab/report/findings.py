@@ -188,50 +188,121 @@ def _controls(row: pd.Series, names: list[str]) -> str:
 # The colour of each outcome, so that a glance finds what failed.
 COLOURS = {HOLDS: "#e6f4e6", FAILS: "#fbe3e3", SOME: "#fdf3d8", INCONCLUSIVE: "#fdf3d8",
            UNTESTABLE: "#eeeeee"}
+# A stage that judges one statement several times on a task (adversarial attention: once per
+# layer) names what tells the rows apart at the start of the metric, before this separator.
+PART = ": "
+
+
+def row_label(row: pd.Series, repeated: bool) -> str:
+    """What a landing row is about: its task (or every task) and, where its finding is judged
+    several times on that task (`repeated`), the part its metric names (e.g. "layer 2")."""
+    label = row["task"] if isinstance(row["task"], str) else "every task"
+    if repeated and PART in row["metric"]:
+        label += f", {row['metric'].partition(PART)[0]}"
+    return label
+
+
+def number_html(row: pd.Series) -> str:
+    """A finding's estimate, interval and number of units (—: not testable)."""
+    number = html.escape(number_text(row["value"], row["low"], row["high"]))
+    if not pd.isna(row["n"]):
+        number += f"<br><small>n = {int(row['n'])}</small>"
+    return number
+
+
+# The picture of a finding's interval against its bar: its width and height in pixels.
+PICTURE = (140, 16)
+
+
+def interval_svg(value: float, low: float, high: float, bar: float, side: str) -> str:
+    """A small picture of a finding: the side of the bar on which it holds shaded green, the bar
+    a black tick, the 95 % interval a line and the estimate a dot, on an axis spanning them all
+    (empty where the finding has no interval or no bar)."""
+    if pd.isna(low) or pd.isna(bar):
+        return ""
+    width, height = PICTURE
+    lo, hi = min(low, bar, value), max(high, bar, value)
+    pad = (hi - lo) * 0.1 or max(abs(bar) * 0.1, 0.05)
+    lo, hi = lo - pad, hi + pad
+
+    def x(v: float) -> float:
+        return round((v - lo) / (hi - lo) * width, 1)
+
+    shade = (x(bar), width - x(bar)) if side == "above" else (0, x(bar))
+    middle = height / 2
+    return (f"<svg class='interval' width='{width}' height='{height}' role='img'>"
+            f"<title>{html.escape(number_text(value, low, high))}, bar "
+            f"{html.escape(bar_text(bar, side))}</title>"
+            f"<rect x='{shade[0]}' y='0' width='{shade[1]}' height='{height}' fill='#cdebcd'/>"
+            f"<line class='bar' x1='{x(bar)}' x2='{x(bar)}' y1='0' y2='{height}' "
+            "stroke='black' stroke-width='2'/>"
+            f"<line class='ci' x1='{x(low)}' x2='{x(high)}' y1='{middle}' y2='{middle}' "
+            "stroke='#333' stroke-width='2'/>"
+            f"<circle class='estimate' cx='{x(value)}' cy='{middle}' r='3.5' fill='#333'/></svg>")
 
 
 def _stage_rows(stage: str, claims: pd.DataFrame, controls: list[str], width: int) -> list[str]:
     """The landing table's rows of one stage: its heading, then one row per finding and task
     (a finding's name and source once for its tasks)."""
-    rows = [f"<tr><td colspan='{width}'><i>{html.escape(STAGES.get(stage, stage))}</i> "
-            f"({html.escape(stage)})</td></tr>"]
+    rows = [f"<tr class='stage'><td colspan='{width}'><i>{html.escape(STAGES.get(stage, stage))}"
+            f"</i> ({html.escape(stage)})</td></tr>"]
+    repeated = claims.duplicated(["claim", "task"], keep=False)
     previous = None
-    for _, row in claims.iterrows():
+    for (_, row), several in zip(claims.iterrows(), repeated, strict=True):
         finding = "" if row["claim"] == previous else html.escape(row["claim"])
         if finding and row["source"]:
             finding += f"<br><small>{html.escape(row['source'])}</small>"
         previous = row["claim"]
-        task = row["task"]
-        cells = [finding, html.escape(task) if isinstance(task, str) else "—",
-                 html.escape(number_text(row["value"], row["low"], row["high"])),
-                 html.escape(bar_text(row["bar"], row["side"])), _verdict(row),
-                 *([_controls(row, controls)] if controls else [])]
+        cells = [finding, html.escape(row_label(row, several)),
+                 f"<small>{html.escape(row['metric'])}</small>", number_html(row),
+                 html.escape(bar_text(row["bar"], row["side"]))
+                 + interval_svg(row["value"], row["low"], row["high"], row["bar"], row["side"]),
+                 _verdict(row), *([_controls(row, controls)] if controls else [])]
         rows.append(f"<tr style='background: {COLOURS[row['outcome']]}'>"
                     + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
     return rows
 
 
+# Snakemake's report (9.x) shows the first page in a box it centres vertically in the window
+# (flex, items-center) and holds to a narrow column (prose max-w-lg): a page taller than the
+# window then starts above it, where no scrolling reaches, and the tables wrap every word. These
+# rules, scoped to the box that holds LANDING_ID, start it at the top and give it the window's
+# width, with the rule graph beside it moved below.
+LANDING_ID = "attnlab-findings"
+LANDING_STYLE = f"""<style>
+div.h-screen:has(#{LANDING_ID}) {{ align-items: flex-start; }}
+div.flex:has(> div > div.prose #{LANDING_ID}) {{ flex-wrap: wrap; }}
+div.prose:has(#{LANDING_ID}) {{ max-width: none; }}
+#{LANDING_ID} table {{ border-collapse: collapse; width: 100%; }}
+#{LANDING_ID} td, #{LANDING_ID} th {{ padding: 3px 6px; vertical-align: top; }}
+#{LANDING_ID} tr.stage td {{ padding-top: 10px; }}
+</style>"""
+
+
 def landing_html(table: pd.DataFrame) -> str:
     """The findings as an HTML fragment for the report's first page: their counts, then per
-    group its counts and one row per finding and task (finding with its source, this run's
-    estimate and interval, bar, verdict, and each control's); then the checks' counts."""
+    group its counts and one row per finding and task (finding with its source, what is
+    measured, this run's estimate, interval and units, the bar with a picture of the interval
+    against it, the verdict, and each control's); then the checks' counts."""
     table = grouped(table)
     controls = control_names(table)
     findings = findings_only(table)
     flags = f"; {len(flagged(findings))} hold on a control run too, flagged" if controls else ""
-    parts = [f"<p><b>{html.escape(counts_line(counts(table)))}</b> (findings of this run, one "
-             f"per task they were judged on{flags}).</p>"]
-    header = ["finding", "task", "this run [95 % interval]", "bar", "verdict",
-              *(["controls"] if controls else [])]
+    parts = [LANDING_STYLE, f"<div id='{LANDING_ID}'>",
+             f"<p class='counts'><b>{html.escape(counts_line(counts(table)))}</b> (findings of "
+             f"this run, one per task they were judged on{flags}); "
+             f"{html.escape(checks_line(table))}, apart.</p>"]
+    header = ["finding", "judged on", "measured as", "this run [95 % interval]",
+              "bar (green: where it holds)", "verdict", *(["controls"] if controls else [])]
     for group, rows in findings.groupby("group", sort=False):
         parts.append(f"<h3>{html.escape(group)}: {html.escape(counts_line(counts(rows)))}</h3>")
-        parts.append("<table style='border-collapse: collapse'><tr>"
-                     + "".join(f"<th>{h}</th>" for h in header) + "</tr>")
+        parts.append("<table><tr>" + "".join(f"<th>{h}</th>" for h in header) + "</tr>")
         for stage, claims in rows.groupby("stage", sort=False):
             parts += _stage_rows(stage, claims, controls, len(header))
         parts.append("</table>")
     parts.append(f"<p>{html.escape(checks_line(table))} (what follows from the mathematics or "
                  "the construction, not counted as findings: the claims page lists them).</p>")
+    parts.append("</div>")
     return "\n".join(parts) + "\n"
 
 

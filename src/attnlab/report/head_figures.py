@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from attnlab.report.figures import note_if_flat, save_figure
+from attnlab.report.figures import mark_not_testable, note_if_flat, save_figure
 
 
 def _note_flat_tasks(grid: sns.FacetGrid, curves: pd.DataFrame) -> None:
@@ -44,10 +44,12 @@ def plot_global(curves: pd.DataFrame, path: str | os.PathLike) -> None:
 
 
 def plot_task_correlation(
-    importance: pd.DataFrame, correlations: pd.DataFrame, path: str | os.PathLike
+    importance: pd.DataFrame, correlations: pd.DataFrame, path: str | os.PathLike, *,
+    claims: pd.DataFrame,
 ) -> None:
     """Paper Fig. 5: heatmap of Pearson r of attribution importance between tasks, and one
-    scatter of head importance per task pair."""
+    scatter of head importance per task pair; marked as not testable with the reason where
+    the run's `claims` (the stage's claims table) say so."""
     attribution = importance[importance["method"] == "attribution"]
     wide = attribution.pivot_table(index=["layer", "head"], columns="task", values="importance",
                                    sort=False)
@@ -67,5 +69,6 @@ def plot_task_correlation(
         ax.set_title(f"r = {row.r:.2f}")
     if len(correlations):
         axes[1].legend(title="layer", fontsize="small")
+    mark_not_testable(figure, claims)
     figure.tight_layout()
     save_figure(figure, path)

@@ -15,6 +15,8 @@ table { border-collapse: collapse; margin-bottom: 1.5em; }
 th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left; vertical-align: top; }
 th { background: #f0f0f0; }
 pre { background: #f7f7f7; padding: 8px; }
+figure { margin: 1em 0 2.5em; }
+figcaption { max-width: 60em; }
 </style>"""
 
 

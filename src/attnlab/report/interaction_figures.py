@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import textwrap
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -41,6 +42,8 @@ def plot_ground_truth(summary: pd.DataFrame, task: str, path: str | os.PathLike)
     save_figure(figure, path)
 
 
+# The share of the leaderboard's height under its legend.
+LEGEND_TOP = 0.93
 # The share of the deletion figure's width left of its legend.
 LEGEND_SPLIT = 0.78
 
@@ -85,38 +88,59 @@ def plot_deletion(curves: pd.DataFrame, task: str, path: str | os.PathLike) -> N
     save_figure(figure, path)
 
 
+# How the leaderboard names each model: the untrained one is the control, what a measure gives
+# with nothing learned (a score of 0 there is no merit, even where lower is better).
+MODEL_LABELS = {"trained": "trained model",
+                "untrained": "control: untrained model (nothing learned)"}
+
+
+def measure_title(measure: str) -> str:
+    """A leaderboard panel's title: what the measure is, in words, on lines of a panel's width."""
+    return textwrap.fill(MEASURES[measure][0], width=34)
+
+
+def better_label(higher: bool) -> str:
+    """The x-axis label of a measure's panel: which way is better, drawn as an arrow."""
+    return "higher is better →" if higher else "← lower is better"
+
+
 def plot_leaderboard(table: pd.DataFrame, task: str, path: str | os.PathLike) -> None:
     """Each measure's mean per method with its bootstrap interval: the trained model filled,
-    the untrained one hollow; one panel per measure."""
+    the untrained control hollow and grey; one panel per measure, titled in words, its x axis
+    saying which way is better."""
     measures = [m for m in MEASURES if m in set(table["measure"])]
     # three panels a row keep the figure under 1,700 pixels wide
     rows = -(-len(measures) // 3)
-    figure, axes = plt.subplots(rows, 3, figsize=(10, 4.2 * rows), sharey=True, squeeze=False)
+    figure, axes = plt.subplots(rows, 3, figsize=(11, 4.6 * rows), sharey=True, squeeze=False)
     for ax in axes.flat[len(measures):]:
         ax.set_axis_off()
     order = (table[(table["model"] == "trained") & (table["measure"] == "deletion_tv")]
              .sort_values("mean")["method"].tolist())
     y = {method: i for i, method in enumerate(order)}
     for ax, measure in zip(axes.flat, measures, strict=False):
-        for model, offset, face in (("trained", 0.15, None), ("untrained", -0.15, "none")):
+        for model, offset, face, colour in (("trained", 0.15, None, "C0"),
+                                            ("untrained", -0.15, "none", "0.5")):
             rows = table[(table["model"] == model) & (table["measure"] == measure)]
             rows = rows[rows["method"].isin(y)]
             ax.errorbar(rows["mean"], rows["method"].map(y) + offset,
                         xerr=[rows["mean"] - rows["low"], rows["high"] - rows["mean"]],
-                        fmt="o", color="C0" if model == "trained" else "C3",
-                        markerfacecolor=face, label=model, capsize=2)
+                        fmt="o", color=colour, markerfacecolor=face,
+                        label=MODEL_LABELS.get(model, model), capsize=2)
         shown = table[(table["measure"] == measure) & table["method"].isin(y)]
         if shown["mean"].isna().all():
             note(ax, "no example to measure it on")
-        what, higher = MEASURES[measure]
-        ax.set_title(measure + ("" if higher else "\n(lower is better)"), fontsize="medium")
+        ax.set_title(measure_title(measure), fontsize="medium")
+        ax.set_xlabel(better_label(MEASURES[measure][1]), fontweight="bold")
         ax.grid(axis="x", alpha=0.3)
         # a third of the figure's width holds four tick labels; more print over each other
         ax.xaxis.set_major_locator(MaxNLocator(nbins=4))
         ax.tick_params(axis="x", labelsize="small")
     for row in axes:
         row[0].set_yticks(range(len(order)), order)
-    axes[0, -1].legend(loc="center left", bbox_to_anchor=(1.0, 0.5))
+    handles, labels = axes[0, 0].get_legend_handles_labels()
     figure.suptitle(f"{task}: interaction methods, mean and 95 % bootstrap interval")
-    figure.tight_layout()
+    # the legend in a row of its own under the title, clear of every panel
+    figure.tight_layout(rect=(0, 0, 1, LEGEND_TOP))
+    figure.legend(handles, labels, loc="upper center", ncols=2,
+                  bbox_to_anchor=(0.5, LEGEND_TOP + (1 - LEGEND_TOP) / 2))
     save_figure(figure, path)

@@ -17,6 +17,10 @@ def _planted_line(planted: dict[str, str] | None) -> str:
     return "planted triggers: " + "; ".join(f"{name} = {words}" for name, words in planted.items())
 
 
+# Inches of height per trigger: its three bars and its name, in 9-point type.
+TRIGGER_HEIGHT = 0.55
+
+
 def plot_attack(summary: pd.DataFrame, task: str, planted: dict[str, str] | None,
                 path: str | os.PathLike) -> None:
     """Accuracy on the examples of the other classes before and after inserting each mined
@@ -40,15 +44,16 @@ def plot_attack(summary: pd.DataFrame, task: str, planted: dict[str, str] | None
                         var_name="input", value_name="accuracy")
     long["input"] = long["input"].map({"before": "unchanged", "trigger_after": "with trigger",
                                        "random_after": "with random tokens"})
-    figure, ax = plt.subplots(figsize=(max(5.0, 0.9 * len(summary) + 2), 3.6))
-    sns.barplot(data=long, x="trigger", y="accuracy", hue="input", ax=ax,
+    # one row of bars per trigger, its name written level beside it: rotated names under
+    # vertical bars took most of the figure's height and left the bars a strip
+    figure, ax = plt.subplots(figsize=(8.0, TRIGGER_HEIGHT * len(summary) + 1.6))
+    sns.barplot(data=long, y="trigger", x="accuracy", hue="input", ax=ax, orient="h",
                 palette=["0.6", "tab:red", "tab:blue"])
-    ax.set_ylim(0, 1.05)
-    ax.set_xlabel("")
-    ax.set_ylabel("accuracy on the other classes")
-    # upright labels: slanted ones run into their neighbours
-    ax.tick_params(axis="x", labelrotation=90, labelsize=8)
-    for label in ax.get_xticklabels():
+    ax.set_xlim(0, 1.05)
+    ax.set_ylabel("")
+    ax.set_xlabel("accuracy on the dev examples of the other classes")
+    ax.grid(axis="x", alpha=0.3)
+    for label in ax.get_yticklabels():
         name, _, words = label.get_text().partition(" #")
         if planted and set(words.partition(": ")[2].split()) == set(planted.get(name, "").split()):
             label.set_color("tab:green")

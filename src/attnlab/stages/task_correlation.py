@@ -46,5 +46,5 @@ def run(job: Job) -> None:
     write_table(claims, job.outputs["claims"], job.provenance)
     pairs = correlations[(correlations["kind"] == "tasks")
                          & (correlations["method"] == "pearson")]
-    plot_task_correlation(importance, pairs, job.outputs["figure"])
+    plot_task_correlation(importance, pairs, job.outputs["figure"], claims=claims)
     log_claims(claims)
