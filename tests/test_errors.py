@@ -28,7 +28,9 @@ from attnlab.data.hub import SOURCE_FILE, fetch_checkpoint
 from attnlab.data.tasks import read_task
 from attnlab.data.tokenization import build_tokenizer
 from attnlab.engine import models
+from attnlab.plumbing.config import validate_config
 from attnlab.plumbing.errors import TRACEBACK_VARIABLE, AttnlabError, ConfigError, one_line_errors
+from attnlab.plumbing.preflight import check_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -323,6 +325,27 @@ def test_a_config_mistake_stops_the_dry_run_in_one_line(tmp_path, checkpoints, c
     line = assert_one_line(result, f"config error at {key.replace('{tmp}', str(checkpoints))}",
                            *more)
     assert (result.stdout + result.stderr).strip() == line  # nothing else: no header, no File
+
+
+@pytest.mark.parametrize("pairs, expected", [
+    # a task correlates perfectly with itself: a ceiling, not a finding
+    ({"similar_pairs": [["single", "single"]]},
+     "heads.similar_pairs: pair ['single', 'single'] pairs a task with itself"),
+    # TINY's dissimilar pair, in either order: counted on both sides of the comparison
+    ({"similar_pairs": [["single", "pairs"]]},
+     "heads.dissimilar_pairs: pair ['pairs', 'single'] is listed already (in "
+     "heads.similar_pairs)"),
+    ({"dissimilar_pairs": [["pairs", "single"], ["single", "pairs"]]},
+     "heads.dissimilar_pairs: pair ['single', 'pairs'] is listed already (in "
+     "heads.dissimilar_pairs)"),
+])
+def test_a_pair_of_tasks_that_cannot_be_compared_is_refused_by_the_dry_run_s_check(pairs,
+                                                                                  expected):
+    config = validate_config(merged(TINY, {"heads": pairs}))
+    with pytest.raises(ConfigError) as error:
+        check_config(config, None)
+    assert str(error.value) == expected
+    check_config(validate_config(merged(TINY, {})), None)  # TINY's own pair passes
 
 
 @pytest.mark.parametrize("profile", ["local", "slurm"])
