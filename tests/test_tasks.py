@@ -177,7 +177,8 @@ def test_load_split_validates(tmp_path):
      "unnamed.jsonl: line 2: key 1 has no name"),
     ("array.json", '[{"sentence1": "a", "sentence2": "b", "label": 1}]',
      "array.json: line 1: list, not an object of columns (JSON lines: one object a line)"),
-    ("quote.csv", 'sentence1,sentence2,label\n"a,b,1\n', "quote.csv: line 2: cannot read as CSV (unexpected end of data)"),
+    ("quote.csv", 'sentence1,sentence2,label\n"a,b,1\n',
+     "quote.csv: line 2: cannot read as CSV (unexpected end of data)"),
 ])
 def test_unreadable_local_file_is_one_line_error(tmp_path, name, content, problem):
     if content is not None:
