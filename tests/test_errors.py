@@ -16,7 +16,6 @@ from pathlib import Path
 import huggingface_hub
 import pyarrow.parquet as pq
 import pytest
-import safetensors.torch
 import torch
 from test_hub import glue_like, write_hub_folder
 from test_workflow import TINY, merged, snakemake, write_config
@@ -269,10 +268,8 @@ def checkpoints(tmp_path_factory) -> Path:
     save_checkpoint(folder / "roberta", "roberta")  # 40 positions; TINY asks for 64
     cut_short(Path(save_checkpoint(folder / "truncated", "bert"), "model.safetensors"))
     # PyTorch's own format, as older hub repositories publish it: a zip archive
-    torch_format = Path(save_checkpoint(folder / "torch_truncated", "bert"))
-    model = torch_format / "model.safetensors"
-    torch.save(safetensors.torch.load_file(model), torch_format / "pytorch_model.bin")
-    model.unlink()
+    torch_format = Path(save_checkpoint(folder / "torch_truncated", "bert", weights=False))
+    torch.save(tiny_classifier("bert").state_dict(), torch_format / "pytorch_model.bin")
     cut_short(torch_format / "pytorch_model.bin")
     save_checkpoint(folder / "no_tokenizer", "bert", tokenizer=False)
     return folder
