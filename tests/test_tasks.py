@@ -467,6 +467,11 @@ MIXED = {"source": "mix", "mix": ["reviews", "imdb"], "text_fields": ["text"],
     pytest.param({"pairs": {**PAIRS, "sentences": {"min_words": 2}}},
                  "tasks.pairs.sentences: cuts one text field into sentences; the task has 2",
                  id="sentences of pairs"),
+    # a file that is there, but of a type no reader takes (this very file)
+    pytest.param({"local": {"source": "local", "local": {"train": __file__, "dev": __file__},
+                            "text_fields": ["text"], "label_names": ["a", "b"]}},
+                 f"tasks.local.local.train: {__file__} is not a file type attnlab reads "
+                 "(.parquet, .csv, .tsv, .json, .jsonl)", id="a file no reader takes"),
 ])
 def test_a_real_data_setting_that_cannot_work_is_one_line_naming_the_key(tasks, expected):
     config = validate_config(copy.deepcopy({"name": "x", "tasks": tasks}))

@@ -28,14 +28,13 @@ import pyarrow.parquet as pq
 from attnlab.data import selection, synthetic
 from attnlab.plumbing.errors import AttnlabError, ConfigError
 from attnlab.plumbing.outputs import atomic_path
+from attnlab.plumbing.preflight import LOCAL_FORMATS
 
 if TYPE_CHECKING:  # for type hints only: the trees job then imports no transformers
     from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 
-LOCAL_FORMATS = {".parquet": "parquet", ".csv": "csv", ".tsv": "tsv", ".json": "json",
-                 ".jsonl": "json"}
 GROUND_TRUTH_COLUMNS = ("gt_a_segment", "gt_a_word", "gt_b_segment", "gt_b_word")
 
 

@@ -22,6 +22,10 @@ from typing import Any
 from attnlab.plumbing.errors import AttnlabError, ConfigError
 from attnlab.plumbing.families import CLASSIFIER, DECODER, FAMILIES, SCRATCH_DEFAULT, names
 
+# The formats of a task's local files, by suffix, as attnlab.data.tasks.read_local reads them
+# (here, so that the dry run refuses a file no reader takes).
+LOCAL_FORMATS = {".parquet": "parquet", ".csv": "csv", ".tsv": "tsv", ".json": "json",
+                 ".jsonl": "json"}
 # A hub id: "name" or "owner/name" (also a path under resources/).
 HUB_ID = r"[A-Za-z0-9][\w.-]*(?:/[\w.-]+)?"
 
@@ -220,9 +224,12 @@ def _check_tasks(config: dict[str, Any]) -> None:
                               "dataset id (like nyu-mll/glue)")
         if task["source"] == "local":
             for split in ("train", "dev"):
-                if not Path(task["local"][split]).is_file():
-                    raise ConfigError(f"tasks.{name}.local.{split}: no file "
-                                      f"{task['local'][split]}")
+                path = Path(task["local"][split])
+                if not path.is_file():
+                    raise ConfigError(f"tasks.{name}.local.{split}: no file {path}")
+                if path.suffix.lower() not in LOCAL_FORMATS:
+                    raise ConfigError(f"tasks.{name}.local.{split}: {path} is not a file type "
+                                      f"attnlab reads ({', '.join(LOCAL_FORMATS)})")
             try:
                 codecs.lookup(task["local"]["encoding"])
             except LookupError:
