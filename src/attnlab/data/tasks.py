@@ -205,16 +205,25 @@ def read_local(path: str, encoding: str, key: str) -> tuple[pd.DataFrame, Origin
     return frame, Origin(path, tuple(lines))
 
 
-def _check_header(path: str, names: list[str], line: str) -> None:
-    """Refuse a column name that is empty or repeats an earlier one; `line` prefixes the
-    column's place ("line 1: " in a text file)."""
+def _name_problem(names: list[str], what: str) -> str | None:
+    """What is wrong with a header's column names (or a JSON object's keys: `what` "key"): one
+    that is empty, or repeats an earlier one; None when nothing is."""
     for number, name in enumerate(names, 1):
         if not str(name).strip():
-            raise DataError(f"{path}: {line}column {number} has no name; name every column")
+            return f"{what} {number} has no name; name every column"
         first = names.index(name) + 1
         if first < number:
-            raise DataError(f"{path}: {line}column {number} repeats the name {name!r} of column "
-                            f"{first}; name every column once")
+            return (f"{what} {number} repeats the name {name!r} of {what} {first}; name every "
+                    "column once")
+    return None
+
+
+def _check_header(path: str, names: list[str], line: str) -> None:
+    """Refuse a header with a `_name_problem`; `line` prefixes the column's place ("line 1: "
+    in a text file)."""
+    problem = _name_problem(names, "column")
+    if problem:
+        raise DataError(f"{path}: {line}{problem}")
 
 
 def _csv_table(path: str, text: str, delimiter: str) -> tuple[pd.DataFrame, list[int]]:
@@ -243,7 +252,7 @@ def _csv_table(path: str, text: str, delimiter: str) -> tuple[pd.DataFrame, list
 
 
 def _typed(values: pd.Series) -> pd.Series:
-    """A column of a CSV file as values: an empty cell missing, numbers where every other cell
+    """A column of a CSV file as values: an empty cell missing, numbers where every filled cell
     is one (labels as integers), text otherwise."""
     values = values.mask(values == "")
     numbers = pd.to_numeric(values, errors="coerce")
@@ -251,15 +260,11 @@ def _typed(values: pd.Series) -> pd.Series:
 
 
 def _keys_once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object's keys and values, refused when a key is empty or repeated (json.loads
-    would keep the last value of a repeated key)."""
-    keys = [key for key, _ in pairs]
-    for number, key in enumerate(keys, 1):
-        if not key.strip():
-            raise DataError(f"key {number} has no name; name every column")
-        if keys.index(key) < number - 1:
-            raise DataError(f"key {number} repeats the name {key!r} of key "
-                            f"{keys.index(key) + 1}; name every column once")
+    """A JSON object's keys and values, refused with its `_name_problem` (json.loads would keep
+    the last value of a repeated key)."""
+    problem = _name_problem([key for key, _ in pairs], "key")
+    if problem:
+        raise DataError(problem)
     return dict(pairs)
 
 

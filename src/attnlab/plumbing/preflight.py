@@ -2,9 +2,11 @@
 
 The schema (workflow/schemas/config.schema.yaml) checks each value on its own; `check_config`
 checks what the schema cannot: values against each other, against the files they name and
-against the checkpoint's config.json, so that no model is fine-tuned to be refused later.
-Every problem is a `ConfigError` of one line naming the key. This module imports neither torch
-nor transformers: Snakemake imports it whenever it builds the DAG.
+against the checkpoint's folder, whole (`check_checkpoint`: its config.json, every weights
+file, the tokenizer's files), so that no model is fine-tuned to be refused later. Every problem
+is a `ConfigError` of one line naming the key. `check_writable` checks the results folder
+before Snakemake touches it. This module imports neither torch nor transformers: Snakemake
+imports it whenever it builds the DAG.
 """
 
 from __future__ import annotations
