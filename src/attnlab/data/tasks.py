@@ -109,8 +109,14 @@ def validate_split(df: pd.DataFrame, spec: TaskSpec, where: str) -> pd.DataFrame
 
 
 def _read_parquet(path: str | os.PathLike) -> pd.DataFrame:
+    """The rows of a Parquet file (a local table, a downloaded or prepared split), its column
+    names checked as a text file's header is (`_check_header`)."""
     try:
+        # before pandas, whose read fails on a repeated name without naming the column
+        _check_header(str(path), pq.read_schema(path).names, "")
         return pd.read_parquet(path)
+    except DataError:
+        raise
     except (OSError, ValueError) as err:
         raise DataError(f"{path}: cannot read as Parquet ({_one_line(err)})") from err
 
@@ -182,11 +188,6 @@ def read_local(path: str, encoding: str, key: str) -> tuple[pd.DataFrame, Origin
     if Path(path).stat().st_size == 0:
         raise DataError(f"{path}: empty file")
     if file_format == "parquet":
-        try:
-            columns = pq.read_schema(path).names
-        except (OSError, ValueError) as err:
-            raise DataError(f"{path}: cannot read as Parquet ({_one_line(err)})") from err
-        _check_header(path, columns, "")
         return _read_parquet(path), Origin(path)
     data = Path(path).read_bytes()
     # utf-8-sig reads UTF-8 with or without a byte-order mark
