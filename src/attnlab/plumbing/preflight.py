@@ -70,7 +70,7 @@ def checkpoint_shape(path: str | Path) -> ModelShape:
 
 def check_checkpoint(path: str | Path) -> ModelShape:
     """`checkpoint_shape`, and the tokenizer's files (`check_tokenizer`): the whole folder a
-    job will load, checked before any job runs."""
+    job will load (`check_config` checks the same, the model's kind before its tokenizer)."""
     shape = checkpoint_shape(path)
     check_tokenizer(Path(path))
     return shape
@@ -209,7 +209,7 @@ def model_shape(model: dict[str, Any], pretrained: str | None) -> ModelShape | N
         return ModelShape(size["layers"], size["heads"], size["hidden"], model["max_length"])
     if pretrained is None or not Path(pretrained).is_dir():
         return None
-    return check_checkpoint(pretrained)
+    return checkpoint_shape(pretrained)
 
 
 def _check_layers(key: str, layers: list[int], shape: ModelShape) -> None:
@@ -408,6 +408,8 @@ def check_config(config: dict[str, Any], pretrained: str | None) -> None:
         raise ConfigError(f"model.pretrained: {pretrained} is a {shape.model_type!r} model, "
                           f"which cannot do {task_kind(config)} tasks; they need "
                           f"{'a decoder' if decoder else 'an encoder'} ({', '.join(fitting)})")
+    if config["model"]["source"] != "scratch":  # the rest of the folder, once it is of use
+        check_tokenizer(Path(pretrained))
     if shape.positions is not None and config["model"]["max_length"] > shape.positions:
         raise ConfigError(f"model.max_length: {config['model']['max_length']} is more than the "
                           f"{shape.positions} positions the model has")
