@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from attnlab.plumbing.config import SCHEMA, validate_config
+from attnlab.plumbing.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -116,6 +117,23 @@ def test_config_error_names_key_and_allowed_values(tmp_path, section, key, value
     result = dry_run(config, tmp_path)
     assert result.returncode != 0
     assert expected in result.stderr + result.stdout
+
+
+@pytest.mark.parametrize("change, expected", [
+    # two runs of one seed would be judged as two draws
+    ({"seeds": [1, 1]}, "seeds: [1, 1] has non-unique elements"),
+    ({"heads": {"methods": ["attribution", "tayler"]}},
+     "heads.methods.1: 'tayler' is not one of ['attribution', 'attention', 'taylor', "),
+    ({"interaction_methods": {"methods": ["rolout"]}},
+     "interaction_methods.methods.0: 'rolout' is not one of ['attention', 'attattr', "),
+])
+def test_a_repeated_seed_or_an_unknown_method_is_one_line_naming_the_key(change, expected):
+    config = copy.deepcopy(default_config())
+    for section, value in change.items():
+        config[section] = {**config.get(section, {}), **value} if isinstance(value, dict) else value
+    with pytest.raises(ConfigError) as info:
+        validate_config(config)
+    assert str(info.value).startswith(expected) and "\n" not in str(info.value)
 
 
 def test_task_source_needs_its_settings(tmp_path):

@@ -9,11 +9,14 @@ import logging
 import os
 import subprocess
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import huggingface_hub
 import pyarrow.parquet as pq
 import pytest
+import torch
 from test_hub import glue_like, write_hub_folder
 from test_workflow import TINY, merged, snakemake, write_config
 from tiny_models import tiny_classifier
@@ -22,8 +25,11 @@ from transformers import GPT2Config, GPT2ForSequenceClassification
 from attnlab.data import packages
 from attnlab.data.hub import SOURCE_FILE, fetch_checkpoint
 from attnlab.data.tasks import read_task
+from attnlab.data.tokenization import build_tokenizer
 from attnlab.engine import models
+from attnlab.plumbing.config import validate_config
 from attnlab.plumbing.errors import TRACEBACK_VARIABLE, AttnlabError, ConfigError, one_line_errors
+from attnlab.plumbing.preflight import check_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -110,8 +116,13 @@ PREPARED = "results/bad/data/reviews/train.parquet"
     pytest.param({"dev": [("a great film", "x")]}, ("dev.csv", "column 'sentiment' row 0"),
                  id="label not a number"),
     pytest.param({"dev": []}, ("dev.csv", "no rows"), id="a header only"),
-    pytest.param({"train": [("a good film", 1)], "dev": [("great", 1), ("a b c d e f", 0)]},
-                 ("idx=1 is 8 tokens", "model.max_length=6"), id="longer than max_length"),
+    # one row of a 1,000-row file too long: its line (after the header), its length in
+    # tokens, the limit and the keys that change it
+    pytest.param({"train": [("a good film", 1)],
+                  "dev": [("great", 1)] * 736 + [("a b c d e f", 0)] + [("great", 0)] * 263},
+                 ("dev.csv: line 738 is 8 tokens, more than model.max_length=6 (1 such "
+                  "examples); raise model.max_length or set model.truncate: true",),
+                 id="one row of 1,000 longer than max_length"),
 ])
 def test_a_data_error_in_a_job_is_one_line_in_the_output_and_the_log(tmp_path, change, expected):
     config = local_config(tmp_path, **{key: change[key] for key in ("train", "dev")
@@ -121,6 +132,38 @@ def test_a_data_error_in_a_job_is_one_line_in_the_output_and_the_log(tmp_path, c
     assert "ERROR" in line
     log = (tmp_path / "results/bad/logs/prepare_data/reviews.log").read_text()
     assert sum(all(text in row for text in expected) for row in log.splitlines()) == 1
+    assert written(tmp_path) == []
+
+
+@contextmanager
+def unwritable(folder: Path) -> Iterator[None]:
+    """`folder` and everything in it read-only for the block, also for root, whom mode bits
+    do not stop: immutable (chattr +i) when the tests run as root."""
+    if os.geteuid() == 0:
+        lock, unlock = ["chattr", "-R", "+i"], ["chattr", "-R", "-i"]
+    else:
+        lock, unlock = ["chmod", "-R", "a-w"], ["chmod", "-R", "u+w"]
+    subprocess.run([*lock, str(folder)], check=True)
+    try:
+        yield
+    finally:
+        subprocess.run([*unlock, str(folder)], check=True)
+
+
+@pytest.mark.slow
+def test_a_results_folder_that_cannot_be_written_is_one_line_before_its_old_log_is_touched(
+        tmp_path):
+    config = local_config(tmp_path)
+    # the log of a job that failed before: Snakemake removes it first when it reruns the job
+    log = tmp_path / "results/bad/logs/prepare_data/reviews.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("an earlier failure\n")
+    with unwritable(tmp_path / "results"):
+        result = run(tmp_path, config, PREPARED)
+    assert_one_line(result, "results/bad: the results folder cannot be written; make it "
+                            "writable (chmod -R u+w results/bad)")
+    assert "rule prepare_data" not in result.stdout  # no job started
+    assert log.read_text() == "an earlier failure\n"
     assert written(tmp_path) == []
 
 
@@ -152,9 +195,18 @@ SAY_ITS_ENCODING = "save the file as UTF-8, or set tasks.reviews.local.encoding 
     pytest.param("dev.csv", DEV_CSV.encode("utf-16"),
                  ("dev.csv: line 1: byte 0xff (byte 0 of the file)", NOT_UTF8,
                   "set tasks.reviews.local.encoding: utf-16"), id="UTF-16 spreadsheet export"),
+    # pandas would read the second column as review.1, and the run go on with the first
+    pytest.param("dev.csv", DEV_CSV.replace("review,sentiment", "review,sentiment,review")
+                 .replace(",1\n", ",1,x\n").replace(",0\n", ",0,y\n").encode(),
+                 ("dev.csv: line 1: column 3 repeats the name 'review' of column 1; name every "
+                  "column once",), id="CSV repeated column"),
+    # json.loads would keep the last value of the key
+    pytest.param("dev.jsonl", DEV_JSONL.replace('"sentiment": 0}', '"sentiment": 0, "review": '
+                                                '"x"}').encode(),
+                 ("dev.jsonl: line 2: key 3 repeats the name 'review' of key 1; name every "
+                  "column once",), id="JSON lines repeated key"),
 ])
-def test_a_file_not_in_its_encoding_is_one_line_naming_its_line_and_byte(tmp_path, name, data,
-                                                                         expected):
+def test_a_local_file_s_mistake_is_one_line_naming_its_line(tmp_path, name, data, expected):
     config = local_config(tmp_path)
     dev = tmp_path / name
     dev.write_bytes(data)
@@ -190,14 +242,37 @@ def test_a_class_without_rows_is_a_warning(tmp_path, caplog, train, dev, expecte
     assert [expected in message for message in caplog.messages] == [True]
 
 
-def save_checkpoint(path: Path, family: str, weights: bool = True) -> str:
-    """A tiny random classifier of `family`, written by save_pretrained (weights removed when
-    `weights` is False)."""
+def save_checkpoint(path: Path, family: str, weights: bool = True,
+                    tokenizer: bool = True) -> str:
+    """A tiny random classifier of `family` and a tokenizer, written by save_pretrained
+    (weights or tokenizer left out when `weights` or `tokenizer` is False)."""
     tiny_classifier(family).save_pretrained(path)
+    if tokenizer:
+        build_tokenizer(["good", "bad", "film"]).save_pretrained(path)
     if not weights:
         for file in path.glob("*.safetensors"):
             file.unlink()
     return str(path)
+
+
+def cut_short(file: Path) -> None:
+    """`file` cut to half its size, as an interrupted download or copy leaves it."""
+    file.write_bytes(file.read_bytes()[: file.stat().st_size // 2])
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory) -> Path:
+    """A folder of checkpoints, each whole but for one thing (built once for the dry runs)."""
+    folder = tmp_path_factory.mktemp("checkpoints")
+    save_checkpoint(folder / "no_weights", "bert", weights=False)
+    save_checkpoint(folder / "roberta", "roberta")  # 40 positions; TINY asks for 64
+    cut_short(Path(save_checkpoint(folder / "truncated", "bert"), "model.safetensors"))
+    # PyTorch's own format, as older hub repositories publish it: a zip archive
+    torch_format = Path(save_checkpoint(folder / "torch_truncated", "bert", weights=False))
+    torch.save(tiny_classifier("bert").state_dict(), torch_format / "pytorch_model.bin")
+    cut_short(torch_format / "pytorch_model.bin")
+    save_checkpoint(folder / "no_tokenizer", "bert", tokenizer=False)
+    return folder
 
 
 # A config mistake -> the key named by the dry run's one line. `{tmp}` is the test's folder.
@@ -224,23 +299,50 @@ CONFIG_MISTAKES = [
                  "model.max_length", id="max_length beyond the model's positions"),
     pytest.param({"model": {"source": "finetuned", "pretrained": "{tmp}/no_weights"}},
                  "model.pretrained", id="a checkpoint without weights"),
+    # the file named, and what is short: the size its header or directory describes
     pytest.param({"model": {"source": "finetuned", "pretrained": "{tmp}/truncated"}},
-                 "model.pretrained: {tmp}/truncated/model.safetensors is damaged",
-                 id="a checkpoint whose weights were cut short"),
+                 ("model.pretrained: {tmp}/truncated/model.safetensors is damaged (",
+                  "bytes where its header describes"), id="safetensors weights cut short"),
+    pytest.param({"model": {"source": "finetuned", "pretrained": "{tmp}/torch_truncated"}},
+                 ("model.pretrained: {tmp}/torch_truncated/pytorch_model.bin is damaged (",
+                  "bytes whose zip directory cannot be read"), id="PyTorch weights cut short"),
+    pytest.param({"model": {"source": "finetuned", "pretrained": "{tmp}/no_tokenizer"}},
+                 ("model.pretrained: {tmp}/no_tokenizer has no tokenizer files (tokenizer.json, ",
+                  "save the model's tokenizer there too"), id="a checkpoint without a tokenizer"),
 ]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("change, key", CONFIG_MISTAKES)
-def test_a_config_mistake_stops_the_dry_run_in_one_line(tmp_path, change, key):
-    save_checkpoint(tmp_path / "no_weights", "bert", weights=False)
-    save_checkpoint(tmp_path / "roberta", "roberta")  # 40 positions; TINY asks for 64
-    weights = Path(save_checkpoint(tmp_path / "truncated", "bert"), "model.safetensors")
-    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # a cut download
-    config = merged(TINY, json.loads(json.dumps(change).replace("{tmp}", str(tmp_path))))
+def test_a_config_mistake_stops_the_dry_run_in_one_line(tmp_path, checkpoints, change, key):
+    # `key`: the key the line starts with, or it and more of the line
+    key, *more = (key,) if isinstance(key, str) else key
+    config = merged(TINY, json.loads(json.dumps(change).replace("{tmp}", str(checkpoints))))
     result = run(tmp_path, config, dry=True)
-    line = assert_one_line(result, f"config error at {key.replace('{tmp}', str(tmp_path))}")
+    line = assert_one_line(result, f"config error at {key.replace('{tmp}', str(checkpoints))}",
+                           *more)
     assert (result.stdout + result.stderr).strip() == line  # nothing else: no header, no File
+
+
+@pytest.mark.parametrize("pairs, expected", [
+    # a task correlates perfectly with itself: a ceiling, not a finding
+    ({"similar_pairs": [["single", "single"]]},
+     "heads.similar_pairs: pair ['single', 'single'] pairs a task with itself"),
+    # TINY's dissimilar pair, in either order: counted on both sides of the comparison
+    ({"similar_pairs": [["single", "pairs"]]},
+     "heads.dissimilar_pairs: pair ['pairs', 'single'] is listed already (in "
+     "heads.similar_pairs)"),
+    ({"dissimilar_pairs": [["pairs", "single"], ["single", "pairs"]]},
+     "heads.dissimilar_pairs: pair ['single', 'pairs'] is listed already (in "
+     "heads.dissimilar_pairs)"),
+])
+def test_a_pair_of_tasks_that_cannot_be_compared_is_refused_by_the_dry_run_s_check(pairs,
+                                                                                  expected):
+    config = validate_config(merged(TINY, {"heads": pairs}))
+    with pytest.raises(ConfigError) as error:
+        check_config(config, None)
+    assert str(error.value) == expected
+    check_config(validate_config(merged(TINY, {})), None)  # TINY's own pair passes
 
 
 @pytest.mark.parametrize("profile", ["local", "slurm"])

@@ -3,17 +3,21 @@ import json
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import torch
 from conftest import ROOT
 
 from attnlab.data import selection, synthetic
+from attnlab.data.prompts import read_prompts
 from attnlab.data.tasks import (
     DataError,
     TaskSpec,
     load_split,
     planted_token_positions,
     prepare_task,
+    read_local,
     read_task,
 )
 from attnlab.data.tokenization import build_tokenizer
@@ -107,7 +111,7 @@ def test_a_local_text_file_is_read_in_its_encoding(tmp_path, suffix, encoding, s
     path.write_bytes(path.read_text(encoding="utf-8").encode(saved_as))
     task = {**_local_task(path, path), "local": {"train": str(path), "dev": str(path),
                                                  "encoding": encoding}}
-    _, train, _ = read_task("rte", task, 0)
+    _, train, _, _ = read_task("rte", task, 0)
     pd.testing.assert_frame_equal(train, frame, check_dtype=False)
 
 
@@ -159,8 +163,22 @@ def test_load_split_validates(tmp_path):
 @pytest.mark.parametrize(("name", "content", "problem"), [
     ("nope.csv", None, "nope.csv: no such file"),
     ("empty.csv", "", "empty.csv: empty file"),
-    ("broken.json", "{not json", "broken.json: cannot read as json (ArrowInvalid: JSON parse"),
+    ("broken.json", "{not json", "broken.json: line 1: cannot read as JSON lines (JSONDecodeError"),
     ("split.txt", "a", "split.txt: unknown file type '.txt'"),
+    # the header and rows, strictly: pandas would name an empty header cell "Unnamed: 1" and
+    # take an extra field as the index (or, later on, stop without the file's name)
+    ("blank.tsv", "sentence1\t\tlabel\na\tb\t1\n",
+     "blank.tsv: line 1: column 2 has no name; name every column"),
+    ("extra.csv", "sentence1,sentence2,label\na,b,1\na,b,1,oops\n",
+     "extra.csv: line 3: 4 fields, more than the header's 3 (column 4 has no name)"),
+    ("twice.tsv", "sentence1\tsentence2\tsentence1\tlabel\na\tb\tc\t1\n",
+     "twice.tsv: line 1: column 3 repeats the name 'sentence1' of column 1"),
+    ("unnamed.jsonl", '{"sentence1": "a", "sentence2": "b", "label": 1}\n{"": 1}\n',
+     "unnamed.jsonl: line 2: key 1 has no name"),
+    ("array.json", '[{"sentence1": "a", "sentence2": "b", "label": 1}]',
+     "array.json: line 1: list, not an object of columns (JSON lines: one object a line)"),
+    ("quote.csv", 'sentence1,sentence2,label\n"a,b,1\n',
+     "quote.csv: line 2: cannot read as CSV (unexpected end of data)"),
 ])
 def test_unreadable_local_file_is_one_line_error(tmp_path, name, content, problem):
     if content is not None:
@@ -170,6 +188,41 @@ def test_unreadable_local_file_is_one_line_error(tmp_path, name, content, proble
     message = _error_of(lambda: prepare_task("rte", task, 0, out / "a", out / "b"))
     assert problem in message
     assert not out.exists()
+
+
+def test_a_parquet_file_that_names_a_column_twice_is_one_line(tmp_path):
+    path = tmp_path / "twice.parquet"
+    frame = _good_frame()
+    pq.write_table(pa.Table.from_arrays([pa.array(frame[c]) for c in frame] + [pa.array(
+        frame["label"])], names=[*frame.columns, "label"]), path)
+    message = _error_of(lambda: read_task("rte", _local_task(path, path), 0))
+    assert message.startswith(f"{path}: column 5 repeats the name 'label' of column 3")
+
+
+def test_a_text_file_s_rows_are_named_by_the_line_they_start_on(tmp_path):
+    # a quoted field over two lines, a blank line: the third row starts on line 6, and a TSV's
+    # quotes are text
+    csv_file, tsv_file = tmp_path / "rows.csv", tmp_path / "rows.tsv"
+    csv_file.write_text('sentence1,sentence2,label\n"a\nb",c,0\nd,e,1\n\nf,"g ""h""",1\n')
+    tsv_file.write_text('sentence1\tsentence2\tlabel\n"a\tb c"\t1\n')
+    frame, origin = read_local(str(csv_file), "utf-8", "key")
+    assert frame.to_dict("list") == {"sentence1": ["a\nb", "d", "f"],
+                                     "sentence2": ["c", "e", 'g "h"'], "label": [0, 1, 1]}
+    assert [origin.place(row) for row in range(3)] == ["line 2", "line 4", "line 6"]
+    frame, _ = read_local(str(tsv_file), "utf-8", "key")
+    assert frame.loc[0, "sentence1"] == '"a' and frame.loc[0, "sentence2"] == 'b c"'
+    frame.to_parquet(tmp_path / "rows.parquet")
+    assert read_local(str(tmp_path / "rows.parquet"), "utf-8", "key")[1].place(0) == "row 0"
+
+
+def test_a_prompt_file_is_read_by_the_same_strict_reader(tmp_path):
+    path = tmp_path / "prompts.csv"
+    path.write_text("text,target,text\na b a,b,x\n")
+    task = {"kind": "next_token", "source": "local", "text_fields": ["text"],
+            "local": {"train": str(path), "dev": str(path)}}
+    message = _error_of(lambda: read_prompts("p", task, 0))
+    assert message == (f"{path}: line 1: column 3 repeats the name 'text' of column 1; name "
+                       "every column once")
 
 
 def test_encode_pairs_and_single_sentences(tokenizer, pair_task, single_task):
@@ -212,7 +265,8 @@ def test_prepare_data_refuses_an_example_too_long_for_the_model_before_writing(t
                                                                                 single_task):
     out = tmp_path / "out"
     message = _error_of(lambda: prepare_data.run(_prepare_data(single_task, out, 8)))
-    assert "task syn_sst2: example idx=" in message and "model.max_length=8" in message
+    # synthetic rows have no file: the generator and the row name the example
+    assert "synthetic syn_sst2 train: row 0 is " in message and "model.max_length=8" in message
     assert not out.exists()
     # truncated by the model instead: the splits as prepare_task writes them, and their summary
     prepare_data.run(_prepare_data(single_task, out, 8, truncate=True))
@@ -288,7 +342,7 @@ def _read_held_out(tmp_path, source: pd.DataFrame, **task) -> tuple[pd.DataFrame
     its downloaded train split, here `source`."""
     path = tmp_path / "train.parquet"
     source.to_parquet(path)
-    _, train, dev = read_task("reviews", {**HELD_OUT, **task}, 0, {"train": path})
+    _, train, dev, _ = read_task("reviews", {**HELD_OUT, **task}, 0, {"train": path})
     return train, dev
 
 
@@ -367,7 +421,7 @@ def test_a_mixed_task_labels_each_example_by_the_task_it_comes_from(tmp_path):
             frame.assign(**{field: frame[field] + f" {split}"}).to_parquet(files[f"{name}_{split}"])
     task = {"source": "mix", "mix": ["critics", "users"], "text_fields": ["sentence"],
             "label_names": ["critic", "user"]}
-    _, train, dev = read_task("who", task, 0, files, parts)
+    _, train, dev, _ = read_task("who", task, 0, files, parts)
     for split, frame in (("train", train), ("dev", dev)):
         assert frame["sentence"].tolist() == [f"{text} {split}" for text in
                                               ["a b c", "d e f", "g h", "i j", "k l"]]
@@ -375,7 +429,7 @@ def test_a_mixed_task_labels_each_example_by_the_task_it_comes_from(tmp_path):
         assert frame["source_task"].tolist() == ["critics"] * 2 + ["users"] * 3
         assert frame["source_row"].tolist() == [7, 3, 0, 1, 2]
     # drawn: every example keeps the label of the task its text comes from
-    _, train, _ = read_task("who", {**task, "rows": {"train": 3}}, 0, files, parts)
+    _, train, _, _ = read_task("who", {**task, "rows": {"train": 3}}, 0, files, parts)
     assert len(train) == 3
     for row in train.itertuples():
         assert row.source_task == ["critics", "users"][row.label]
@@ -413,6 +467,11 @@ MIXED = {"source": "mix", "mix": ["reviews", "imdb"], "text_fields": ["text"],
     pytest.param({"pairs": {**PAIRS, "sentences": {"min_words": 2}}},
                  "tasks.pairs.sentences: cuts one text field into sentences; the task has 2",
                  id="sentences of pairs"),
+    # a file that is there, but of a type no reader takes (this very file)
+    pytest.param({"local": {"source": "local", "local": {"train": __file__, "dev": __file__},
+                            "text_fields": ["text"], "label_names": ["a", "b"]}},
+                 f"tasks.local.local.train: {__file__} is not a file type attnlab reads "
+                 "(.parquet, .csv, .tsv, .json, .jsonl)", id="a file no reader takes"),
 ])
 def test_a_real_data_setting_that_cannot_work_is_one_line_naming_the_key(tasks, expected):
     config = validate_config(copy.deepcopy({"name": "x", "tasks": tasks}))

@@ -5,9 +5,9 @@ from snakemake.io import strip_wildcard_constraints
 
 from attnlab.engine.options import ENGINE_KEYS
 from attnlab.plumbing.config import validate_config
-from attnlab.plumbing.errors import ConfigError, stop
+from attnlab.plumbing.errors import AttnlabError, ConfigError, stop
 from attnlab.plumbing.code_version import code_version
-from attnlab.plumbing.preflight import HUB_ID, check_config, task_kind
+from attnlab.plumbing.preflight import HUB_ID, check_config, check_writable, task_kind
 from attnlab.plumbing.plan_warnings import gpu_visible, hub_warnings, no_gpu_warning
 
 
@@ -48,6 +48,12 @@ try:
     check_papers()
 except ConfigError as err:
     stop(err, "config error at ")
+# Before Snakemake touches the results folder (it removes a failed job's old log first): a
+# folder it cannot write would end in its own traceback.
+try:
+    check_writable(Path("results", config["name"]))
+except AttnlabError as err:
+    stop(err)
 
 TASKS = list(config["tasks"])
 # Replication (config `seeds`): each seed is a run of its own, laid out as a one-seed run, in

@@ -21,7 +21,7 @@ from huggingface_hub import snapshot_download
 from attnlab.data import packages
 from attnlab.plumbing.errors import AttnlabError, ConfigError
 from attnlab.plumbing.outputs import atomic_path, write_json
-from attnlab.plumbing.preflight import checkpoint_shape
+from attnlab.plumbing.preflight import check_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ def fetch_checkpoint(model_id: str, out_dir: str | os.PathLike) -> list[str]:
                      for p in sorted(tmp.rglob("*")) if p.is_file()}
         write_json(tmp / SOURCE_FILE, {"from": origin, "sha256": checksums})
     try:  # the first job that can see the model's family refuses one it cannot analyse
-        checkpoint_shape(out_dir)
+        check_checkpoint(out_dir)
     except ConfigError:
         shutil.rmtree(out_dir)
         raise

@@ -75,8 +75,10 @@ def read_prompts(name: str, cfg: dict[str, Any], seed: int
     elif cfg["source"] == "local":
         local = cfg["local"]
         origins = (local["train"], local["dev"])
+        # the rows' places serve the length check of prepare_data, which a next-token task's
+        # prompts skip: their length is checked when the finetune job encodes them
         train, dev = (read_local(path, local.get("encoding", "utf-8"),
-                                  f"tasks.{name}.local.encoding") for path in origins)
+                                 f"tasks.{name}.local.encoding")[0] for path in origins)
     else:
         raise ConfigError(f"tasks.{name}.source: {cfg['source']!r}; a next_token task is "
                           "synthetic or local")

@@ -11,6 +11,9 @@ line (`DataError`).
 from __future__ import annotations
 
 import codecs
+import csv
+import io
+import json
 import logging
 import os
 from collections.abc import Mapping
@@ -18,20 +21,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-import datasets
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 
 from attnlab.data import selection, synthetic
 from attnlab.plumbing.errors import AttnlabError, ConfigError
 from attnlab.plumbing.outputs import atomic_path
+from attnlab.plumbing.preflight import LOCAL_FORMATS
 
 if TYPE_CHECKING:  # for type hints only: the trees job then imports no transformers
     from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 
-LOCAL_FORMATS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "json"}
 GROUND_TRUTH_COLUMNS = ("gt_a_segment", "gt_a_word", "gt_b_segment", "gt_b_word")
 
 
@@ -63,7 +66,7 @@ class TaskSpec:
 
 
 def _one_line(err: BaseException) -> str:
-    # datasets raises a generic error whose cause (the parser's error) says what is wrong
+    # a reader may raise a generic error whose cause (the parser's error) says what is wrong
     while err.__cause__ is not None:
         err = err.__cause__
     lines = str(err).strip().splitlines()
@@ -106,8 +109,14 @@ def validate_split(df: pd.DataFrame, spec: TaskSpec, where: str) -> pd.DataFrame
 
 
 def _read_parquet(path: str | os.PathLike) -> pd.DataFrame:
+    """The rows of a Parquet file (a local table, a downloaded or prepared split), its column
+    names checked as a text file's header is (`_check_header`)."""
     try:
+        # before pandas, whose read fails on a repeated name without naming the column
+        _check_header(str(path), pq.read_schema(path).names, "")
         return pd.read_parquet(path)
+    except DataError:
+        raise
     except (OSError, ValueError) as err:
         raise DataError(f"{path}: cannot read as Parquet ({_one_line(err)})") from err
 
@@ -149,9 +158,27 @@ def _synthetic_splits(spec: TaskSpec, cfg: dict, seed: int) -> tuple[pd.DataFram
     return train.rename(columns=names), dev.rename(columns=names)
 
 
-def read_local(path: str, encoding: str, key: str) -> pd.DataFrame:
-    """The rows of a local file; `encoding` is that of a text file (CSV, JSON), read from the
-    config key `key`."""
+@dataclass(frozen=True)
+class Origin:
+    """Where a split's rows come from, so that an error can name a row: a file (or a
+    generator) and, for a text file, the line each of its rows starts on; a Parquet file's rows
+    are named by their index."""
+
+    where: str
+    lines: tuple[int, ...] | None = None
+
+    def place(self, row: int) -> str:
+        """Row `row` of the source, as a user finds it: its line in a text file, else its index."""
+        return f"line {self.lines[row]}" if self.lines is not None else f"row {row}"
+
+
+def read_local(path: str, encoding: str, key: str) -> tuple[pd.DataFrame, Origin]:
+    """The rows of a local file and where each is in it; `encoding` is that of a text file
+    (CSV, TSV, JSON lines), read from the config key `key`. One reader for every format, strict
+    in all: a header that repeats a column name or leaves one empty, or a row with more fields
+    than the header, is an error naming the file, the line and the column (pandas would rename a
+    repeated column `review.1`, or take a first column without a name as the index, and go
+    on)."""
     suffix = Path(path).suffix.lower()
     if suffix not in LOCAL_FORMATS:
         raise DataError(f"{path}: unknown file type {suffix!r} (use {', '.join(LOCAL_FORMATS)})")
@@ -160,33 +187,108 @@ def read_local(path: str, encoding: str, key: str) -> pd.DataFrame:
         raise DataError(f"{path}: no such file")
     if Path(path).stat().st_size == 0:
         raise DataError(f"{path}: empty file")
-    # utf-8-sig reads UTF-8 with or without a byte-order mark; it also sends JSON through
-    # Python's decoder, which refuses a byte that is not UTF-8 (pyarrow's reader lets it into
-    # the table, to fail later without a line)
+    if file_format == "parquet":
+        return _read_parquet(path), Origin(path)
+    data = Path(path).read_bytes()
+    # utf-8-sig reads UTF-8 with or without a byte-order mark
     codec = "utf-8-sig" if codecs.lookup(encoding).name == "utf-8" else encoding
-    text_file = {} if file_format == "parquet" else {"encoding": codec}
     try:
-        data = datasets.load_dataset(file_format, data_files=path, split="train", **text_file)
-    except Exception as err:  # a parser error from any of the three formats
-        raise DataError(_why_unreadable(path, file_format, encoding, key, err)) from err
-    return data.to_pandas()
+        text = data.decode(codec)
+    except UnicodeDecodeError as bad:
+        raise DataError(_not_decodable(path, data, bad, encoding, key)) from None
+    if file_format == "json":
+        frame, lines = _json_table(path, text)
+    else:
+        frame, lines = _csv_table(path, text, "\t" if file_format == "tsv" else ",")
+    if frame.empty:
+        header = "" if file_format == "json" else "a header and "
+        raise DataError(f"{path}: empty split ({header}no rows)")
+    return frame, Origin(path, tuple(lines))
 
 
-def _why_unreadable(path: str, file_format: str, encoding: str, key: str,
-                    err: Exception) -> str:
-    """Why the reader failed on a local file, in one line: a byte that is not valid in the
-    file's encoding, no rows, or the parser's own error. Asked only once the reader has failed,
-    so no file the reader takes is ever refused."""
-    if file_format != "parquet":
-        data = Path(path).read_bytes()
+def _name_problem(names: list[str], what: str) -> str | None:
+    """What is wrong with a header's column names (or a JSON object's keys: `what` "key"): one
+    that is empty, or repeats an earlier one; None when nothing is."""
+    for number, name in enumerate(names, 1):
+        if not str(name).strip():
+            return f"{what} {number} has no name; name every column"
+        first = names.index(name) + 1
+        if first < number:
+            return (f"{what} {number} repeats the name {name!r} of {what} {first}; name every "
+                    "column once")
+    return None
+
+
+def _check_header(path: str, names: list[str], line: str) -> None:
+    """Refuse a header with a `_name_problem`; `line` prefixes the column's place ("line 1: "
+    in a text file)."""
+    problem = _name_problem(names, "column")
+    if problem:
+        raise DataError(f"{path}: {line}{problem}")
+
+
+def _csv_table(path: str, text: str, delimiter: str) -> tuple[pd.DataFrame, list[int]]:
+    """The rows of a CSV (or, `delimiter` a tab, TSV) text, and the line each starts on."""
+    # a TSV's fields are never quoted (GLUE's hold bare quotes); a CSV's may span lines
+    quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, quoting=quoting,
+                        strict=True)
+    rows, lines = [], []
+    try:
+        header = next(reader, [])
+        _check_header(path, header, "line 1: ")
+        start = reader.line_num + 1
+        for record in reader:
+            if len(record) > len(header):
+                raise DataError(f"{path}: line {start}: {len(record)} fields, more than the "
+                                f"header's {len(header)} (column {len(header) + 1} has no name)")
+            if record:  # a blank line holds no row
+                rows.append(record + [""] * (len(header) - len(record)))
+                lines.append(start)
+            start = reader.line_num + 1
+    except csv.Error as err:
+        raise DataError(f"{path}: line {reader.line_num}: cannot read as CSV ({err})") from None
+    frame = pd.DataFrame(rows, columns=header, dtype=object)
+    return frame.apply(_typed), lines
+
+
+def _typed(values: pd.Series) -> pd.Series:
+    """A column of a CSV file as values: an empty cell missing, numbers where every filled cell
+    is one (labels as integers), text otherwise."""
+    values = values.mask(values == "")
+    numbers = pd.to_numeric(values, errors="coerce")
+    return numbers if numbers.notna().sum() == values.notna().sum() else values
+
+
+def _keys_once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's keys and values, refused with its `_name_problem` (json.loads would keep
+    the last value of a repeated key)."""
+    problem = _name_problem([key for key, _ in pairs], "key")
+    if problem:
+        raise DataError(problem)
+    return dict(pairs)
+
+
+def _json_table(path: str, text: str) -> tuple[pd.DataFrame, list[int]]:
+    """The rows of a JSON lines text (one object a line), and the line of each."""
+    rows, lines = [], []
+    # split at newlines only: a JSON string may hold a line separator such as U+2028
+    for number, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
         try:
-            text = data.decode(encoding)
-        except UnicodeDecodeError as bad:
-            return _not_decodable(path, data, bad, encoding, key)
-        header = 1 if file_format == "csv" else 0
-        if not any(line.strip() for line in text.splitlines()[header:]):
-            return f"{path}: empty split ({'a header and ' if header else ''}no rows)"
-    return f"{path}: cannot read as {file_format} ({_one_line(err)})"
+            row = json.loads(line, object_pairs_hook=_keys_once)
+        except DataError as err:
+            raise DataError(f"{path}: line {number}: {err}") from None
+        except ValueError as err:
+            raise DataError(f"{path}: line {number}: cannot read as JSON lines "
+                            f"({_one_line(err)})") from None
+        if not isinstance(row, dict):
+            raise DataError(f"{path}: line {number}: {type(row).__name__}, not an object of "
+                            "columns (JSON lines: one object a line)")
+        rows.append(row)
+        lines.append(number)
+    return pd.DataFrame(rows), lines
 
 
 def _not_decodable(path: str, data: bytes, bad: UnicodeDecodeError, encoding: str,
@@ -239,47 +341,51 @@ def read_task(
     seed: int,
     files: Mapping[str, str | os.PathLike] | None = None,
     parts: Mapping[str, TaskSpec] | None = None,
-) -> tuple[TaskSpec, pd.DataFrame, pd.DataFrame]:
+) -> tuple[TaskSpec, pd.DataFrame, pd.DataFrame, tuple[Origin, Origin]]:
     """Read or generate a task's train and dev splits, select its examples and validate both
-    (`prepare_task`). `files` are a hub task's downloaded splits (train and, unless its dev is
-    held out, dev) or a mixed task's prepared splits of the tasks `parts` it mixes."""
+    (`prepare_task`); returns them with where their rows come from (`Origin`, by a row's
+    `source_row` where examples were selected). `files` are a hub task's downloaded splits
+    (train and, unless its dev is held out, dev) or a mixed task's prepared splits of the tasks
+    `parts` it mixes."""
     spec = TaskSpec.from_config(name, cfg)
     source = cfg["source"]
     if source == "synthetic":
         train, dev = _synthetic_splits(spec, cfg, seed)
-        origins = (f"synthetic {name} train", f"synthetic {name} dev")
+        origins = (Origin(f"synthetic {name} train"), Origin(f"synthetic {name} dev"))
     elif source == "hub":
         if files is None:
             raise ValueError(f"tasks.{name}: a hub task is read from its downloaded files")
-        origins = (str(files["train"]), str(files.get("dev", f"{files['train']} (held out)")))
+        origins = (Origin(str(files["train"])),
+                   Origin(str(files.get("dev", f"{files['train']} (held out)"))))
         train = _read_parquet(files["train"])
         dev = _read_parquet(files["dev"]) if "dev" in files else None
     elif source == "local":
         local = cfg["local"]
-        origins = (local["train"], local["dev"])
         # the schema's default: a config read without it (the library's tests) is UTF-8 too
         encoding = local.get("encoding", "utf-8")
-        train, dev = (read_local(path, encoding, f"tasks.{name}.local.encoding")
-                      for path in origins)
+        (train, train_origin), (dev, dev_origin) = (
+            read_local(local[split], encoding, f"tasks.{name}.local.encoding")
+            for split in ("train", "dev"))
+        origins = (train_origin, dev_origin)
     elif source == "mix":
         if files is None or parts is None:
             raise ValueError(f"tasks.{name}: a mixed task is read from its tasks' splits")
         train, dev = _mixed_splits(spec, parts, files)
-        origins = (f"tasks {', '.join(parts)} (train)", f"tasks {', '.join(parts)} (dev)")
+        origins = tuple(Origin(f"tasks {', '.join(parts)} ({split})") for split in ("train", "dev"))
     else:
         raise ConfigError(f"tasks.{name}.source: {source!r} is not synthetic, hub, local or mix")
 
     if dev is None or cfg.get("sentences") or cfg.get("rows"):
         # the text columns must be text before they are cut and sorted
-        validate_split(train, spec, origins[0])
+        validate_split(train, spec, origins[0].where)
         if dev is not None:
-            validate_split(dev, spec, origins[1])
+            validate_split(dev, spec, origins[1].where)
         train, dev = selection.select(train, dev, cfg, columns=[*spec.text_fields,
                                                                 spec.label_field], seed=seed)
-    train = validate_split(train, spec, origins[0])
-    dev = validate_split(dev, spec, origins[1])
+    train = validate_split(train, spec, origins[0].where)
+    dev = validate_split(dev, spec, origins[1].where)
     _warn_about_classes(train, dev, spec)
-    return spec, train, dev
+    return spec, train, dev, origins
 
 
 def write_task(
@@ -319,7 +425,7 @@ def prepare_task(
     its train and dev splits were downloaded to (`attnlab.data.hub`). Returns rows and label
     counts per split.
     """
-    spec, train, dev = read_task(name, cfg, seed, files)
+    spec, train, dev, _ = read_task(name, cfg, seed, files)
     return write_task(spec, train=train, dev=dev, train_out=train_out, dev_out=dev_out)
 
 

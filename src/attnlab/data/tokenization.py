@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 from transformers import BertTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
-from attnlab.data.tasks import DataError, TaskSpec, split_texts
+from attnlab.data.tasks import DataError, Origin, TaskSpec, split_texts
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 # a scratch decoder's: padding, unknown words, and the beginning of every sequence (a token
@@ -77,16 +77,26 @@ def length_limit(model_cfg: Mapping[str, Any]) -> tuple[int, bool]:
 
 
 def check_lengths(
-    df: pd.DataFrame, spec: TaskSpec, tokenizer: PreTrainedTokenizerBase, max_length: int
+    df: pd.DataFrame,
+    spec: TaskSpec,
+    tokenizer: PreTrainedTokenizerBase,
+    max_length: int,
+    origin: Origin | None = None,
 ) -> None:
-    """Refuse (`DataError`) a split with an example of more than `max_length` tokens."""
+    """Refuse (`DataError`) a split with an example of more than `max_length` tokens, naming
+    where it is: its row in `origin` (by `source_row` where examples were selected from it), or
+    its idx in the task when no origin is given."""
     lengths = np.array([len(ids) for ids in tokenizer(*split_texts(df, spec))["input_ids"]])
     too_long = np.flatnonzero(lengths > max_length)
-    if len(too_long):
-        row = int(too_long[0])
-        idx = df["idx"].iloc[row] if "idx" in df.columns else row
-        raise DataError(
-            f"task {spec.name}: example idx={idx} is {int(lengths[row])} tokens, more than "
-            f"model.max_length={max_length} ({len(too_long)} such examples); raise "
-            "model.max_length or set model.truncate: true"
-        )
+    if not len(too_long):
+        return
+    row = int(too_long[0])
+    if origin is None:
+        where = f"task {spec.name}: example idx={df['idx'].iloc[row] if 'idx' in df else row}"
+    else:
+        source = int(df["source_row"].iloc[row]) if "source_row" in df else row
+        where = f"{origin.where}: {origin.place(source)}"
+    raise DataError(
+        f"{where} is {int(lengths[row])} tokens, more than model.max_length={max_length} "
+        f"({len(too_long)} such examples); raise model.max_length or set model.truncate: true"
+    )

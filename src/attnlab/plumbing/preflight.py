@@ -2,24 +2,32 @@
 
 The schema (workflow/schemas/config.schema.yaml) checks each value on its own; `check_config`
 checks what the schema cannot: values against each other, against the files they name and
-against the checkpoint's config.json, so that no model is fine-tuned to be refused later.
-Every problem is a `ConfigError` of one line naming the key. This module imports neither torch
-nor transformers: Snakemake imports it whenever it builds the DAG.
+against the checkpoint's folder, whole (`check_checkpoint`: its config.json, every weights
+file, the tokenizer's files), so that no model is fine-tuned to be refused later. Every problem
+is a `ConfigError` of one line naming the key. `check_writable` checks the results folder
+before Snakemake touches it. This module imports neither torch nor transformers: Snakemake
+imports it whenever it builds the DAG.
 """
 
 from __future__ import annotations
 
 import codecs
 import json
+import os
 import re
+import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attnlab.plumbing.errors import ConfigError
+from attnlab.plumbing.errors import AttnlabError, ConfigError
 from attnlab.plumbing.families import CLASSIFIER, DECODER, FAMILIES, SCRATCH_DEFAULT, names
 
-WEIGHTS = ("*.safetensors", "pytorch_model*.bin")
+# The formats of a task's local files, by suffix, as attnlab.data.tasks.read_local reads them
+# (here, so that the dry run refuses a file no reader takes).
+LOCAL_FORMATS = {".parquet": "parquet", ".csv": "csv", ".tsv": "tsv", ".json": "json",
+                 ".jsonl": "json"}
 # A hub id: "name" or "owner/name" (also a path under resources/).
 HUB_ID = r"[A-Za-z0-9][\w.-]*(?:/[\w.-]+)?"
 
@@ -37,28 +45,19 @@ class ModelShape:
 
 def checkpoint_shape(path: str | Path) -> ModelShape:
     """The shape of the checkpoint directory `path` (as written by save_pretrained), read from
-    its config.json; refused in one line unless it is a model of a supported family."""
+    its config.json; refused in one line unless it is a model of a supported family whose
+    weights files are all there and whole (`check_weights`)."""
     config_file = Path(path, "config.json")
     if not config_file.is_file():
         raise ConfigError(f"model.pretrained: {path} is not a model directory (no config.json)")
-    try:
-        cfg = json.loads(config_file.read_text())
-    except (ValueError, UnicodeDecodeError) as err:
-        raise ConfigError(f"model.pretrained: {config_file} is not valid JSON ({err})") from None
+    cfg = _read_json(config_file)
     model_type = cfg.get("model_type")
     if model_type not in FAMILIES:
         raise ConfigError(
             f"model.pretrained: {path} is a {model_type!r} model, a family whose attention "
             f"cannot be intervened on; supported families: {', '.join(FAMILIES)}"
         )
-    if not any(next(Path(path).glob(pattern), None) for pattern in WEIGHTS):
-        raise ConfigError(f"model.pretrained: {path} has no weights (model.safetensors or "
-                          "pytorch_model.bin)")
-    for weights in sorted(Path(path).glob("*.safetensors")):
-        damage = safetensors_damage(weights)
-        if damage:
-            raise ConfigError(f"model.pretrained: {weights} is damaged ({damage}); download or "
-                              "save the checkpoint again")
+    check_weights(Path(path))
     sizes = FAMILIES[model_type].sizes
     keys = (sizes.layers, sizes.heads, sizes.hidden)
     missing = [key for key in keys if not isinstance(cfg.get(key), int)]
@@ -67,6 +66,21 @@ def checkpoint_shape(path: str | Path) -> ModelShape:
     layers, heads, hidden = (cfg[key] for key in keys)
     positions = cfg.get(sizes.positions)
     return ModelShape(layers, heads, hidden, positions, model_type)
+
+
+def check_checkpoint(path: str | Path) -> ModelShape:
+    """`checkpoint_shape`, and the tokenizer's files (`check_tokenizer`): the whole folder a
+    job will load (`check_config` checks the same, the model's kind before its tokenizer)."""
+    shape = checkpoint_shape(path)
+    check_tokenizer(Path(path))
+    return shape
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ConfigError(f"model.pretrained: {path} is not valid JSON ({err})") from None
 
 
 def safetensors_damage(path: Path) -> str | None:
@@ -89,6 +103,99 @@ def safetensors_damage(path: Path) -> str | None:
     if size < expected:
         return f"{size} bytes where its header describes {expected}"
     return None
+
+
+def torch_zip_damage(path: Path) -> str | None:
+    """What is wrong with the PyTorch weights file `path` (None when nothing is), read from its
+    zip directory without unpickling anything: torch.save writes a zip archive whose directory
+    is at its end, the first part a cut download loses."""
+    size = path.stat().st_size
+    try:
+        with zipfile.ZipFile(path) as archive:
+            end = max((member.header_offset + member.compress_size
+                       for member in archive.infolist()), default=0)
+    except (zipfile.BadZipFile, OSError):
+        with path.open("rb") as f:
+            # a file of torch.save before torch 1.6 is a bare pickle: no directory to check
+            if f.read(1) == b"\x80":
+                return None
+        return f"{size} bytes whose zip directory cannot be read"
+    if size < end:
+        return f"{size} bytes where its zip directory describes {end}"
+    return None
+
+
+# The weights files transformers reads from a checkpoint folder, each with the check that
+# finds it cut short or damaged without loading it (a new format, GGUF say, is one more row).
+WEIGHTS_CHECKS: dict[str, Callable[[Path], str | None]] = {
+    "*.safetensors": safetensors_damage,
+    "pytorch_model*.bin": torch_zip_damage,
+}
+# a sharded checkpoint's index: which shard file holds each tensor
+SHARD_INDEX = "*.index.json"
+
+
+def check_weights(folder: Path) -> None:
+    """Refuse in one line a checkpoint folder without weights, with a shard its index names
+    missing, or with a weights file that is damaged (`WEIGHTS_CHECKS`)."""
+    for index in sorted(folder.glob(SHARD_INDEX)):
+        shards = _read_json(index).get("weight_map")
+        if not isinstance(shards, dict):
+            raise ConfigError(f"model.pretrained: {index} has no weight_map of tensors to shards")
+        missing = sorted(set(map(str, shards.values())) - {p.name for p in folder.iterdir()})
+        if missing:
+            raise ConfigError(f"model.pretrained: {index} names {len(missing)} shard(s) missing "
+                              f"from {folder} ({', '.join(missing)}); download or save the "
+                              "checkpoint again")
+    files = [(file, check) for pattern, check in WEIGHTS_CHECKS.items()
+             for file in sorted(folder.glob(pattern))]
+    if not files:
+        raise ConfigError(f"model.pretrained: {folder} has no weights (model.safetensors or "
+                          "pytorch_model.bin)")
+    for file, check in files:
+        damage = check(file)
+        if damage:
+            raise ConfigError(f"model.pretrained: {file} is damaged ({damage}); download or "
+                              "save the checkpoint again")
+
+
+# The files a tokenizer loads from, one set per kind: transformers needs one whole set (the fast
+# tokenizer's own file, WordPiece's vocabulary, byte-level BPE's vocabulary and merges, or a
+# SentencePiece model).
+TOKENIZER_FILES = (("tokenizer.json",), ("vocab.txt",), ("vocab.json", "merges.txt"),
+                   ("*.model",))
+# the files beside them that hold its settings, read too when present
+TOKENIZER_SETTINGS = ("tokenizer_config.json", "special_tokens_map.json")
+
+
+def check_tokenizer(folder: Path) -> None:
+    """Refuse in one line a checkpoint folder whose tokenizer cannot load from the files there:
+    no whole set of TOKENIZER_FILES, a settings file that is not JSON, or a tokenizer.json that
+    the tokenizers library cannot read."""
+    def present(name: str) -> bool:
+        return next(folder.glob(name), None) is not None
+
+    if not any(all(map(present, names)) for names in TOKENIZER_FILES):
+        partial = [names for names in TOKENIZER_FILES if any(map(present, names))]
+        found = ", ".join(name for names in partial for name in names if present(name))
+        lacking = ", ".join(name for names in partial for name in names if not present(name))
+        raise ConfigError(
+            f"model.pretrained: {folder} has {found} but no {lacking}" if partial else
+            f"model.pretrained: {folder} has no tokenizer files (tokenizer.json, vocab.txt, "
+            "vocab.json with merges.txt, or a SentencePiece *.model); save the model's "
+            "tokenizer there too (tokenizer.save_pretrained)")
+    for name in TOKENIZER_SETTINGS:
+        if present(name):
+            _read_json(folder / name)
+    if present("tokenizer.json"):
+        # imported here: the tokenizers library is small, but only a checkpoint needs it
+        from tokenizers import Tokenizer
+
+        try:
+            Tokenizer.from_file(str(folder / "tokenizer.json"))
+        except Exception as err:  # the library raises one Exception for every kind of damage
+            raise ConfigError(f"model.pretrained: {folder / 'tokenizer.json'} cannot be loaded "
+                              f"as a tokenizer ({' '.join(str(err).split())})") from None
 
 
 def model_shape(model: dict[str, Any], pretrained: str | None) -> ModelShape | None:
@@ -119,9 +226,12 @@ def _check_tasks(config: dict[str, Any]) -> None:
                               "dataset id (like nyu-mll/glue)")
         if task["source"] == "local":
             for split in ("train", "dev"):
-                if not Path(task["local"][split]).is_file():
-                    raise ConfigError(f"tasks.{name}.local.{split}: no file "
-                                      f"{task['local'][split]}")
+                path = Path(task["local"][split])
+                if not path.is_file():
+                    raise ConfigError(f"tasks.{name}.local.{split}: no file {path}")
+                if path.suffix.lower() not in LOCAL_FORMATS:
+                    raise ConfigError(f"tasks.{name}.local.{split}: {path} is not a file type "
+                                      f"attnlab reads ({', '.join(LOCAL_FORMATS)})")
             try:
                 codecs.lookup(task["local"]["encoding"])
             except LookupError:
@@ -214,6 +324,43 @@ def attributed_idx(config: dict[str, Any], task: dict[str, Any]) -> range | None
     return range(min(task["synthetic"]["n_dev"], limit or task["synthetic"]["n_dev"]))
 
 
+def _check_pairs(heads: dict[str, Any], tasks: list[str]) -> None:
+    """heads.similar_pairs and dissimilar_pairs: pairs of two tasks of this config, each pair
+    once (a task paired with itself correlates perfectly; a pair counted twice, or as both
+    similar and dissimilar, would weigh the comparison silently)."""
+    seen: dict[frozenset[str], str] = {}
+    for key in ("similar_pairs", "dissimilar_pairs"):
+        for pair in heads[key]:
+            if not set(pair) <= set(tasks):
+                raise ConfigError(f"heads.{key}: pair {pair} names a task that is not in tasks "
+                                  f"({', '.join(tasks)})")
+            if pair[0] == pair[1]:
+                raise ConfigError(f"heads.{key}: pair {pair} pairs a task with itself")
+            if frozenset(pair) in seen:
+                raise ConfigError(f"heads.{key}: pair {pair} is listed already (in "
+                                  f"heads.{seen[frozenset(pair)]})")
+            seen[frozenset(pair)] = key
+
+
+def check_writable(folder: str | Path) -> None:
+    """Refuse in one line a results folder that this run cannot write into (the nearest folder
+    that exists, when it does not yet): checked before Snakemake touches it, which would
+    otherwise end in its own traceback, e.g. when it removes the log of a job that failed
+    before. Raises `AttnlabError`."""
+    existing = Path(folder)
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise AttnlabError(f"{existing}: is not a folder, so the results cannot be written to "
+                           f"{folder}")
+    # os.access, unlike the mode bits, also answers for root: no for a read-only mount or an
+    # immutable folder
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise AttnlabError(f"{existing}: the results folder cannot be written; make it writable "
+                           f"(chmod -R u+w {existing}) or change `name` to write to "
+                           "results/<another name>")
+
+
 def check_config(config: dict[str, Any], pretrained: str | None) -> None:
     """Check what the schema cannot (see the module's docstring). `config` has the schema's
     defaults filled in; `pretrained` is the local directory of model.pretrained (None for a
@@ -226,10 +373,7 @@ def check_config(config: dict[str, Any], pretrained: str | None) -> None:
     if "attribution" not in heads["methods"]:
         raise ConfigError(f"heads.methods: {heads['methods']} lacks 'attribution', which the "
                           "cross-task correlation of every run needs")
-    for pair in heads["similar_pairs"] + heads["dissimilar_pairs"]:
-        if not set(pair) <= set(tasks):
-            raise ConfigError(f"heads: pair {pair} names a task that is not in tasks "
-                              f"({', '.join(tasks)})")
+    _check_pairs(heads, tasks)
     if config["model"]["pretrain"]["epochs"] and config["model"]["source"] != "scratch":
         raise ConfigError(f"model.pretrain.epochs: pre-training is for scratch models only; "
                           f"model.source is {config['model']['source']!r}, which starts from "
@@ -264,6 +408,8 @@ def check_config(config: dict[str, Any], pretrained: str | None) -> None:
         raise ConfigError(f"model.pretrained: {pretrained} is a {shape.model_type!r} model, "
                           f"which cannot do {task_kind(config)} tasks; they need "
                           f"{'a decoder' if decoder else 'an encoder'} ({', '.join(fitting)})")
+    if config["model"]["source"] != "scratch":  # the rest of the folder, once it is of use
+        check_tokenizer(Path(pretrained))
     if shape.positions is not None and config["model"]["max_length"] > shape.positions:
         raise ConfigError(f"model.max_length: {config['model']['max_length']} is more than the "
                           f"{shape.positions} positions the model has")

@@ -24,14 +24,14 @@ def run(job: Job) -> None:
     # the downloaded files of a hub task, the prepared splits of a mixed task's tasks (a local
     # task's files are named in its config)
     files = {name: path for name, path in job.inputs.items() if name != "pretrained"}
-    spec, train, dev = read_task(job.task, task, job.settings.seed, files, parts)
+    spec, train, dev, origins = read_task(job.task, task, job.settings.seed, files, parts)
     max_length, truncate = length_limit(job.settings.model)
     if not truncate:  # an example too long for the model stops the run here, before training
         # the checkpoint's tokenizer is read from its local copy (none for a scratch model)
         model = {**job.settings.model, "pretrained": job.inputs["pretrained"] or None}
         tokenizer = model_tokenizer(spec, model, train)
-        for split in (train, dev):
-            check_lengths(split, spec, tokenizer, max_length)
+        for split, origin in zip((train, dev), origins, strict=True):
+            check_lengths(split, spec, tokenizer, max_length, origin)
     summary = write_task(spec, train=train, dev=dev, train_out=job.outputs["train"],
                          dev_out=job.outputs["dev"])
     job.write_json("summary", summary)
