@@ -219,15 +219,17 @@ def benchmarks_by_rule(wildcards):
 
 def report_figures(wildcards):
     """Every figure of this configuration's runs that a rule marks for the report (its PNG
-    outputs; a folder of figures is left out), as (path, category, caption file, task): the
-    report's page of figures shows each with its caption (rule figures)."""
+    outputs, and its folders of PNGs, which rule figures opens), as (path, category, caption
+    file, task): the report's page of figures shows each with its caption (rule figures)."""
     figures = []
     # `step`, not `rule`, which Snakemake's lint would read as a rule defined in this file
     for step in kinds_rules():
         for item in step.output:
             marked = item.flags.get("report")
             pattern = strip_wildcard_constraints(str(item))
-            if marked is None or not pattern.endswith(".png"):
+            figures_folder = bool(marked and marked.patterns) and all(
+                p.endswith(".png") for p in marked.patterns)
+            if marked is None or not (pattern.endswith(".png") or figures_folder):
                 continue
             caption = marked.caption.get_path_or_uri(secret_free=True)
             for task in TASKS if "{task}" in pattern else [None]:

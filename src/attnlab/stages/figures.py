@@ -9,8 +9,16 @@ from attnlab.job import Job
 from attnlab.report.figures_page import Figure, write_figures_page
 
 
+def _pngs(path: str) -> list[str]:
+    """A figure's file, or the figures in a rule's folder of figures (whose names are known only
+    once the rule has run)."""
+    folder = Path(path)
+    return [str(p) for p in sorted(folder.glob("*.png"))] if folder.is_dir() else [path]
+
+
 def run(job: Job) -> None:
     """Writes the page."""
-    figures = [Figure(path, category, Path(caption).read_text(), task)
-               for path, category, caption, task in job.settings.figures]
+    figures = [Figure(png, category, Path(caption).read_text(), task)
+               for path, category, caption, task in job.settings.figures
+               for png in _pngs(path)]
     write_figures_page(job.outputs["page"], figures, job.wildcards["name"])
