@@ -46,7 +46,7 @@ def test_every_rule_with_jobs_has_its_time():
     # the downloads, the pre-training (config/real.yaml, model.pretrain), the report's pages and
     # the induction stage of next-token configurations: none runs in the default run
     assert rules - timed == {"download_data", "download_model", "pretrain", "run_summary",
-                             "claims", "induction"}
+                             "claims", "figures", "induction"}
     assert timed <= rules
 
 
