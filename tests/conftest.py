@@ -160,6 +160,17 @@ TRAIN_THREADS = int(os.environ.get("ATTNLAB_TEST_THREADS", "1"))
 TRAIN_SEED = int(os.environ.get("ATTNLAB_TEST_SEED", DEFAULT_CONFIG["seed"]))
 
 
+def learned_metrics(folder: Path, task: str = "syn_mnli", *, accuracy: float = 1.0,
+                    n: int = 100, chance: float = 0.5) -> str:
+    """Fine-tuning's metrics (the fields `attnlab.analyses.claims.unlearned` reads) of a model
+    that, by default, learned its task, at folder/<task>/metrics.json: the input
+    `finetune_metrics` of a stage that judges findings, run as a job in a test."""
+    path = folder / task / "metrics.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"dev_accuracy": accuracy, "n_dev": n, "dev_chance": chance}))
+    return str(path)
+
+
 def _train_default_task(name: str, folder: Path) -> dict:
     """Prepare and train task `name` of config.yaml exactly as `make run` does (same config
     values and seed, unless ATTNLAB_TEST_SEED or ATTNLAB_TEST_THREADS say otherwise) into

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
+from conftest import learned_metrics
 from test_induction import SPEC, _trained
 
 from attnlab.analyses import heads, pruning
@@ -145,7 +146,7 @@ def test_pruning_top_attribution_heads_costs_more_next_token_accuracy_than_rando
     # needs two; seeds 0-4: 0.005-0.125), which the paper's 10 %-of-144-heads claim does not
     # foresee: retention above chance at most (0.125 - c) / (0.98 - c) < 0.13, far below the
     # bar
-    chance = pruning.chance(decoder["inputs"]["labels"])
+    chance = examples.chance(decoder["inputs"]["labels"])
     retention = (at["attribution", 90] - chance) / (at["attribution", 0] - chance)
     assert retention <= pruning.RETENTION_BAR / 2
 
@@ -195,7 +196,8 @@ def test_the_head_stages_run_on_a_decoders_dumps(decoder, tmp_path):
                                                                      out["importance"]}))
     prune_eval.run(ModelJob.from_config(
         "prune_eval", config, task="induction",
-        inputs={**inputs, "importance": out["importance"]},
+        inputs={**inputs, "importance": out["importance"],
+                "finetune_metrics": learned_metrics(tmp_path, "induction")},
         outputs={k: out[k] for k in ("per_layer", "global_", "claims")}))
     importance = pd.read_parquet(out["importance"])
     attention = importance[importance["method"] == "attention"]["importance"].to_numpy()

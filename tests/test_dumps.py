@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import DEFAULT_CONFIG
+from conftest import DEFAULT_CONFIG, learned_metrics
 from transformers import BertConfig, BertForSequenceClassification
 
 from attnlab.analyses.attribution_summary import read_checked_dump, summarise_task
@@ -191,7 +191,9 @@ def test_the_summary_stage_writes_the_summary_and_no_claims_without_planted_pair
     config = {**DEFAULT_CONFIG, "attribution": {**DEFAULT_CONFIG["attribution"], "shards": 2}}
     out = {"summary": tmp_path / "summary.json", "claims": tmp_path / "claims.parquet"}
     summarise_attributions.run(Job.from_config("summarise_attributions", config, task="syn_mnli",
-                                               inputs={"parts": paths}, outputs=out))
+                                               inputs={"parts": paths, "finetune_metrics":
+                                                       learned_metrics(tmp_path)},
+                                               outputs=out))
     summary = json.loads(out["summary"].read_text())
     assert summary["examples"] == 2 and summary["planted_pair_recovery"]["examples"] == 0
     claims = pd.read_parquet(out["claims"])

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import DEFAULT_CONFIG
+from conftest import DEFAULT_CONFIG, learned_metrics
 from test_config import default_config, dry_run
 from tiny_models import tiny_batch, tiny_classifier
 
@@ -281,7 +281,8 @@ def _job(rule: str, model_dir, missing, outputs, config=DEFAULT_CONFIG) -> Model
     """A job of `rule` on the CPU, on the model in `model_dir`, whose splits are the (missing)
     file `missing`."""
     return ModelJob.from_config(rule, {**config, "device": "cpu"}, task="syn_mnli",
-                                inputs={"model": model_dir, "train": missing, "dev": missing},
+                                inputs={"model": model_dir, "train": missing, "dev": missing,
+                                        "finetune_metrics": learned_metrics(model_dir.parent)},
                                 outputs=outputs)
 
 

@@ -33,6 +33,7 @@ def stages(default_task_model, tmp_path_factory):
     trained, _ = default_task_model(NAME)
     folder = tmp_path_factory.mktemp("flow")
     model = {"model": trained / "model"}
+    fit = {"finetune_metrics": str(trained / "metrics.json")}
     dump = folder / "dump.parquet"
     job = ModelJob.from_config("attribute", CONFIG, task=NAME,
                                inputs={**model, "dev": trained / "dev.parquet"},
@@ -40,7 +41,7 @@ def stages(default_task_model, tmp_path_factory):
     attribute.run(replace(job, wildcards={**job.wildcards, "shard": "0"}))
     out = {name: folder / f"trees_{name}" for name in
            ("edges", "trees", "claims", "summary", "sizes", "figures")}
-    trees.run(Job.from_config("trees", DEFAULT_CONFIG, task=NAME, inputs={"parts": [dump]},
+    trees.run(Job.from_config("trees", DEFAULT_CONFIG, task=NAME, inputs={"parts": [dump], **fit},
                               outputs=out))
     tree_claims = pd.read_parquet(out["claims"])
     mined = {name: folder / f"{name}.parquet" for name in ("source", "patterns", "triggers")}
@@ -51,7 +52,7 @@ def stages(default_task_model, tmp_path_factory):
                 "figure": folder / "attack.png"}
     attack_eval.run(ModelJob.from_config(
         "attack_eval", CONFIG, task=NAME,
-        inputs={**model, "dev": trained / "dev.parquet", "triggers": mined["triggers"],
+        inputs={**model, **fit, "dev": trained / "dev.parquet", "triggers": mined["triggers"],
                 "patterns": mined["patterns"], "source": mined["source"]}, outputs=attacked))
     attack_claims = pd.read_parquet(attacked["claims"])
     claims = pd.concat([tree_claims, attack_claims], ignore_index=True)

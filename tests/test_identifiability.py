@@ -279,7 +279,8 @@ def test_effective_attention_checks_and_findings_and_a_side_without_sequences():
     trend, sep = only_long[5:]
     assert (trend["value"], trend["low"], trend["high"], trend["n"]) == pytest.approx(
         (-1, -1, -1, 6))
-    assert (trend["bar"], trend["side"]) == (0, "below")
+    # a trend or shift must clear one point (a difference on a 0–1 scale), not merely 0
+    assert (trend["bar"], trend["side"]) == (-0.01, "below") == (sep["bar"], sep["side"])
     assert (sep["value"], sep["low"], sep["high"]) == pytest.approx((-0.1, -0.1, -0.1))
     assert "Brunner et al. 2020, §3" in trend["source"] and sep["source"]
     # one short head whose values lost a rank: the share is no longer 0

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import test_dumps
 import torch
-from conftest import DEFAULT_CONFIG
+from conftest import DEFAULT_CONFIG, learned_metrics
 from test_dumps import MODEL_CFG, run_shard
 from tiny_models import tiny_batch, tiny_causal_lm, tiny_classifier, tiny_prompts
 
@@ -313,10 +313,12 @@ def test_intervals_pairs_and_claims_from_per_example_values():
     assert leader["verdict"] == "holds" and leader["kind"] == "finding"
     assert (leader["value"], leader["low"], leader["n"]) == pytest.approx((0.2, 0.2, 40))
     assert leader["source"].startswith("our comparison")
-    # a tie on every example: the interval is [0, 0], on the bar, so no verdict either way
+    # a tie on every example: the interval is [0, 0], below the bar of one point (a
+    # difference must clear 0.01, not 0): AttAttr does not beat attention there
     tie = judged["AttAttr beats raw attention on token erasure sufficiency "
                  "(ERASER; lower is better)"]
-    assert (tie["low"], tie["high"], tie["verdict"]) == (0, 0, "inconclusive")
+    assert (tie["low"], tie["high"], tie["bar"]) == (0, 0, 0.01)
+    assert tie["verdict"] == "does not hold"
     assert tie["source"].startswith("Hao et al. 2021, §1")
     assert verdicts["AttAttr beats random on token erasure sufficiency "
                     "(ERASER; lower is better)"] == "holds"
@@ -393,7 +395,8 @@ def test_the_stage_scores_every_method_and_writes_tables_page_and_figures(tiny_s
             "leaderboard_figure": tmp_path / "leaderboard.png"}
     interaction_methods.run(ModelJob.from_config(
         "interaction_methods", config, task="syn_mnli", outputs=out,
-        inputs={"model": model_dir, "dev": dev, "parts": [tmp_path / "dump.parquet"]}))
+        inputs={"model": model_dir, "dev": dev, "parts": [tmp_path / "dump.parquet"],
+                "finetune_metrics": learned_metrics(tmp_path)}))
     scores = pd.read_parquet(out["scores"])
     assert list(scores["method"].unique()) == TABLE_ORDER
     assert "task" not in scores  # its folder, a partition of interaction_scores, names it

@@ -12,7 +12,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import torch
-from conftest import DEFAULT_CONFIG
+from conftest import DEFAULT_CONFIG, learned_metrics
 from test_dumps import tiny_task_model
 from tiny_models import tiny_batch, tiny_classifier
 
@@ -187,7 +187,7 @@ LABELS = torch.tensor([0] * 120 + [1] * 80)
 
 
 def test_retention_is_measured_above_chance():
-    assert pruning.chance(LABELS) == pytest.approx(0.6)
+    assert examples.chance(LABELS) == pytest.approx(0.6)
     good = [0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.85, 0.85, 0.84, 0.6]
     claims = pruning.global_claims(_global({"attribution": good}), PERCENTS, LABELS)
     (kept,) = claims
@@ -254,7 +254,7 @@ def head_task(tmp_path, pair_task):
                            batch_size=3, prune_percents=[0, 50, 100])
     config["device"] = "cpu"
     inputs = {"parts": parts, "model": str(tmp_path / "model"),
-              "dev": str(tmp_path / "dev.parquet")}
+              "dev": str(tmp_path / "dev.parquet"), "finetune_metrics": learned_metrics(tmp_path)}
     return config, inputs
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import DEFAULT_CONFIG, PAIR_TASK
+from conftest import DEFAULT_CONFIG, PAIR_TASK, learned_metrics
 from test_dumps import MODEL_CFG, tiny_task_model
 from transformers import BertForSequenceClassification
 
@@ -78,7 +78,8 @@ def stages(tmp_path_factory) -> tuple[pd.DataFrame, dict[str, dict[str, pd.DataF
     dev.to_parquet(dev_path)
     config = {**DEFAULT_CONFIG, **SETTINGS, "device": "cpu", "tasks": {"syn_mnli": task},
               "model": MODEL_CFG}
-    inputs = {"model": model_dir, "dev": dev_path, "train": folder / "train.parquet"}
+    inputs = {"model": model_dir, "dev": dev_path, "train": folder / "train.parquet",
+              "finetune_metrics": learned_metrics(folder)}
     tables = {}
     for stage, names in OUTPUTS.items():
         rule = stage.__name__.rsplit(".", 1)[1]

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import DEFAULT_CONFIG
+from conftest import DEFAULT_CONFIG, learned_metrics
 from test_dumps import CFG, MODEL_CFG, tiny_task_model
 from test_trees import PIECES, SENTENCE, wordpiece_row
 from transformers import BertConfig, BertForSequenceClassification
@@ -286,7 +286,8 @@ def test_the_trigger_stages_write_what_their_rules_declare(pair_task, tmp_path):
     attack_eval.run(ModelJob.from_config(
         "attack_eval", config, task="syn_mnli", outputs=out,
         inputs={"model": model_dir, "dev": dev, "triggers": mined["triggers"],
-                "patterns": mined["patterns"], "source": mined["source"]}))
+                "patterns": mined["patterns"], "source": mined["source"],
+                "finetune_metrics": learned_metrics(tmp_path)}))
     table = pd.read_parquet(out["table"])
     # (trigger, random tokens) x gold class of the dev examples for each class's top trigger
     gold = pd.read_parquet(dev)["label"].nunique()

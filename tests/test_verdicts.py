@@ -6,10 +6,21 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from attnlab.analyses import verdicts
-from attnlab.analyses.claims import COLUMNS, NotTestable, Source, claim, claims_frame, finding
+from attnlab.analyses.claims import (
+    COLUMNS,
+    NotTestable,
+    Source,
+    claim,
+    claims_frame,
+    finding,
+    on_models,
+    source,
+    unlearned,
+)
 from attnlab.analyses.verdicts import Bar, Interval
 
 SOURCE = Source("Hao et al. 2021", "Fig. 3", "a constructed statement")
@@ -141,6 +152,7 @@ def test_every_paper_file_names_its_statements_and_an_unknown_key_is_refused():
     for name in names:
         entries = paper(name)
         assert entries["title"] and entries["cite"]
+        assert isinstance(entries["learned"], bool), name
         for key, entry in entries["statements"].items():
             assert set(entry) == {"where", "statement"}, (name, key)
             assert str(source(name, key)) == (f"{entries['cite']}, {entry['where']}: "
@@ -149,3 +161,58 @@ def test_every_paper_file_names_its_statements_and_an_unknown_key_is_refused():
         source("hao2021", "fig99")
     with pytest.raises(KeyError, match="no statements file for paper 'nobody'"):
         source("nobody", "fig3_low_pruning")
+
+
+@pytest.mark.parametrize("accuracy, n, chance, learned", [
+    (1.0, 200, 0.5, True),
+    (0.6, 400, 0.5, True),  # 240 of 400: the interval, about [0.55, 0.65], clears 0.5
+    (0.515, 200, 0.5, False),  # the untrained syn_rte model: [0.445, 0.585] contains chance
+    (0.6, 20, 0.5, False),  # 12 of 20: too few examples to tell from chance
+    (0.35, 200, 0.36, False),  # below the majority class
+    (0.62, 300, 0.6, False),  # above 1/2 but not above an unbalanced split's majority class
+])
+def test_a_model_learned_its_task_when_its_dev_accuracy_interval_lies_above_chance(
+        accuracy, n, chance, learned):
+    why = unlearned({"dev_accuracy": accuracy, "n_dev": n, "dev_chance": chance})
+    assert (why is None) == learned
+    if not learned:
+        assert why.reason.startswith(f"the model did not learn its task: dev accuracy "
+                                     f"{accuracy:.3g} [") and f"chance ({chance:.3g}" in why.reason
+
+
+def test_findings_about_learning_are_not_testable_on_a_model_that_learned_nothing():
+    interval = Interval(0.02, 0.01, 0.03, 50)
+    rows = claims_frame([
+        finding("s", "learned and holding", "m", interval, Bar(0),
+                source("hao2021", "fig3_low_pruning")),
+        finding("s", "about the architecture", "m", interval, Bar(0),
+                source("brunner2020", "depth")),
+        finding("s", "learned and already untestable", "m", NotTestable("one layer"), Bar(0),
+                source("jain2019", "gradients")),
+        claim("s", "a check", "m", 1.0, True, kind="check"),
+    ])
+    assert rows["learned"].tolist() == [True, False, True, False]
+    chance = {"dev_accuracy": 0.47, "n_dev": 200, "dev_chance": 0.5}
+    trained = {"dev_accuracy": 1.0, "n_dev": 200, "dev_chance": 0.5}
+    pd.testing.assert_frame_equal(on_models(rows, {"syn_sst2": trained}), rows)
+    judged = on_models(rows, {"syn_sst2": chance}).set_index("claim")
+    first = judged.loc["learned and holding"]
+    assert first["verdict"] == "not testable"
+    assert first["reason"].startswith("the model did not learn its task: dev accuracy 0.47")
+    # the estimate and interval stay, shown but not judged
+    assert (first["value"], first["low"], first["high"]) == (0.02, 0.01, 0.03)
+    assert judged.loc["about the architecture", "verdict"] == "holds"
+    assert judged.loc["learned and already untestable", "reason"] == "one layer"
+    assert judged.loc["a check", "verdict"] == "holds"
+    # findings over several tasks' models name the task that did not learn
+    both = on_models(rows, {"syn_mnli": trained, "syn_sst2": chance})
+    assert both.loc[0, "reason"].startswith("syn_sst2: the model did not learn its task")
+
+
+def test_a_comparison_clears_one_point_not_zero():
+    """An untrained model's edges move its output by 1e-4: an interval of such differences
+    excludes 0, and holds against a bar of 0 but not against one point."""
+    tiny = Interval(2.2e-4, 2.0e-4, 2.4e-4, 200)
+    assert verdicts.verdict(tiny, Bar(0)) == "holds"
+    assert verdicts.verdict(tiny, Bar(verdicts.ONE_POINT)) == "does not hold"
+    assert verdicts.verdict(Interval(0.05, 0.02, 0.08, 200), Bar(verdicts.ONE_POINT)) == "holds"

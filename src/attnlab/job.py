@@ -18,6 +18,7 @@ block in workflow/rules/, so a stage reading a key its rule does not pass fails 
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -121,6 +122,14 @@ class Job:
         """The input `name` as a list of paths, whether Snakemake gave one path or several."""
         value = _paths(self.inputs[name])
         return [value] if isinstance(value, str) else value
+
+    @cached_property
+    def finetune_metrics(self) -> dict[str, dict[str, Any]]:
+        """Task -> fine-tuning's metrics of the models the job's findings are measured on
+        (input `finetune_metrics`: results/<name>/finetune/<task>/metrics.json), for
+        `attnlab.analyses.claims.on_models`."""
+        return {Path(path).parent.name: json.loads(Path(path).read_text())
+                for path in self.paths("finetune_metrics")}
 
     def split(self, name: str = "dev") -> pd.DataFrame:
         """A prepared split of the task (input `name`), checked against its columns."""

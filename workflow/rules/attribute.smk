@@ -34,6 +34,8 @@ rule attribute:
 # tasks).
 rule summarise_attributions:
     input:
+        # whether the model learned its task (the findings' rule, claims.on_models)
+        finetune_metrics=rules.finetune.output.metrics,
         parts=lambda wildcards: expand(
             rules.attribute.output.part, name=wildcards.name, task=wildcards.task, shard=SHARDS
         ),

@@ -6,6 +6,8 @@
 
 rule attention_permutation:
     input:
+        # whether the model learned its task (the findings' rule, claims.on_models)
+        finetune_metrics=rules.finetune.output.metrics,
         model=rules.finetune.output.model,
         dev=rules.prepare_data.output.dev,
     output:
@@ -39,6 +41,8 @@ rule attention_permutation:
 
 rule adversarial_attention:
     input:
+        # whether the model learned its task (the findings' rule, claims.on_models)
+        finetune_metrics=rules.finetune.output.metrics,
         model=rules.finetune.output.model,
         train=rules.prepare_data.output.train,
         dev=rules.prepare_data.output.dev,

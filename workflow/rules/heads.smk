@@ -32,6 +32,8 @@ rule head_importance:
 
 rule prune_eval:
     input:
+        # whether the model learned its task (the findings' rule, claims.on_models)
+        finetune_metrics=rules.finetune.output.metrics,
         parts=rules.summarise_attributions.input.parts,
         model=rules.finetune.output.model,
         dev=rules.prepare_data.output.dev,
@@ -91,6 +93,8 @@ rule pruning_figures:
 
 rule task_correlation:
     input:
+        # whether the models learned their tasks (the findings' rule, claims.on_models)
+        finetune_metrics=expand(rules.finetune.output.metrics, task=TASKS, allow_missing=True),
         importance=expand(
             rules.head_importance.output.importance, task=TASKS, allow_missing=True
         ),

@@ -5,6 +5,8 @@
 
 rule induction:
     input:
+        # whether the model learned its task (the findings' rule, claims.on_models)
+        finetune_metrics=rules.finetune.output.metrics,
         model=rules.finetune.output.model,
         dev=rules.prepare_data.output.dev,
     output:

@@ -6,6 +6,8 @@
 
 rule interaction_methods:
     input:
+        # whether the model learned its task (the findings' rule, claims.on_models)
+        finetune_metrics=rules.finetune.output.metrics,
         model=rules.finetune.output.model,
         dev=rules.prepare_data.output.dev,
         parts=rules.summarise_attributions.input.parts,

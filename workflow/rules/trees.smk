@@ -4,6 +4,8 @@
 
 rule trees:
     input:
+        # whether the model learned its task (the findings' rule, claims.on_models)
+        finetune_metrics=rules.finetune.output.metrics,
         parts=rules.summarise_attributions.input.parts,
     output:
         edges="results/{name}/trees/{task}/edges.parquet",

@@ -35,6 +35,8 @@ rule mine_triggers:
 
 rule attack_eval:
     input:
+        # whether the model learned its task (the findings' rule, claims.on_models)
+        finetune_metrics=rules.finetune.output.metrics,
         model=rules.finetune.output.model,
         dev=rules.prepare_data.output.dev,
         triggers=rules.mine_triggers.output.triggers,

@@ -23,7 +23,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from attnlab.analyses import verdicts
 from attnlab.analyses.claims import NotTestable, finding, source
 from attnlab.analyses.divergences import total_variation
-from attnlab.analyses.verdicts import Bar
+from attnlab.analyses.verdicts import ONE_POINT, Bar
 from attnlab.engine import examples, models
 from attnlab.engine.intervention import Intervention
 
@@ -32,9 +32,9 @@ ALL_LAYERS = "all"
 # Drozdyuk et al.: permuting the first layer costs about 6 accuracy points; the finding's bar is
 # half of that (ours).
 POSTER_FIRST_LAYER_DROP = 0.06
-# "Barely matters": at most one accuracy point, the noise of one model on a few hundred examples
-# (the same margin as pruning.CURVE_GAP).
-NEGLIGIBLE_DROP = 0.01
+# "Barely matters": at most one accuracy point (verdicts.ONE_POINT), the noise of one model on a
+# few hundred examples.
+NEGLIGIBLE_DROP = ONE_POINT
 
 
 def permutation_indices(

@@ -5,21 +5,29 @@ verdict rules (`attnlab.analyses.verdicts`: its estimate, interval, bar and one 
 verdicts; `finding`), or a *check*, what follows from the mathematics or the construction (a
 bug detector, never counted as a finding). Rows made by `claim` (the stages not yet converted
 to the verdict rules) are findings judged on their point estimate, without an interval.
+
+A finding about what training put into a model (its source is `learned`) is not testable on a
+model that did not learn its task (`unlearned`, applied to a stage's table by `on_models`): an
+untrained model's prediction hardly depends on its input, so nothing that changes its attention
+can hurt it, and its attention has learned nothing to rank or to find.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import yaml
 
-from attnlab.analyses.verdicts import UNTESTABLE, Bar, Interval, verdict
+from attnlab.analyses import verdicts
+from attnlab.analyses.verdicts import HOLDS, UNTESTABLE, Bar, Interval, verdict
 
 log = logging.getLogger(__name__)
 
@@ -29,10 +37,11 @@ PAPERS = Path(__file__).with_name("papers")
 # `kind`: "finding" or "check". `value`: the estimate; `low`, `high`: its interval over `n`
 # units; `bar`, `side`: the verdict's bar and the side of it the interval must lie on ("above",
 # "below"); `reason`: why a claim is not testable (empty for a claim that was judged);
-# `source`: the paper, its section or figure and the statement (`Source`). A row made by
-# `claim` has no interval, bar or source (NaN, empty).
+# `source`: the paper, its section or figure and the statement (`Source`); `learned`: whether
+# that statement is about what training put into a model (`on_models`). A row made by `claim`
+# has no interval, bar or source (NaN, empty) and is not `learned`.
 COLUMNS = ["stage", "claim", "kind", "metric", "value", "low", "high", "n", "bar", "side",
-           "verdict", "reason", "source"]
+           "verdict", "reason", "source", "learned"]
 KINDS = ("finding", "check")
 
 
@@ -47,11 +56,14 @@ class NotTestable:
 @dataclass(frozen=True)
 class Source:
     """Where a finding comes from: the paper, its section, figure or table, and the statement
-    (in the paper's words or as close as we can cite them)."""
+    (in the paper's words or as close as we can cite them). `learned`: the statement is about
+    what training put into a model (the paper's file says, `learned`), not about what any
+    model of the architecture does."""
 
     paper: str
     where: str
     statement: str
+    learned: bool = False
 
     def __str__(self) -> str:
         return f"{self.paper}, {self.where}: {self.statement}"
@@ -75,7 +87,8 @@ def source(name: str, key: str) -> Source:
         raise KeyError(f"paper {name!r} has no statement {key!r} (papers/{name}.yaml: "
                        f"{', '.join(statements)})")
     entry = statements[key]
-    return Source(paper(name)["cite"], entry["where"], entry["statement"])
+    return Source(paper(name)["cite"], entry["where"], entry["statement"],
+                  learned=paper(name)["learned"])
 
 
 def _row(stage: str, statement: str, metric: str, value: float, verdict: str, reason: str,
@@ -83,7 +96,7 @@ def _row(stage: str, statement: str, metric: str, value: float, verdict: str, re
     return {"stage": stage, "claim": statement, "kind": "finding", "metric": metric,
             "value": float(value), "low": math.nan, "high": math.nan, "n": math.nan,
             "bar": math.nan, "side": "", "verdict": verdict, "reason": reason, "source": "",
-            **more}
+            "learned": False, **more}
 
 
 def claim(
@@ -114,11 +127,42 @@ def finding(
 ) -> dict[str, Any]:
     """One finding's row: its estimate and interval judged against `bar` by
     `verdicts.verdict`, or "not testable" with the reason (value and interval NaN)."""
-    judged = {"bar": float(bar.value), "side": bar.side, "source": str(source)}
+    judged = {"bar": float(bar.value), "side": bar.side, "source": str(source),
+              "learned": source.learned}
     if isinstance(interval, NotTestable):
         return _row(stage, statement, metric, math.nan, UNTESTABLE, interval.reason, **judged)
     return _row(stage, statement, metric, interval.estimate, verdict(interval, bar), "",
                 low=interval.low, high=interval.high, n=interval.n, **judged)
+
+
+def unlearned(metrics: Mapping[str, Any]) -> NotTestable | None:
+    """None when the model learned its task, otherwise why not: its dev accuracy's 95 %
+    interval (bootstrap over its n_dev examples) must lie above chance, the majority-class
+    rate of the dev labels (`metrics`: fine-tuning's, rule finetune)."""
+    n, chance = int(metrics["n_dev"]), float(metrics["dev_chance"])
+    right = round(float(metrics["dev_accuracy"]) * n)
+    accuracy = verdicts.bootstrap(np.repeat([1.0, 0.0], [right, n - right]))
+    if verdict(accuracy, Bar(chance)) == HOLDS:
+        return None
+    return NotTestable(
+        f"the model did not learn its task: dev accuracy {accuracy.estimate:.3g} "
+        f"[{accuracy.low:.3g}, {accuracy.high:.3g}] over {n} examples is not above chance "
+        f"({chance:.3g}, the majority class)")
+
+
+def on_models(claims: pd.DataFrame, metrics: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
+    """`claims` with its `learned` findings not testable where a model they were measured on
+    did not learn its task (`metrics`: task -> fine-tuning's metrics of every such model); the
+    estimate and interval stay, shown but not judged."""
+    reasons = [f"{task}: {why.reason}" if len(metrics) > 1 else why.reason
+               for task, fit in metrics.items() if (why := unlearned(fit)) is not None]
+    if not reasons:
+        return claims
+    claims = claims.copy()
+    affected = claims["learned"].astype(bool) & (claims["verdict"] != UNTESTABLE)
+    claims.loc[affected, "verdict"] = UNTESTABLE
+    claims.loc[affected, "reason"] = "; ".join(reasons)
+    return claims
 
 
 def claims_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:

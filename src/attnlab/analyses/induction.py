@@ -35,7 +35,7 @@ from transformers import PreTrainedModel
 
 from attnlab.analyses.claims import claims_frame, finding, source
 from attnlab.analyses.trees import tree_from_matrix
-from attnlab.analyses.verdicts import Bar, bootstrap, difference
+from attnlab.analyses.verdicts import ONE_POINT, Bar, bootstrap, difference
 from attnlab.engine import attribution, models
 from attnlab.engine.intervention import Intervention
 from attnlab.methods.attention_graph import head_mean
@@ -46,8 +46,8 @@ METHODS = ("attattr", "attention", "rollout")
 # AttAttr's strongest edge at the query must point to B in more than 90 % of the examples (our
 # bar: the model is right on about all of them, and it can only be right by reading B)
 EDGE_SHARE = 0.9
-# a comparison holds when the paired interval of the difference lies above 0
-BEATS = Bar(0.0)
+# a comparison holds when the paired interval of the difference lies above one point
+BEATS = Bar(ONE_POINT)
 # the two heads of the mechanism (an induction and a previous-token head)
 MECHANISM_HEADS = 2
 # a head is an induction (previous-token) head when on average it puts at least half of its

@@ -48,7 +48,7 @@ import torch
 from transformers import PreTrainedModel
 
 from attnlab.analyses.claims import NotTestable, Source, finding, source
-from attnlab.analyses.verdicts import Bar, Interval
+from attnlab.analyses.verdicts import ONE_POINT, Bar, Interval
 from attnlab.engine import models
 from attnlab.engine.capture import Captured
 from attnlab.methods.edge_masking import masked_probabilities, off_diagonal
@@ -279,16 +279,19 @@ def pairs(values: pd.DataFrame, *, reps: int, seed: int) -> pd.DataFrame:
 
 
 def _ours(statement: str) -> Source:
-    """The source of a comparison that no paper states: ours."""
-    return Source("our comparison", "docs/interaction_methods.md", statement)
+    """The source of a comparison that no paper states: ours. Like Hao et al.'s, it is about
+    the trained model (which edges its prediction needs), not about any model of its shape."""
+    return Source("our comparison", "docs/interaction_methods.md", statement, learned=True)
 
 
 def claims(table: pd.DataFrame, compared: pd.DataFrame) -> list[dict[str, Any]]:
     """For each measure: the best method against the runner-up, AttAttr against attention,
     and (faithfulness) AttAttr against random; each a finding on the paired interval of the
-    difference over examples, holding when it lies above 0. AttAttr against attention tests
+    difference over examples. AttAttr against attention tests
     Hao et al.'s statement that attention does not show what contributes to the prediction;
-    the other two are our comparisons. `table`: `intervals`, `compared`: `pairs`."""
+    the other two are our comparisons. Every measure lies on a 0–1 scale: a comparison holds
+    only when the difference clears one point (`verdicts.ONE_POINT`). `table`: `intervals`,
+    `compared`: `pairs`."""
     stage = "interaction_methods"
     rows = []
 
@@ -305,8 +308,8 @@ def claims(table: pd.DataFrame, compared: pd.DataFrame) -> list[dict[str, Any]]:
         rows.append(finding(
             stage, statement,
             f"{what}: {method} minus {other} (oriented so > 0 is better), {INTERVAL:.0%} paired "
-            f"bootstrap interval over examples (holds above 0)",
-            interval, Bar(0), cited))
+            f"bootstrap interval over examples (holds above {ONE_POINT}: one point, our choice)",
+            interval, Bar(ONE_POINT), cited))
 
     for measure, (what, higher) in MEASURES.items():
         ranked = table[(table["measure"] == measure) & (table["method"] != RANDOM)]
@@ -314,7 +317,7 @@ def claims(table: pd.DataFrame, compared: pd.DataFrame) -> list[dict[str, Any]]:
             statement = f"One method leads on {what}"
             rows.append(finding(stage, statement, what,
                                 NotTestable("fewer than two methods score this measure"),
-                                Bar(0), _ours(statement)))
+                                Bar(ONE_POINT), _ours(statement)))
             continue
         ranked = ranked.sort_values("mean", ascending=not higher)
         best, second = ranked["method"].iloc[0], ranked["method"].iloc[1]

@@ -12,9 +12,7 @@ statements as findings judged by the verdict rules (`attnlab.analyses.verdicts`)
 * Global pruning (Fig. 4): rank all L·H heads by dataset-level importance and mask the lowest
   p %, evaluated on the dev examples that did not score the heads (`heads.evaluation_split`).
 * Retention above chance: (acc − chance) / (full − chance), chance the majority-class rate of
-  the evaluation examples: what a model that ignores its input reaches by answering the
-  commonest class, on these examples. A uniform 1/C would understate it on an unbalanced
-  split, and a model pruned to nothing tends to answer one class.
+  the evaluation examples (`examples.chance`).
 
 Every finding is a statistic of the per-example correctness (0/1) of the examples that evaluate
 it, with its bootstrap interval over those examples; two curves on the same examples are
@@ -35,7 +33,7 @@ from transformers import PreTrainedModel
 
 from attnlab.analyses import verdicts
 from attnlab.analyses.claims import NotTestable, finding, source
-from attnlab.analyses.verdicts import Bar
+from attnlab.analyses.verdicts import ONE_POINT, Bar
 from attnlab.engine import examples
 from attnlab.engine.attribution import attribute, head_maxima
 
@@ -50,9 +48,6 @@ RANKINGS = (PREDICTED, GOLD, ATTENTION, RANDOM)
 # up to half the heads): pruning half the heads of every layer, lowest attribution first, may
 # cost at most 5 accuracy points.
 LOW_PRUNE_TOLERANCE = 0.05
-# Our choice: one curve is above another when their mean accuracies differ by at least one
-# point, a gap a reader of Fig. 3 or 4 would see (the interval takes care of the noise).
-CURVE_GAP = 0.01
 # Our choice: "competitive with Taylor" is an area under attribution's global-pruning curve
 # (mean accuracy over the pruned fraction) at most 5 points below Taylor's.
 AUC_MARGIN = 0.05
@@ -201,11 +196,6 @@ def global_curves(
     return Curves(pd.DataFrame(rows).astype({"seed": "Int64"}), correct)
 
 
-def chance(labels: torch.Tensor) -> float:
-    """The majority-class rate of `labels` (the module's docstring says why)."""
-    return float(torch.bincount(labels).max() / len(labels))
-
-
 def per_layer_claims(curves: Curves) -> list[dict[str, Any]]:
     """The paper's Fig. 3 statements, judged on one task's per-layer curves ranked by the
     predicted label, with a random order as control."""
@@ -224,7 +214,7 @@ def per_layer_claims(curves: Curves) -> list[dict[str, Any]]:
         return verdicts.difference(first, second, paired=True)
 
     interval = f"mean accuracy over k=1..{n_heads - 1}, paired 95 % interval over examples"
-    ours = f"bar {CURVE_GAP}: our choice, a gap of one accuracy point"
+    ours = f"bar {ONE_POINT}: our choice, a gap of one accuracy point"
     return [
         finding(
             "per_layer", "pruning low-attribution heads barely hurts",
@@ -236,20 +226,20 @@ def per_layer_claims(curves: Curves) -> list[dict[str, Any]]:
         finding(
             "per_layer", "pruning low-attribution heads hurts less than pruning random ones",
             f"{interval}, lowest attribution (predicted label) first minus a random order "
-            f"(holds above {CURVE_GAP}; {ours}; our control, not the paper's)",
-            compare((*PREDICTED, "lowest"), (*RANDOM, "lowest")), Bar(CURVE_GAP),
+            f"(holds above {ONE_POINT}; {ours}; our control, not the paper's)",
+            compare((*PREDICTED, "lowest"), (*RANDOM, "lowest")), Bar(ONE_POINT),
             source("hao2021", "fig3_random_control")),
         finding(
             "per_layer", "pruning high-attribution heads hurts more than low-attribution ones",
             f"{interval}, lowest-first minus highest-first, attribution to the predicted label "
-            f"(holds above {CURVE_GAP}; {ours})",
-            compare((*PREDICTED, "lowest"), (*PREDICTED, "highest")), Bar(CURVE_GAP),
+            f"(holds above {ONE_POINT}; {ours})",
+            compare((*PREDICTED, "lowest"), (*PREDICTED, "highest")), Bar(ONE_POINT),
             source("hao2021", "fig3_high_pruning")),
         finding(
             "per_layer", "pruning high-attribution heads hurts more than high-attention ones",
             f"{interval}, highest attention first minus highest attribution (predicted label) "
-            f"first (holds above {CURVE_GAP}; {ours})",
-            compare((*ATTENTION, "highest"), (*PREDICTED, "highest")), Bar(CURVE_GAP),
+            f"first (holds above {ONE_POINT}; {ours})",
+            compare((*ATTENTION, "highest"), (*PREDICTED, "highest")), Bar(ONE_POINT),
             source("hao2021", "fig3_attention")),
     ]
 
@@ -282,12 +272,12 @@ def global_claims(curves: Curves, percents: list[float], labels: torch.Tensor
         claims.append(finding(
             "global", "attribution beats a random head order",
             f"area under accuracy-vs-fraction-pruned, attribution minus random (mean of seeds), "
-            f"paired 95 % interval over {n} evaluation examples (holds above {CURVE_GAP}; bar: "
+            f"paired 95 % interval over {n} evaluation examples (holds above {ONE_POINT}; bar: "
             f"our choice, a gap of one accuracy point)",
             verdicts.difference(area("attribution"), area("random"), paired=True),
-            Bar(CURVE_GAP), source("hao2021", "fig4_random_control")))
+            Bar(ONE_POINT), source("hao2021", "fig4_random_control")))
     if 0 in percents and 90 in percents:
-        floor = chance(labels)
+        floor = examples.chance(labels)
         at = curves.correct[("attribution",)]
         kept, full = at[percents.index(90)], at[percents.index(0)]
         interval: verdicts.Interval | NotTestable = NotTestable(

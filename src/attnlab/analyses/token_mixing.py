@@ -40,7 +40,7 @@ from transformers import PreTrainedModel
 
 from attnlab.analyses import verdicts
 from attnlab.analyses.claims import NotTestable, finding, source
-from attnlab.analyses.verdicts import Bar
+from attnlab.analyses.verdicts import ONE_POINT, Bar
 from attnlab.engine import models
 
 STAGE = "token_mixing"
@@ -204,15 +204,16 @@ def claims(tokens: pd.DataFrame) -> list[dict[str, Any]]:
                 source("brunner2020", "mixing")),
         finding(STAGE, "a token's own input contributes less with depth",
                 f"each example's median self-contribution at layer 1 minus at layer {last}, "
-                f"{over} (holds above 0)",
+                f"{over} (holds above {ONE_POINT}: one point, our choice)",
                 NotTestable("the model has fewer than two layers") if last < 2
-                else verdicts.bootstrap(fall.to_numpy()), Bar(0),
+                else verdicts.bootstrap(fall.to_numpy()), Bar(ONE_POINT),
                 source("brunner2020", "self_contribution")),
         finding(STAGE, "neighbouring tokens contribute more than distant ones",
                 f"each example's mean over its tokens at layer {last} of the mean contribution "
                 f"of the inputs at |offset| = 1 minus those at |offset| >= 2, 95 % interval "
-                f"over the {len(local)} examples with both (holds above 0)",
+                f"over the {len(local)} examples with both (holds above {ONE_POINT}: one point, "
+                "our choice)",
                 NotTestable("no token has both a neighbour and a token two or more away")
-                if local.empty else verdicts.bootstrap(local.to_numpy()), Bar(0),
+                if local.empty else verdicts.bootstrap(local.to_numpy()), Bar(ONE_POINT),
                 source("brunner2020", "locality")),
     ]

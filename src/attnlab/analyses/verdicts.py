@@ -8,6 +8,9 @@ verdict rules live; every stage's findings use them.
   stated side, "does not hold" when it lies wholly on the other side, "inconclusive" when it
   contains the bar, whatever the point estimate; "not testable" (with its reason) where the
   data or the configuration cannot test it (`attnlab.analyses.claims.NotTestable`).
+* A comparison ("A beats B", "X falls with depth") of a measure on a 0–1 scale (a share, a
+  probability, an accuracy, a correlation) holds only by at least `ONE_POINT`, never by any
+  margin above 0.
 * Over seeds (`over_seeds`): each seed's verdict, "holds in k of n", a pooled interval, and the
   run's verdict: holds when it holds in at least ⌈0.8 n⌉ seeds and the pooled interval clears
   the bar; does not hold symmetrically; inconclusive otherwise.
@@ -34,6 +37,11 @@ RESAMPLES = 2000
 SEED = 0
 # A finding holds over n seeds when it holds in at least ⌈SEED_SHARE · n⌉ of them (4 of 5).
 SEED_SHARE = 0.8
+# The least difference a comparison on a 0–1 scale must clear (our choice): one point, a gap
+# a reader of the papers' curves and tables would see. Against a bar of 0, any difference
+# whose interval excludes 0 holds, however small: on untrained models, deleting the edges one
+# method ranks first moves the output by 1e-4 more than another's, with an interval of 1e-5.
+ONE_POINT = 0.01
 # Resampled values held in memory at once: bounds a bootstrap of many units (a chunk of the
 # resamples at a time; the draws are the same in any chunking, as one generator makes them).
 _CHUNK_VALUES = 2**22

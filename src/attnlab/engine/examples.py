@@ -167,6 +167,14 @@ def accuracy(
     return float((predictions == inputs["labels"]).double().mean())
 
 
+def chance(labels: torch.Tensor) -> float:
+    """The majority-class rate of `labels`: what a model that ignores its input reaches by
+    answering the commonest class on these examples. A uniform 1/C would understate it on an
+    unbalanced split, and a model pruned to nothing, or never trained, tends to answer one
+    class."""
+    return float(torch.bincount(labels).max() / len(labels))
+
+
 def held_out(n_requested: int, n_available: int) -> int:
     """How many examples to score heads on: the requested number, or all there are."""
     if n_available < n_requested:

@@ -41,7 +41,7 @@ from attnlab.data.tokenization import (
     model_tokenizer,
     training_words,
 )
-from attnlab.engine import next_token
+from attnlab.engine import examples, next_token
 from attnlab.engine.examples import encode
 from attnlab.engine.models import align_labels
 from attnlab.engine.next_token import encode_prompts
@@ -357,6 +357,7 @@ def finetune(
     return Trained(model, tokenizer, {
         **result,
         "n_dev": len(dev_data["labels"]),
+        "dev_chance": examples.chance(dev_data["labels"]),
         "device": device_name(device),
         "seconds": round(time.monotonic() - started, 1),
     })
@@ -498,5 +499,6 @@ def train_language_model(
                         loss_of=_next_token_loss, evaluate=evaluate, name=spec.name,
                         train_cfg=train_cfg, device=device, seed=seed, bf16=bf16)
     return Trained(model, tokenizer, {
-        **result, "n_dev": len(dev_data["query"]), "device": device_name(device),
+        **result, "n_dev": len(dev_data["query"]),
+        "dev_chance": examples.chance(dev_data["target"]), "device": device_name(device),
         "seconds": round(time.monotonic() - started, 1)})

@@ -10,7 +10,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from attnlab.analyses import adversarial_attention
-from attnlab.analyses.claims import log_claims
+from attnlab.analyses.claims import log_claims, on_models
 from attnlab.model_job import ModelJob
 from attnlab.report.explanation_figures import plot_adversarial
 
@@ -38,8 +38,8 @@ def run(job: ModelJob) -> None:
         frames.append(adversarial_attention.adversarial_attention(
             job.model, dev, layer, attention_cfg, settings.batch_size, seed))
     attention = pd.concat(frames, ignore_index=True)
-    claims = pd.DataFrame(adversarial_attention.claims(
-        keys, attention, attention_cfg.epsilon, keys_cfg.distance_cap))
+    claims = on_models(pd.DataFrame(adversarial_attention.claims(
+        keys, attention, attention_cfg.epsilon, keys_cfg.distance_cap)), job.finetune_metrics)
     job.write_tables({"key_table": keys, "attention_table": attention, "claims": claims})
     plot_adversarial(keys, attention, attention_cfg.epsilon, job.outputs["figure"])
     log_claims(claims, job.task)

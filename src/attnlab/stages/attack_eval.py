@@ -9,7 +9,7 @@ import logging
 import pandas as pd
 
 from attnlab.analyses import attack
-from attnlab.analyses.claims import claims_frame, log_claims
+from attnlab.analyses.claims import claims_frame, log_claims, on_models
 from attnlab.analyses.triggers import planted_margin, planted_triggers
 from attnlab.data.dumps import read_dump, word_level
 from attnlab.model_job import ModelJob
@@ -37,8 +37,9 @@ def run(job: ModelJob) -> None:
     planted = planted_triggers(job.settings.task, job.tokenizer)
     recovery = (planted_margin(pd.read_parquet(job.inputs["patterns"]), planted, cfg.top)
                 if planted else None)
-    claims = claims_frame(attack.attack_claims(attack.example_drops(examples), recovery,
-                                               cfg.top))
+    claims = on_models(claims_frame(attack.attack_claims(attack.example_drops(examples),
+                                                         recovery, cfg.top)),
+                       job.finetune_metrics)
     job.write_tables({"table": table, "claims": claims})
     names = {job.spec.label_names[c]: " ".join(sorted(words)) for c, words in planted.items()}
     plot_attack(summary, job.task, names or None, job.outputs["figure"])

@@ -10,7 +10,7 @@ import logging
 import pandas as pd
 
 from attnlab.analyses import attention_permutation, attention_ranking
-from attnlab.analyses.claims import log_claims
+from attnlab.analyses.claims import log_claims, on_models
 from attnlab.model_job import ModelJob
 from attnlab.report.explanation_figures import plot_attention_permutation
 
@@ -29,8 +29,9 @@ def run(job: ModelJob) -> None:
                                                     settings.batch_size)
     ranking = attention_ranking.ranking_table(job.model, job.tokenizer, inputs,
                                               settings.batch_size)
-    claims = pd.DataFrame(attention_permutation.claims(table)
-                          + attention_ranking.claims(ranking))
+    claims = on_models(pd.DataFrame(attention_permutation.claims(table)
+                                    + attention_ranking.claims(ranking)),
+                       job.finetune_metrics)
     job.write_tables({"table": table, "ranking": ranking, "claims": claims})
     plot_attention_permutation(table, attention_permutation.summary(table),
                                job.outputs["figure"])

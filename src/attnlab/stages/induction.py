@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from attnlab.analyses import induction
-from attnlab.analyses.claims import log_claims
+from attnlab.analyses.claims import log_claims, on_models
 from attnlab.engine import attribution, next_token
 from attnlab.engine.batch_size import rows_per_pass
 from attnlab.model_job import ModelJob
@@ -26,6 +26,7 @@ def run(job: ModelJob) -> None:
     result = induction.induction_analysis(
         job.model, inputs, induction=truth["gt_induction"], previous=truth["gt_previous"],
         engine=engine)
-    job.write_tables({"edges": result.edges, "heads": result.heads, "claims": result.claims})
+    claims = on_models(result.claims, job.finetune_metrics)
+    job.write_tables({"edges": result.edges, "heads": result.heads, "claims": claims})
     job.write_json("summary", {**result.summary, "examples": len(dev)})
-    log_claims(result.claims, job.task)
+    log_claims(claims, job.task)

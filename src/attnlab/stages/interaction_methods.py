@@ -8,12 +8,13 @@ claims are judged on them."""
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import pandas as pd
 import torch
 
 from attnlab.analyses import interaction_methods
-from attnlab.analyses.claims import log_claims
+from attnlab.analyses.claims import log_claims, on_models
 from attnlab.data.dumps import read_task_dump
 from attnlab.engine import examples, models
 from attnlab.engine.attribution import engine_options
@@ -49,6 +50,7 @@ def run(job: ModelJob) -> None:
             device=job.device, desc=f"interactions ({name})")
     summary = interaction_methods.summarise(comparisons, reps=cfg.bootstrap,
                                             seed=job.settings.seed)
+    summary = replace(summary, claims=on_models(summary.claims, job.finetune_metrics))
     _write(job, comparisons, summary, n_examples=len(dump))
     for method, s in comparisons["trained"].seconds.items():
         log.info("%s: %.2f s per example", method, s / len(dump))

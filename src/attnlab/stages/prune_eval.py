@@ -10,7 +10,7 @@ import pandas as pd
 import torch
 
 from attnlab.analyses import heads, pruning
-from attnlab.analyses.claims import claims_frame, log_claims
+from attnlab.analyses.claims import claims_frame, log_claims, on_models
 from attnlab.data.dumps import attributed_head_scores
 from attnlab.engine import examples, models
 from attnlab.engine.attribution import engine_options
@@ -70,8 +70,10 @@ def run(job: ModelJob) -> None:
     percents = list(cfg.prune_percents)
     importance = pd.read_parquet(job.inputs["importance"])
     global_ = pruning.global_curves(job.model, evaluation, importance, percents, cfg.batch_size)
-    claims = claims_frame(pruning.per_layer_claims(per_layer)
-                          + pruning.global_claims(global_, percents, evaluation["labels"]))
+    claims = on_models(claims_frame(pruning.per_layer_claims(per_layer)
+                                    + pruning.global_claims(global_, percents,
+                                                            evaluation["labels"])),
+                       job.finetune_metrics)
     job.write_tables({"per_layer": per_layer.table, "global_": global_.table, "claims": claims},
                      meta={"importance_examples": n_importance,
                            "evaluation_examples": len(evaluation["labels"])})

@@ -10,7 +10,7 @@ from attnlab.analyses.attribution_summary import (
     recovery_claims,
     summarise_task,
 )
-from attnlab.analyses.claims import claims_frame
+from attnlab.analyses.claims import claims_frame, on_models
 from attnlab.data.groundtruth import planted_pair_hits
 from attnlab.job import Job
 
@@ -26,4 +26,5 @@ def run(job: Job) -> None:
     summary = summarise_task(dump, job.paths("parts"), tolerance=attribution.tolerance)
     log.info("task %s: %s", job.task, summary)
     job.write_json("summary", summary)
-    job.write_tables({"claims": claims_frame(recovery_claims(planted_pair_hits(dump)))})
+    claims = claims_frame(recovery_claims(planted_pair_hits(dump)))
+    job.write_tables({"claims": on_models(claims, job.finetune_metrics)})

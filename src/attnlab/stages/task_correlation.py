@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from attnlab.analyses.claims import COLUMNS, log_claims
+from attnlab.analyses.claims import COLUMNS, log_claims, on_models
 from attnlab.analyses.task_correlation import (
     cross_task_claims,
     importance_matrix,
@@ -42,6 +42,7 @@ def run(job: Job) -> None:
     claims = pd.DataFrame(cross_task_claims(wide, cfg.similar_pairs, cfg.dissimilar_pairs,
                                             untestable=untestable),
                           columns=["task", *COLUMNS])
+    claims = on_models(claims, job.finetune_metrics)
     write_table(correlations, job.outputs["table"], job.provenance)
     write_table(claims, job.outputs["claims"], job.provenance)
     pairs = correlations[(correlations["kind"] == "tasks")

@@ -8,7 +8,7 @@ import json
 import logging
 
 from attnlab.analyses import trees
-from attnlab.analyses.claims import claims_frame, log_claims
+from attnlab.analyses.claims import claims_frame, log_claims, on_models
 from attnlab.data.dumps import read_task_dump, word_level
 from attnlab.job import Job
 from attnlab.plumbing.outputs import atomic_path
@@ -30,7 +30,7 @@ def run(job: Job) -> None:
              len(dump), cfg.tau, cfg.normalise)
     edges, table = trees.tree_tables(dump, n_layers, cfg.tau, cfg.normalise,
                                      causal=job.next_token, seed=job.settings.seed)
-    claims = claims_frame(trees.tree_claims(table))
+    claims = on_models(claims_frame(trees.tree_claims(table)), job.finetune_metrics)
     summary = trees.size_summary(table)
     if summary["incomplete_trees"]:
         log.warning("%d trees may lack edges: the dumps' attribution.max_edges_per_layer cut edges "
