@@ -216,3 +216,17 @@ def test_a_comparison_clears_one_point_not_zero():
     assert verdicts.verdict(tiny, Bar(0)) == "holds"
     assert verdicts.verdict(tiny, Bar(verdicts.ONE_POINT)) == "does not hold"
     assert verdicts.verdict(Interval(0.05, 0.02, 0.08, 200), Bar(verdicts.ONE_POINT)) == "holds"
+
+
+def test_a_share_of_hits_has_the_wilson_interval_not_a_degenerate_bootstrap():
+    """20 hits of 20: the bootstrap's interval is [1, 1]; Wilson's (z = 1.96) [0.839, 1], so
+    a bar of 0.9 is not cleared by 20 examples. 12 of 20: the textbook [0.387, 0.781]."""
+    assert verdicts.bootstrap(np.ones(20)) == Interval(1.0, 1.0, 1.0, 20)
+    all_hits = verdicts.share(np.ones(20, bool))
+    assert (all_hits.estimate, all_hits.high, all_hits.n) == (1.0, 1.0, 20)
+    assert all_hits.low == pytest.approx(20 / (20 + 1.959964**2))
+    assert verdicts.verdict(all_hits, Bar(0.9)) == "inconclusive"
+    some = verdicts.share(np.r_[np.ones(12), np.zeros(8)])
+    assert (some.low, some.high) == pytest.approx((0.3866, 0.7812), abs=1e-4)
+    with pytest.raises(ValueError, match="hits or misses"):
+        verdicts.share(np.array([0.5, 1.0]))

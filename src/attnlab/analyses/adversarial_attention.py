@@ -274,9 +274,9 @@ def claims(keys: pd.DataFrame, attention: pd.DataFrame, epsilon: float,
              "of the papers' we could cite")
     out = [
         finding("adversarial_keys", "adversarial keys keep the original predictions",
-                f"share of dev predictions unchanged, {over} (holds above {SAME_PREDICTIONS}: "
-                "our choice, the poster's 'every input' less one in twenty)",
-                verdicts.bootstrap(per_example["same"].to_numpy(dtype=float)),
+                f"share of dev predictions unchanged, {over}, Wilson (holds above "
+                f"{SAME_PREDICTIONS}: our choice, the poster's 'every input' less one in twenty)",
+                verdicts.share(per_example["same"].to_numpy(dtype=float)),
                 Bar(SAME_PREDICTIONS), source("drozdyuk", "keys_keep")),
         # the loss rewards the distance up to distance_cap: reaching it checks the training
         claim("adversarial_keys", "adversarial keys are far from the original keys",

@@ -35,7 +35,7 @@ from transformers import PreTrainedModel
 
 from attnlab.analyses.claims import claims_frame, finding, source
 from attnlab.analyses.trees import tree_from_matrix
-from attnlab.analyses.verdicts import ONE_POINT, Bar, bootstrap, difference
+from attnlab.analyses.verdicts import ONE_POINT, Bar, bootstrap, difference, share
 from attnlab.engine import attribution, models
 from attnlab.engine.intervention import Intervention
 from attnlab.methods.attention_graph import head_mean
@@ -246,7 +246,7 @@ def induction_findings(edges: pd.DataFrame, per_example: np.ndarray,
     olsson, hao = "olsson2022", "hao2021"
     return [
         finding(STAGE, "AttAttr's strongest edge at the second A points to B's first position",
-                "share of examples (bar ours)", bootstrap(hit["attattr"]), above,
+                "share of examples (bar ours)", share(hit["attattr"]), above,
                 source(olsson, "induction_heads")),
         finding(STAGE, "AttAttr's strongest edge finds B more often than raw attention's",
                 "share AttAttr - share attention, paired", difference(
@@ -258,14 +258,14 @@ def induction_findings(edges: pd.DataFrame, per_example: np.ndarray,
                 source(hao, "attention_differs")),
         finding(STAGE, "AttAttr's strongest layer-0 edge is B's first position reading A (the "
                 "previous-token step)", "share of examples (bar ours)",
-                bootstrap(path["attattr"]), above, source(olsson, "previous_token_heads")),
+                share(path["attattr"]), above, source(olsson, "previous_token_heads")),
         finding(STAGE, "AttAttr's strongest layer-0 edge is that step more often than raw "
                 "attention's", "share AttAttr - share attention, paired",
                 difference(path["attattr"], path["attention"], paired=True), BEATS,
                 source(hao, "attention_differs")),
         finding(STAGE, "AttAttr's attribution tree joins the second A to B through B reading A "
                 "in layer 0", "share of examples (bar ours)",
-                bootstrap(edges["tree_path"].to_numpy(float)), above,
+                share(edges["tree_path"].to_numpy(float)), above,
                 source(hao, "tree_hierarchy")),
         finding(STAGE, "AttAttr's top two heads are induction or previous-token heads",
                 "share of the top two that are (0, 0.5 or 1: above 0.5 is both)",

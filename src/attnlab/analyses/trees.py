@@ -338,9 +338,9 @@ def tree_claims(trees: pd.DataFrame) -> list[dict[str, Any]]:
     return [
         finding("trees", "the attribution tree joins the planted token pair",
                 f"share of the {n} correctly classified dev examples a planted pair decides "
-                f"whose tree has an edge joining it, 95 % interval over them (holds above "
+                f"whose tree has an edge joining it, 95 % Wilson interval over them (holds above "
                 f"{PLANTED_TREE_SHARE}; bar: our choice, the paper has no planted tasks)",
-                verdicts.bootstrap(joins), Bar(PLANTED_TREE_SHARE),
+                verdicts.share(joins), Bar(PLANTED_TREE_SHARE),
                 source("hao2021", "tree_flow")),
         finding("trees", "the attribution tree joins the planted pair more often than a tree "
                 "of shuffled attributions",

@@ -3,7 +3,8 @@ verdict rules live; every stage's findings use them.
 
 * A finding is a statistic over units (examples, heads, sentences) with a 95 % percentile
   bootstrap interval (`bootstrap`; `difference` for "A beats B", paired where A and B are
-  measured on the same units) and a `Bar` on a stated side.
+  measured on the same units; `share` for the share of yes/no units, a Wilson interval) and a
+  `Bar` on a stated side.
 * Its verdict (`verdict`) is one of VERDICTS: "holds" when the interval clears the bar on the
   stated side, "does not hold" when it lies wholly on the other side, "inconclusive" when it
   contains the bar, whatever the point estimate; "not testable" (with its reason) where the
@@ -124,6 +125,22 @@ def bootstrap(
         raise ValueError("a bootstrap interval needs at least one unit")
     draws = _draws(values, statistic, resamples, np.random.default_rng(seed))
     return _interval(statistic(values[None])[0], draws, len(values))
+
+
+def share(hits: np.ndarray) -> Interval:
+    """The share of units that are hits (`hits`: one 0/1 or bool per unit) with its Wilson
+    score interval (LEVEL). The percentile bootstrap of 20 hits in 20 units is [1, 1]: a
+    certainty that 20 units cannot give; Wilson's is [0.84, 1]."""
+    hits = np.asarray(hits, dtype=float)
+    if len(hits) == 0:
+        raise ValueError("a share needs at least one unit")
+    if not np.isin(hits, (0.0, 1.0)).all():
+        raise ValueError("a share's units are hits or misses (0 or 1)")
+    n, p = len(hits), float(hits.mean())
+    z = stats.norm.ppf((1 + LEVEL) / 2)
+    centre = (p + z**2 / (2 * n)) / (1 + z**2 / n)
+    half = z / (1 + z**2 / n) * math.sqrt(p * (1 - p) / n + z**2 / (4 * n**2))
+    return Interval(p, float(max(0.0, centre - half)), float(min(1.0, centre + half)), n)
 
 
 def difference(
