@@ -230,7 +230,7 @@ def test_the_induction_config_runs_through_the_snakemake_command_line(tmp_path):
     examples), induction, the run summary and the claims page."""
     import yaml
     from test_explorer import embedded
-    from test_workflow import snakemake
+    from test_workflow import assert_verdicts_follow, snakemake
 
     config = yaml.safe_load(open("config/induction.yaml"))
     config["name"] = "tiny_induction"
@@ -273,6 +273,7 @@ def test_the_induction_config_runs_through_the_snakemake_command_line(tmp_path):
     assert examples and all(ex["root"] == len(ex["tokens"]) - 1 for ex in examples), data
     assert (results / "report/claims.html").is_file()
     assert (results / "report/run_summary.html").is_file()
+    assert_verdicts_follow(results)
     # effective attention: A_eff differs from A beyond d_v = 16 (the last rows see more keys);
     # [SEP] is not testable on a decoder
     effective = pd.read_parquet(results / "identifiability/induction/"

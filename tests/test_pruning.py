@@ -322,6 +322,25 @@ def test_the_head_stages_score_and_prune_the_attributed_examples(head_task, tmp_
     np.testing.assert_allclose(stage["accuracy"], curve.table["accuracy"])
 
 
+def test_on_a_model_that_did_not_learn_its_task_the_pruning_findings_are_not_testable(
+        head_task, tmp_path):
+    """The same stages, told by fine-tuning's metrics that the model is at chance: pruning an
+    untrained model's heads cannot hurt what it never learned, so every finding (each about
+    what training put into the heads) is not testable, with the reason; the numbers stay."""
+    importance = str(tmp_path / "importance.parquet")
+    head_importance.run(_job("head_importance", head_task, {"importance": importance}))
+    out = {name: str(tmp_path / f"{name}.parquet") for name in ("per_layer", "global_", "claims")}
+    at_chance = learned_metrics(tmp_path / "chance", accuracy=0.47, n=200, chance=0.5)
+    prune_eval.run(_job("prune_eval", head_task, out, importance=importance,
+                        finetune_metrics=at_chance))
+    claims = pd.read_parquet(out["claims"])
+    assert len(claims) and (claims["verdict"] == "not testable").all()
+    assert claims["reason"].str.startswith("the model did not learn its task: dev accuracy "
+                                           "0.47").all()
+    judged = claims[claims["value"].notna()]
+    assert len(judged) >= 4 and judged["low"].notna().all()
+
+
 def test_a_split_that_leaves_too_few_to_evaluate_is_refused(head_task, tmp_path):
     head_task[0]["heads"]["importance_examples"] = 6
     with pytest.raises(ConfigError, match="which leaves 2 to evaluate global pruning, fewer "

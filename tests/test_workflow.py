@@ -546,8 +546,19 @@ def test_every_finding_has_its_interval_bar_and_source_and_a_verdict_that_follow
     give (an interval that contains the bar is inconclusive, whatever the estimate); one that
     is not testable says why; every other row is a check. The report counts the findings only
     and lists the checks apart."""
-    paths = [p for p in tiny_run.results.rglob("*claims.parquet") if "report" not in p.parts]
-    claims = pd.concat([pd.read_parquet(p).assign(path=str(p.relative_to(tiny_run.results)))
+    findings = assert_verdicts_follow(tiny_run.results)
+    table = pd.read_parquet(tiny_run.results / "report" / "findings.parquet")
+    assert sum(counts(table).values()) == len(findings)
+    page = (tiny_run.results / "report" / "claims.html").read_text()
+    assert "<h2>Checks (not counted as findings)</h2>" in page
+
+
+def assert_verdicts_follow(results: Path) -> pd.DataFrame:
+    """Every finding of every stage's claims table under `results` has its estimate, interval,
+    n, bar, source and one of the four verdicts, the one its interval and bar give; one that
+    is not testable says why. Returns the findings."""
+    paths = [p for p in results.rglob("*claims.parquet") if "report" not in p.parts]
+    claims = pd.concat([pd.read_parquet(p).assign(path=str(p.relative_to(results)))
                         for p in paths], ignore_index=True)
     assert set(claims["kind"]) <= set(KINDS)
     findings = claims[claims["kind"] == "finding"]
@@ -566,10 +577,7 @@ def test_every_finding_has_its_interval_bar_and_source_and_a_verdict_that_follow
                          f"bar {row.bar} {row.side}, source {row.source!r})")
     assert not wrong, "\n".join(wrong)
     assert claims["verdict"].isin(VERDICTS).all()
-    table = pd.read_parquet(tiny_run.results / "report" / "findings.parquet")
-    assert sum(counts(table).values()) == len(findings)
-    page = (tiny_run.results / "report" / "claims.html").read_text()
-    assert "<h2>Checks (not counted as findings)</h2>" in page
+    return findings
 
 
 @pytest.mark.slow
