@@ -112,9 +112,9 @@ PREPARED = "results/bad/data/reviews/train.parquet"
 @pytest.mark.slow
 @pytest.mark.parametrize("change, expected", [
     pytest.param({"dev": [("a great film", 2)]},
-                 ("dev.csv", "column 'sentiment' row 0 has label 2"), id="label out of range"),
-    pytest.param({"dev": [("a great film", "x")]}, ("dev.csv", "column 'sentiment' row 0"),
-                 id="label not a number"),
+                 ("dev.csv: line 2: column 'sentiment' has label 2",), id="label out of range"),
+    pytest.param({"dev": [("a great film", "x")]},
+                 ("dev.csv: line 2: column 'sentiment' has label 'x'",), id="label not a number"),
     pytest.param({"dev": []}, ("dev.csv", "no rows"), id="a header only"),
     # one row of a 1,000-row file too long: its line (after the header), its length in
     # tokens, the limit and the keys that change it

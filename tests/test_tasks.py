@@ -118,14 +118,14 @@ def test_a_local_text_file_is_read_in_its_encoding(tmp_path, suffix, encoding, s
 BAD_FRAMES = {
     "missing column 'sentence2' (columns are sentence1, label, idx)":
         _good_frame().drop(columns="sentence2"),
-    "row 3 has label 2; labels must be integers in 0..1":
+    "row 3: column 'label' has label 2; labels must be integers in 0..1":
         _good_frame().assign(label=[0, 1, 0, 2, 0, 1]),
-    "row 0 has label 'yes'": _good_frame().assign(label=["yes"] * 6),
-    "row 0 has label 0.5": _good_frame().assign(label=0.5),
-    "row 2 has label nan": _good_frame().assign(label=[0, 1, None, 1, 0, 1]),
-    "column 'sentence1' row 1 is missing, not text":
+    "row 0: column 'label' has label 'yes'": _good_frame().assign(label=["yes"] * 6),
+    "row 0: column 'label' has label 0.5": _good_frame().assign(label=0.5),
+    "row 2: column 'label' has label nan": _good_frame().assign(label=[0, 1, None, 1, 0, 1]),
+    "row 1: column 'sentence1' is missing, not text":
         _good_frame().assign(sentence1=["a", None, "b", "c", "d", "e"]),
-    "column 'sentence2' row 0 is 5, not text": _good_frame().assign(sentence2=5),
+    "row 0: column 'sentence2' is 5, not text": _good_frame().assign(sentence2=5),
 }
 
 

@@ -62,7 +62,7 @@ class TaskSpec:
 
     def validate(self, df: pd.DataFrame, where: str) -> pd.DataFrame:
         """`validate_split` of this task (a next-token task's `PromptSpec` has its own)."""
-        return validate_split(df, self, where)
+        return validate_split(df, self, Origin(where))
 
 
 def _one_line(err: BaseException) -> str:
@@ -78,8 +78,10 @@ def _show(value: Any) -> str:
     return repr(value.item() if isinstance(value, np.generic) else value)
 
 
-def validate_split(df: pd.DataFrame, spec: TaskSpec, where: str) -> pd.DataFrame:
-    """Check that `df` is a usable split of `spec`; `where` names its origin in errors."""
+def validate_split(df: pd.DataFrame, spec: TaskSpec, origin: Origin) -> pd.DataFrame:
+    """Check that `df` is a usable split of `spec`; an error names the file (or generator) and
+    the row as a user finds it there (`Origin.locate`)."""
+    where = origin.where
     if df.empty:
         raise DataError(f"{where}: empty split (no rows)")
     for column in (*spec.text_fields, spec.label_field):
@@ -92,7 +94,7 @@ def validate_split(df: pd.DataFrame, spec: TaskSpec, where: str) -> pd.DataFrame
             row = int(np.flatnonzero(not_text)[0])
             value = df[column].iloc[row]
             what = "missing" if pd.api.types.is_scalar(value) and pd.isna(value) else _show(value)
-            raise DataError(f"{where}: column {column!r} row {row} is {what}, not text")
+            raise DataError(f"{origin.locate(df, row)}: column {column!r} is {what}, not text")
     allowed = range(len(spec.label_names))
     labels = df[spec.label_field]
     bad = ~labels.map(
@@ -101,8 +103,9 @@ def validate_split(df: pd.DataFrame, spec: TaskSpec, where: str) -> pd.DataFrame
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
         raise DataError(
-            f"{where}: column {spec.label_field!r} row {row} has label {_show(labels.iloc[row])}; "
-            f"labels must be integers in 0..{len(allowed) - 1} ({', '.join(spec.label_names)})"
+            f"{origin.locate(df, row)}: column {spec.label_field!r} has label "
+            f"{_show(labels.iloc[row])}; labels must be integers in 0..{len(allowed) - 1} "
+            f"({', '.join(spec.label_names)})"
         )
     # every label is a whole number in range: 1.0 from a CSV or JSON file becomes 1
     return df.astype({spec.label_field: "int64"})
@@ -170,6 +173,12 @@ class Origin:
     def place(self, row: int) -> str:
         """Row `row` of the source, as a user finds it: its line in a text file, else its index."""
         return f"line {self.lines[row]}" if self.lines is not None else f"row {row}"
+
+    def locate(self, df: pd.DataFrame, row: int) -> str:
+        """The source and place of the row at position `row` of `df`, a split read from this
+        source or selected from it (then its `source_row` says which row it was)."""
+        source = int(df["source_row"].iloc[row]) if "source_row" in df else row
+        return f"{self.where}: {self.place(source)}"
 
 
 def read_local(path: str, encoding: str, key: str) -> tuple[pd.DataFrame, Origin]:
@@ -377,13 +386,13 @@ def read_task(
 
     if dev is None or cfg.get("sentences") or cfg.get("rows"):
         # the text columns must be text before they are cut and sorted
-        validate_split(train, spec, origins[0].where)
+        validate_split(train, spec, origins[0])
         if dev is not None:
-            validate_split(dev, spec, origins[1].where)
+            validate_split(dev, spec, origins[1])
         train, dev = selection.select(train, dev, cfg, columns=[*spec.text_fields,
                                                                 spec.label_field], seed=seed)
-    train = validate_split(train, spec, origins[0].where)
-    dev = validate_split(dev, spec, origins[1].where)
+    train = validate_split(train, spec, origins[0])
+    dev = validate_split(dev, spec, origins[1])
     _warn_about_classes(train, dev, spec)
     return spec, train, dev, origins
 

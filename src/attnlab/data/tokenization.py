@@ -94,8 +94,7 @@ def check_lengths(
     if origin is None:
         where = f"task {spec.name}: example idx={df['idx'].iloc[row] if 'idx' in df else row}"
     else:
-        source = int(df["source_row"].iloc[row]) if "source_row" in df else row
-        where = f"{origin.where}: {origin.place(source)}"
+        where = origin.locate(df, row)
     raise DataError(
         f"{where} is {int(lengths[row])} tokens, more than model.max_length={max_length} "
         f"({len(too_long)} such examples); raise model.max_length or set model.truncate: true"
