@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from conftest import learned_metrics
 from scipy import stats
 from test_config import default_config, dry_run
 from tiny_models import tiny_batch, tiny_classifier
@@ -263,12 +264,22 @@ def test_task_correlation_stage_writes_the_pairs_claims_and_figure(tmp_path):
     settings = {"heads": {"similar_pairs": [["a", "b"]], "dissimilar_pairs": [["a", "c"]]},
                 "model": {"source": "pretrained", "pretrain": {"epochs": 0}},
                 "tasks": {t: {"source": "hub"} for t in "abc"}, "seed": 0}
-    inputs = {"importance": paths, "ceiling": []}
+    inputs = {"importance": paths, "ceiling": [],
+              "finetune_metrics": [learned_metrics(tmp_path, task) for task in "abc"]}
     task_correlation_stage.run(Job(rule="task_correlation", inputs=inputs, outputs=out,
                                    settings=settings))
     # 3 pairs, 3 floors and 3 ceilings, each Pearson and Spearman
     assert len(pd.read_parquet(out["table"])) == 3 * 3 * 2
     assert pd.read_parquet(out["claims"])["verdict"].tolist() == ["holds"] * 4
+    # one task's model at chance: what its heads learned cannot be compared
+    at_chance = {**inputs, "finetune_metrics": [
+        *inputs["finetune_metrics"][:2],
+        learned_metrics(tmp_path / "chance", "c", accuracy=0.5, n=100, chance=0.5)]}
+    task_correlation_stage.run(Job(rule="task_correlation", inputs=at_chance, outputs=out,
+                                   settings=settings))
+    claims = pd.read_parquet(out["claims"])
+    assert claims["verdict"].tolist() == ["not testable"] * 4
+    assert claims["reason"].str.startswith("c: the model did not learn its task").all()
     # the default's setting: synthetic tasks, each model from its own random start
     untestable = {**settings, "model": {"source": "scratch", "pretrain": {"epochs": 0}},
                   "tasks": {t: {"source": "synthetic"} for t in "abc"}}

@@ -56,6 +56,20 @@ def test_every_rule_has_its_row_in_the_outputs_page():
         assert f"| `{rule}` |" in outputs, f"docs/outputs.md has no row for rule {rule}"
 
 
+def test_every_stage_that_judges_findings_knows_whether_its_model_learned_its_task():
+    """A rule with an output named claims takes fine-tuning's metrics, and its stage passes its
+    claims through `claims.on_models` (docs/design.md, "A stage")."""
+    judging = [rule for rule, block in RULES.items()
+               if re.search(r"^\s+claims=", block.split("output:", 1)[1].split("params:")[0],
+                            flags=re.M)]
+    assert len(judging) >= 12, judging
+    for rule in judging:
+        inputs = RULES[rule].split("input:", 1)[1].split("output:", 1)[0]
+        assert "finetune_metrics=" in inputs, f"rule {rule} has no input finetune_metrics"
+        stage = (PACKAGE / "stages" / f"{rule}.py").read_text()
+        assert "on_models(" in stage, f"stages/{rule}.py does not call claims.on_models"
+
+
 # What docs/design.md ("Where to add things", "A stage") says a new stage needs: a rule in the
 # rule file of its area, its script, its stage module and its row in docs/outputs.md.
 DUMMY_RULE = """

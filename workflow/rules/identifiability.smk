@@ -5,6 +5,8 @@
 
 rule effective_attention:
     input:
+        # whether the model learned its task (the findings' rule, claims.on_models)
+        finetune_metrics=rules.finetune.output.metrics,
         model=rules.finetune.output.model,
         dev=rules.prepare_data.output.dev,
     output:
@@ -37,6 +39,8 @@ rule effective_attention:
 
 rule token_identifiability:
     input:
+        # whether the model learned its task (the findings' rule, claims.on_models)
+        finetune_metrics=rules.finetune.output.metrics,
         model=rules.finetune.output.model,
         train=rules.prepare_data.output.train,
         dev=rules.prepare_data.output.dev,
@@ -71,6 +75,8 @@ rule token_identifiability:
 
 rule token_mixing:
     input:
+        # whether the model learned its task (the findings' rule, claims.on_models)
+        finetune_metrics=rules.finetune.output.metrics,
         model=rules.finetune.output.model,
         dev=rules.prepare_data.output.dev,
     output:

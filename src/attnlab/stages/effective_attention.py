@@ -8,7 +8,7 @@ import logging
 import pandas as pd
 
 from attnlab.analyses import effective_attention
-from attnlab.analyses.claims import log_claims
+from attnlab.analyses.claims import log_claims, on_models
 from attnlab.engine import models
 from attnlab.model_job import ModelJob
 from attnlab.report.identifiability_figures import plot_effective_attention
@@ -34,7 +34,9 @@ def run(job: ModelJob) -> None:
     if decoder:
         log.info("task %s: a decoder: each attention row's null space is that of the keys its "
                  "causal mask allows", job.task)
-    claims = pd.DataFrame(effective_attention.claims(per_head, mass, d_v, decoder=decoder))
+    claims = on_models(pd.DataFrame(effective_attention.claims(per_head, mass, d_v,
+                                                               decoder=decoder)),
+                       job.finetune_metrics)
     job.write_tables({"heads": per_head, "tokens": mass, "claims": claims}, meta={"d_v": d_v})
     plot_effective_attention(per_head, mass, d_v, job.outputs["figure"])
     log_claims(claims, job.task)

@@ -9,7 +9,7 @@ import logging
 import pandas as pd
 
 from attnlab.analyses import token_identifiability
-from attnlab.analyses.claims import log_claims
+from attnlab.analyses.claims import log_claims, on_models
 from attnlab.model_job import ModelJob
 from attnlab.report.identifiability_figures import plot_token_identifiability
 
@@ -32,7 +32,8 @@ def run(job: ModelJob) -> None:
     sentences = token_identifiability.identified_by_sentence(train_states, dev_states, cfg,
                                                              job.settings.seed)
     rates = token_identifiability.rates(sentences)
-    claims = pd.DataFrame(token_identifiability.claims(sentences))
+    claims = on_models(pd.DataFrame(token_identifiability.claims(sentences)),
+                       job.finetune_metrics)
     job.write_tables({"sentences": sentences, "rates": rates, "claims": claims})
     plot_token_identifiability(rates, job.outputs["figure"])
     log_claims(claims, job.task)

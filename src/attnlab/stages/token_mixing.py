@@ -8,7 +8,7 @@ import logging
 import pandas as pd
 
 from attnlab.analyses import token_mixing
-from attnlab.analyses.claims import log_claims
+from attnlab.analyses.claims import log_claims, on_models
 from attnlab.model_job import ModelJob
 from attnlab.report.identifiability_figures import plot_token_mixing
 
@@ -24,7 +24,7 @@ def run(job: ModelJob) -> None:
     # vjp_batch, named when the products ran in reverse mode: tangents per batched pass
     tokens, offsets = token_mixing.analyse_examples(job.model, inputs, cfg.exact_max_tokens,
                                                     cfg.probes, cfg.vjp_batch, job.settings.seed)
-    claims = pd.DataFrame(token_mixing.claims(tokens))
+    claims = on_models(pd.DataFrame(token_mixing.claims(tokens)), job.finetune_metrics)
     job.write_tables({"tokens": tokens, "offsets": offsets, "claims": claims})
     plot_token_mixing(tokens, offsets, job.outputs["figure"])
     log_claims(claims, job.task)
