@@ -3,8 +3,7 @@
 A row is of one of two kinds: a *finding*, an empirical statement of a paper, judged by the
 verdict rules (`attnlab.analyses.verdicts`: its estimate, interval, bar and one of the four
 verdicts; `finding`), or a *check*, what follows from the mathematics or the construction (a
-bug detector, never counted as a finding). Rows made by `claim` (the stages not yet converted
-to the verdict rules) are findings judged on their point estimate, without an interval.
+bug detector, never counted as a finding), judged on its point estimate by `claim`.
 
 A finding about what training put into a model (its source is `learned`) is not testable on a
 model that did not learn its task (`unlearned`, applied to a stage's table by `on_models`): an
@@ -103,9 +102,9 @@ def claim(
     stage: str, statement: str, metric: str, value: float, holds: bool | NotTestable, *,
     kind: str = "finding",
 ) -> dict[str, Any]:
-    """One row of a claims table judged on a point estimate (a check, or a finding of a stage
-    not yet converted to the verdict rules); the verdict follows from `holds`, computed by the
-    caller, or is "not testable" with the reason `holds` gives."""
+    """One row of a claims table judged on a point estimate (the workflow's checks; its
+    findings are `finding`'s); the verdict follows from `holds`, computed by the caller, or is
+    "not testable" with the reason `holds` gives."""
     if kind not in KINDS:
         raise ValueError(f"claim {statement!r}: kind is one of {KINDS}, not {kind!r}")
     if isinstance(holds, NotTestable):
@@ -137,11 +136,11 @@ def finding(
 
 def unlearned(metrics: Mapping[str, Any]) -> NotTestable | None:
     """None when the model learned its task, otherwise why not: its dev accuracy's 95 %
-    interval (bootstrap over its n_dev examples) must lie above chance, the majority-class
-    rate of the dev labels (`metrics`: fine-tuning's, rule finetune)."""
+    interval (a share of its n_dev examples: `verdicts.share`) must lie above chance, the
+    majority-class rate of the dev labels (`metrics`: fine-tuning's, rule finetune)."""
     n, chance = int(metrics["n_dev"]), float(metrics["dev_chance"])
     right = round(float(metrics["dev_accuracy"]) * n)
-    accuracy = verdicts.bootstrap(np.repeat([1.0, 0.0], [right, n - right]))
+    accuracy = verdicts.share(np.repeat([1.0, 0.0], [right, n - right]))
     if verdict(accuracy, Bar(chance)) == HOLDS:
         return None
     return NotTestable(
