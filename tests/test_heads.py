@@ -208,7 +208,9 @@ def test_cross_task_findings_are_comparisons_with_intervals_over_heads():
         ("similar tasks correlate (spearman)", "a–b"),
         ("similar tasks correlate more than dissimilar ones (spearman)", None)]
     assert [c["verdict"] for c in claims] == ["holds"] * 4
-    assert all(c["kind"] == "finding" and c["n"] == 16 and c["bar"] == 0 for c in claims)
+    # r above 0 (the floor's expectation); the comparison by one point (verdicts.ONE_POINT)
+    assert all(c["kind"] == "finding" and c["n"] == 16 for c in claims)
+    assert [c["bar"] for c in claims] == [0, 0.01] * 2
     table = task_correlation.task_correlations(wide, None, seed=0).set_index(
         ["task_a", "task_b", "method"])
     assert claims[1]["value"] == pytest.approx(
