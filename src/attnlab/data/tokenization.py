@@ -67,7 +67,7 @@ def model_tokenizer(
     # AutoTokenizer imports every model family's configuration: seconds a scratch run never needs
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(model_cfg["pretrained"])
+    return AutoTokenizer.from_pretrained(model_cfg["pretrained"], gguf_file=model_cfg["gguf_file"])
 
 
 def length_limit(model_cfg: Mapping[str, Any]) -> tuple[int, bool]:
