@@ -18,7 +18,9 @@ from attnlab.data import packages
 from attnlab.data.hub import SOURCE_FILE, fetch_checkpoint
 from attnlab.engine import attribution, models
 from attnlab.plumbing import preflight
+from attnlab.plumbing.config import load_config
 from attnlab.plumbing.errors import ConfigError
+from attnlab.plumbing.preflight import check_config
 
 gguf = pytest.importorskip("gguf", reason="pip install 'attnlab[gguf]' (make test does so)")
 
@@ -124,6 +126,22 @@ def test_a_loaded_gguf_model_saves_as_an_ordinary_checkpoint(written, tmp_path):
     ids = torch.arange(3, 12)[None]
     with torch.no_grad():
         assert torch.equal(again(input_ids=ids).logits, loaded(input_ids=ids).logits)
+
+
+def test_the_dry_run_checks_a_gguf_checkpoint(written, tmp_path):
+    """check_config (the dry run) reads the model's shape from the GGUF file, refuses a damaged
+    one, and a GGUF file for a model built from scratch."""
+    folder = written[1]
+    config = load_config("config/induction.yaml")
+    config["model"] |= {"source": "finetuned", "pretrained": str(folder), "gguf_file": NAME}
+    check_config(config, str(folder))
+    (tmp_path / NAME).write_bytes((folder / NAME).read_bytes()[:-100])
+    with pytest.raises(ConfigError, match=r"^model.gguf_file: .* is damaged"):
+        check_config(config, str(tmp_path))
+    config["model"]["source"] = "scratch"
+    with pytest.raises(ConfigError, match="^model.gguf_file: 'tiny.gguf' is a file of "
+                       "model.pretrained; model.source is scratch"):
+        check_config(config, None)
 
 
 def _refused(folder, name: str = NAME) -> str:
