@@ -437,7 +437,7 @@ def _causal_model(spec: PromptSpec, model_cfg: dict[str, Any], train: pd.DataFra
         tokenizer = build_causal_tokenizer(words)
         config = scratch_config(model_cfg, tokenizer, DECODER)
         return AutoModelForCausalLM.from_config(config), tokenizer
-    name, gguf_file = model_cfg["pretrained"], model_cfg["gguf_file"]
+    name, gguf_file = model_cfg["pretrained"], model_cfg.get("gguf_file")
     checkpoint_shape(name, gguf_file)  # an unsupported family is refused before any training
     model = from_pretrained(AutoModelForCausalLM, name, gguf_file, attn_implementation="eager")
     tokenizer = AutoTokenizer.from_pretrained(name, gguf_file=gguf_file)
