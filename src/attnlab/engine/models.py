@@ -30,6 +30,7 @@ from transformers import (
     AutoModelForCausalLM,
     AutoModelForSequenceClassification,
     AutoTokenizer,
+    GgufConfig,
     PreTrainedModel,
 )
 from transformers.masking_utils import (
@@ -41,6 +42,7 @@ from transformers.masking_utils import (
 from attnlab.engine.intervention import ATTN_IMPLEMENTATION, LAYER_ATTRIBUTE, Intervention
 from attnlab.plumbing.errors import AttnlabError, ConfigError
 from attnlab.plumbing.families import FAMILIES, Family
+from attnlab.plumbing.preflight import checkpoint_shape
 
 log = logging.getLogger(__name__)
 
@@ -200,26 +202,37 @@ def prepare_model(model: PreTrainedModel) -> PreTrainedModel:
     return model.eval()
 
 
-def _from_pretrained(auto_class: type, name_or_path: str | Path) -> PreTrainedModel:
-    """A model from a hub id or local directory, or one line saying why it cannot be loaded."""
+def from_pretrained(auto_class: type, name_or_path: str | Path, gguf_file: str | None = None,
+                    **kwargs) -> PreTrainedModel:
+    """A model from a hub id or local directory, or from its GGUF file `gguf_file` there
+    (model.gguf_file: every tensor dequantized to float32), or one line saying why it cannot be
+    loaded; `kwargs` go to from_pretrained."""
+    local = Path(name_or_path).is_dir()
+    if gguf_file is not None:
+        if local:  # refused in one line before anything is dequantized
+            checkpoint_shape(name_or_path, gguf_file)
+        # dequantize: plain float32 weights, never kept in GGUF blocks (as transformers does
+        # by default, where a GGUF matmul kernel is installed); and a model without GGUF
+        # settings, which saves (rule finetune) as an ordinary checkpoint folder
+        kwargs.update(gguf_file=gguf_file, dtype=torch.float32,
+                      quantization_config=GgufConfig(dequantize=True))
     try:
-        return auto_class.from_pretrained(
-            str(name_or_path), local_files_only=Path(name_or_path).is_dir())
+        return auto_class.from_pretrained(str(name_or_path), local_files_only=local, **kwargs)
     except (OSError, SafetensorError) as err:  # missing, unreadable or cut-short files
         reason = " ".join(str(err).split())  # one line: the hub's messages span several
         raise AttnlabError(f"{name_or_path}: the model cannot be loaded ({reason})") from err
 
 
-def _tokenizer(name_or_path: str | Path):
+def _tokenizer(name_or_path: str | Path, gguf_file: str | None = None):
     return AutoTokenizer.from_pretrained(
-        str(name_or_path), local_files_only=Path(name_or_path).is_dir())
+        str(name_or_path), local_files_only=Path(name_or_path).is_dir(), gguf_file=gguf_file)
 
 
 def load_classifier(
     name_or_path: str | Path, device: torch.device | str = "cpu"
 ) -> tuple[PreTrainedModel, object]:
     """A classifier and its tokenizer from a hub id or local directory, ready to analyse."""
-    model = _from_pretrained(AutoModelForSequenceClassification, name_or_path)
+    model = from_pretrained(AutoModelForSequenceClassification, name_or_path)
     if family_of(model).causal:  # refuse before any other work
         raise UnsupportedModelError(
             f"{name_or_path}: {model.config.model_type!r} is a decoder language model family; "
@@ -228,16 +241,18 @@ def load_classifier(
 
 
 def load_causal_lm(
-    name_or_path: str | Path, device: torch.device | str = "cpu"
+    name_or_path: str | Path, device: torch.device | str = "cpu", *,
+    gguf_file: str | None = None,
 ) -> tuple[PreTrainedModel, object]:
     """A decoder language model (GPT-2, Llama, Qwen2, Mistral) and its tokenizer from a hub id
-    or local directory, ready to analyse. A tokenizer without a padding token (GPT-2's) pads
-    with its end-of-text token: padding is masked, and either side gives the same numbers."""
-    model = _from_pretrained(AutoModelForCausalLM, name_or_path)
+    or local directory, or from its GGUF file `gguf_file` there (dequantized to float32), ready
+    to analyse. A tokenizer without a padding token (GPT-2's) pads with its end-of-text token:
+    padding is masked, and either side gives the same numbers."""
+    model = from_pretrained(AutoModelForCausalLM, name_or_path, gguf_file)
     if not family_of(model).causal:  # refuse before any other work
         raise UnsupportedModelError(f"{name_or_path}: {model.config.model_type!r} is not a "
                                     f"decoder language model family")
-    tokenizer = _tokenizer(name_or_path)
+    tokenizer = _tokenizer(name_or_path, gguf_file)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return prepare_model(model).to(device), tokenizer

@@ -43,7 +43,7 @@ from attnlab.data.tokenization import (
 )
 from attnlab.engine import examples, next_token
 from attnlab.engine.examples import encode
-from attnlab.engine.models import align_labels
+from attnlab.engine.models import align_labels, from_pretrained
 from attnlab.engine.next_token import encode_prompts
 from attnlab.plumbing.device import device_name, out_of_memory_names
 from attnlab.plumbing.errors import ConfigError
@@ -438,10 +438,10 @@ def _causal_model(spec: PromptSpec, model_cfg: dict[str, Any], train: pd.DataFra
         tokenizer = build_causal_tokenizer(words)
         config = scratch_config(model_cfg, tokenizer, DECODER)
         return AutoModelForCausalLM.from_config(config), tokenizer
-    name = model_cfg["pretrained"]
-    checkpoint_shape(name)  # an unsupported family is refused before any training
-    model = AutoModelForCausalLM.from_pretrained(name, attn_implementation="eager")
-    tokenizer = AutoTokenizer.from_pretrained(name)
+    name, gguf_file = model_cfg["pretrained"], model_cfg.get("gguf_file")
+    checkpoint_shape(name, gguf_file)  # an unsupported family is refused before any training
+    model = from_pretrained(AutoModelForCausalLM, name, gguf_file, attn_implementation="eager")
+    tokenizer = AutoTokenizer.from_pretrained(name, gguf_file=gguf_file)
     if tokenizer.pad_token_id is None:  # GPT-2's and Llama's tokenizers have none
         tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer

@@ -3,8 +3,9 @@
 The schema (workflow/schemas/config.schema.yaml) checks each value on its own; `check_config`
 checks what the schema cannot: values against each other, against the files they name and
 against the checkpoint's folder, whole (`check_checkpoint`: its config.json, every weights
-file, the tokenizer's files), so that no model is fine-tuned to be refused later. Every problem
-is a `ConfigError` of one line naming the key. `check_writable` checks the results folder
+file, the tokenizer's files; or the GGUF file model.gguf_file names, `gguf_shape`), so that no
+model is fine-tuned to be refused later. Every problem is a `ConfigError` of one line naming
+the key. `check_writable` checks the results folder
 before Snakemake touches it. This module imports neither torch nor transformers: Snakemake
 imports it whenever it builds the DAG.
 """
@@ -18,6 +19,7 @@ import re
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -43,10 +45,13 @@ class ModelShape:
     model_type: str = "bert"
 
 
-def checkpoint_shape(path: str | Path) -> ModelShape:
+def checkpoint_shape(path: str | Path, gguf_file: str | None = None) -> ModelShape:
     """The shape of the checkpoint directory `path` (as written by save_pretrained), read from
-    its config.json; refused in one line unless it is a model of a supported family whose
-    weights files are all there and whole (`check_weights`)."""
+    its config.json, or from its GGUF file `gguf_file` (`gguf_shape`); refused in one line
+    unless it is a model of a supported family whose weights files are all there and whole
+    (`check_weights`)."""
+    if gguf_file is not None:
+        return gguf_shape(Path(path, gguf_file))
     config_file = Path(path, "config.json")
     if not config_file.is_file():
         raise ConfigError(f"model.pretrained: {path} is not a model directory (no config.json)")
@@ -68,12 +73,61 @@ def checkpoint_shape(path: str | Path) -> ModelShape:
     return ModelShape(layers, heads, hidden, positions, model_type)
 
 
-def check_checkpoint(path: str | Path) -> ModelShape:
-    """`checkpoint_shape`, and the tokenizer's files (`check_tokenizer`): the whole folder a
-    job will load (`check_config` checks the same, the model's kind before its tokenizer)."""
-    shape = checkpoint_shape(path)
-    check_tokenizer(Path(path))
+def check_checkpoint(path: str | Path, gguf_file: str | None = None) -> ModelShape:
+    """`checkpoint_shape`, and the tokenizer's files (`check_tokenizer`; a GGUF file holds its
+    own tokenizer): the whole folder a job will load (`check_config` checks the same, the
+    model's kind before its tokenizer)."""
+    shape = checkpoint_shape(path, gguf_file)
+    if gguf_file is None:
+        check_tokenizer(Path(path))
     return shape
+
+
+# What transformers needs to read a GGUF file besides itself: gguf reads it, and it refuses one
+# without accelerate (the optional dependency group `gguf` of pyproject.toml installs both).
+GGUF_PACKAGES = ("gguf", "accelerate")
+# the GGUF metadata of a model's sizes, after its architecture's name (`llama.block_count`)
+GGUF_SIZES = ("block_count", "attention.head_count", "embedding_length", "context_length")
+
+
+def gguf_shape(path: Path) -> ModelShape:
+    """The shape of the GGUF checkpoint `path`, from its metadata (its family is its
+    architecture, as transformers reads it); refused in one line, before anything is
+    dequantized, when the packages that read it are missing, when it is damaged (not a GGUF
+    file, or shorter than its tensors) or when its architecture is not a supported decoder
+    family."""
+    missing = [name for name in GGUF_PACKAGES if find_spec(name) is None]
+    if missing:
+        raise ConfigError(f"model.gguf_file: reading {path.name} needs the package(s) "
+                          f"{', '.join(missing)}: pip install 'attnlab[gguf]' in the repository "
+                          "(make run does so)")
+    if not path.is_file():
+        raise ConfigError(f"model.gguf_file: no file {path}")
+    # imported here: only a GGUF checkpoint needs it (it imports numpy only)
+    from gguf import GGUFReader
+
+    try:  # the reader maps the file and parses its metadata and tensor table, nothing more
+        reader = GGUFReader(path)
+        architecture = reader.fields["general.architecture"].contents()
+        end = max((t.data_offset + int(t.n_bytes) for t in reader.tensors), default=0)
+    except Exception as err:  # every kind of damage raises something else
+        reason = " ".join(f"{type(err).__name__}: {err}".split())
+        raise ConfigError(f"model.gguf_file: {path} is damaged or not a GGUF file ({reason}); "
+                          "download or unpack it again") from None
+    if end > path.stat().st_size:
+        raise ConfigError(f"model.gguf_file: {path} is damaged ({path.stat().st_size} bytes "
+                          f"where its tensor table describes {end}); download or unpack it again")
+    if architecture not in FAMILIES or not FAMILIES[architecture].causal:
+        raise ConfigError(f"model.gguf_file: {path} holds a {architecture!r} model, an "
+                          "architecture whose attention cannot be intervened on; supported: "
+                          f"{', '.join(names(DECODER))}")
+    keys = [f"{architecture}.{key}" for key in GGUF_SIZES]
+    absent = [key for key in keys[:3] if key not in reader.fields]
+    if absent:
+        raise ConfigError(f"model.gguf_file: {path} has no {', '.join(absent)}")
+    layers, heads, hidden, positions = (
+        int(reader.fields[key].contents()) if key in reader.fields else None for key in keys)
+    return ModelShape(layers, heads, hidden, positions, architecture)
 
 
 def _read_json(path: Path) -> Any:
@@ -126,7 +180,8 @@ def torch_zip_damage(path: Path) -> str | None:
 
 
 # The weights files transformers reads from a checkpoint folder, each with the check that
-# finds it cut short or damaged without loading it (a new format, GGUF say, is one more row).
+# finds it cut short or damaged without loading it (a GGUF file, which holds the configuration
+# and tokenizer too, is checked whole by `gguf_shape`).
 WEIGHTS_CHECKS: dict[str, Callable[[Path], str | None]] = {
     "*.safetensors": safetensors_damage,
     "pytorch_model*.bin": torch_zip_damage,
@@ -209,7 +264,7 @@ def model_shape(model: dict[str, Any], pretrained: str | None) -> ModelShape | N
         return ModelShape(size["layers"], size["heads"], size["hidden"], model["max_length"])
     if pretrained is None or not Path(pretrained).is_dir():
         return None
-    return checkpoint_shape(pretrained)
+    return checkpoint_shape(pretrained, model["gguf_file"])
 
 
 def _check_layers(key: str, layers: list[int], shape: ModelShape) -> None:
@@ -378,6 +433,9 @@ def check_config(config: dict[str, Any], pretrained: str | None) -> None:
         raise ConfigError(f"model.pretrain.epochs: pre-training is for scratch models only; "
                           f"model.source is {config['model']['source']!r}, which starts from "
                           "model.pretrained")
+    if config["model"]["gguf_file"] is not None and config["model"]["source"] == "scratch":
+        raise ConfigError(f"model.gguf_file: {config['model']['gguf_file']!r} is a file of "
+                          "model.pretrained; model.source is scratch, which reads none")
     if config["controls"] and config["model"]["source"] == "finetuned":
         raise ConfigError(f"controls: {config['controls']} compare with the model fine-tuning "
                           "starts from; model.source finetuned is used as published, with no "
@@ -408,7 +466,8 @@ def check_config(config: dict[str, Any], pretrained: str | None) -> None:
         raise ConfigError(f"model.pretrained: {pretrained} is a {shape.model_type!r} model, "
                           f"which cannot do {task_kind(config)} tasks; they need "
                           f"{'a decoder' if decoder else 'an encoder'} ({', '.join(fitting)})")
-    if config["model"]["source"] != "scratch":  # the rest of the folder, once it is of use
+    # the rest of the folder, once it is of use (a GGUF file holds its own tokenizer)
+    if config["model"]["source"] != "scratch" and config["model"]["gguf_file"] is None:
         check_tokenizer(Path(pretrained))
     if shape.positions is not None and config["model"]["max_length"] > shape.positions:
         raise ConfigError(f"model.max_length: {config['model']['max_length']} is more than the "
