@@ -100,8 +100,25 @@ def test_explain_the_next_token_of_a_tiny_decoder(tmp_path, capsys):
     assert example["root"] == 4 and example["maps"]["attribution"]["heads"] == 4
 
 
+def test_explain_the_next_token_of_a_gguf_file(tmp_path, capsys):
+    """A decoder given as its GGUF file (a tiny Llama written by the gguf package): loaded
+    through the one loader, dequantized, and attributed within the tolerance."""
+    pytest.importorskip("gguf", reason="pip install 'attnlab[gguf]' (make test does so)")
+    from test_gguf import tiny_llama, write_gguf
+
+    path = tmp_path / "tiny.gguf"
+    write_gguf(tiny_llama(), path)
+    page = tmp_path / "page.html"
+    cli.main(["explain", str(path), "abab", "--out", str(page)])
+    out = capsys.readouterr().out
+    assert "attributed: " in out and residual(out) <= TOLERANCE
+    (example,) = embedded(page.read_text())["examples"]
+    assert example["root"] == len(example["tokens"]) - 1
+    assert example["maps"]["attribution"]["heads"] == 4
+
+
 @pytest.mark.parametrize(("args", "message"), [
-    (["model.gguf", "hi"], "model.gguf: GGUF files are not supported yet"),
+    (["model.gguf", "hi"], "model.gguf: no such GGUF file"),
     (["./nowhere", "hi"], "./nowhere: neither a checkpoint folder nor a hub id"),
     (["{tiny}", " "], "TEXT: the input is empty"),
     (["{tiny}", "w1", "--target", "3"], "--target: '3' is neither 'pred' nor a class index 0..2"),

