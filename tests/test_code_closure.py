@@ -62,9 +62,11 @@ def test_a_figure_edit_reruns_only_rules_that_draw():
 
 
 def test_a_method_edit_reruns_the_interaction_methods_only():
-    # and the induction stage of next-token configurations, which scores methods (rollout) too
+    # and the induction stage of next-token configurations, which scores methods (rollout) too,
+    # and induction_heads, which judges head kinds by the induction stage's bar
     for module in in_folder("methods"):
-        assert rules_running(module) - {"induction"} == {"interaction_methods"}, module
+        assert rules_running(module) - {"induction", "induction_heads"} == {
+            "interaction_methods"}, module
     assert "induction" in rules_running("methods.rollout")
 
 
@@ -82,10 +84,14 @@ def test_engine_edits_do_not_rerun_stages_that_never_attribute():
 
 
 def test_an_analysis_edit_reruns_its_users_only():
-    # induction: next-token configurations' trees
-    assert rules_running("analyses.trees") == {"trees", "example_views", "induction"}
-    # prune_eval: a decoder's per-layer attention ranking (heads.ranking_scores)
-    assert rules_running("analyses.heads") == {"head_importance", "prune_eval"}
+    # induction: next-token configurations' trees (and induction_heads, which judges head
+    # kinds by the induction stage's bar)
+    assert rules_running("analyses.trees") == {"trees", "example_views", "induction",
+                                                "induction_heads"}
+    # prune_eval: a decoder's per-layer attention ranking (heads.ranking_scores);
+    # induction_heads: attribution patching and the heads' mean outputs
+    assert rules_running("analyses.heads") == {"head_importance", "prune_eval",
+                                                "induction_heads"}
     assert rules_running("analyses.claims") >= {"trees", "attack_eval", "prune_eval",
                                                 "token_mixing"}
     assert not rules_running("analyses.claims") & {"attribute", "head_importance", "finetune"}

@@ -227,7 +227,7 @@ def test_the_induction_config_runs_through_the_snakemake_command_line(tmp_path):
     """config/induction.yaml with fewer dev examples, through the real CLI: prepare_data,
     finetune (training the decoder), attribute, summarise_attributions, trees, example_views,
     head_importance, prune_eval, pruning_figures, effective_attention, interaction_methods (12
-    examples), induction, the run summary and the claims page."""
+    examples), induction, induction_heads, the run summary and the claims page."""
     import yaml
     from test_explorer import embedded
     from test_workflow import assert_verdicts_follow, snakemake
@@ -237,7 +237,7 @@ def test_the_induction_config_runs_through_the_snakemake_command_line(tmp_path):
     config["tasks"]["induction"]["synthetic"]["n_dev"] = 60
     # 30 dev examples score the heads, the other 30 evaluate global pruning
     config["heads"].update(importance_examples=30, min_evaluation_examples=30)
-    config["induction"]["examples"] = 60
+    config["induction"].update(examples=60, head_examples=30, ablation_examples=30)
     config["interaction_methods"]["examples"] = 12
     config["identifiability"]["effective_attention"]["examples"] = 30  # some beyond d_v = 16
     configfile = tmp_path / "config.yaml"

@@ -198,7 +198,7 @@ def test_the_untrained_control_reruns_every_stage_with_claims_on_the_starting_mo
         "prepare_data": 1, "finetune": 1, "attribute": 1, "summarise_attributions": 1,
         "trees": 1, "example_views": 1, "head_importance": 1, "prune_eval": 1,
         "pruning_figures": 1, "effective_attention": 1, "interaction_methods": 1,
-        "induction": 1, **PER_CONFIG}),
+        "induction": 1, "induction_heads": 1, **PER_CONFIG}),
 ])
 def test_each_configuration_plans_its_whole_dag_without_network(configfile, expected):
     result = snakemake("-n", "--forceall", "--cores", "2", "--configfile", configfile)

@@ -142,9 +142,9 @@ def task_data(wildcards):
 NEXT_TOKEN_RULES = ("download_data", "download_model", "prepare_data", "finetune", "attribute",
                     "summarise_attributions", "trees", "example_views", "head_importance",
                     "prune_eval", "pruning_figures", "effective_attention", "interaction_methods",
-                    "induction", "run_summary", "claims", "figures", "all")
+                    "induction", "induction_heads", "run_summary", "claims", "figures", "all")
 # the rules of next_token configurations only
-DECODER_ONLY_RULES = ("induction",)
+DECODER_ONLY_RULES = ("induction", "induction_heads")
 
 
 def columns_of(task):

@@ -35,3 +35,36 @@ rule induction:
         "../../envs/attnlab.yaml"
     script:
         "../scripts/induction.py"
+
+
+rule induction_heads:
+    input:
+        # whether the model learned its task (the findings' rule, claims.on_models)
+        finetune_metrics=rules.finetune.output.metrics,
+        # AttAttr's head ranking: the attributed examples' maximal attributions
+        parts=rules.summarise_attributions.input.parts,
+        model=rules.finetune.output.model,
+        dev=rules.prepare_data.output.dev,
+    output:
+        heads="results/{name}/induction_heads/{task}/heads.parquet",
+        ablation="results/{name}/induction_heads/{task}/ablation.parquet",
+        claims="results/{name}/induction_heads/{task}/claims.parquet",
+        summary="results/{name}/induction_heads/{task}/summary.json",
+    params:
+        **config_paths("induction.head_examples", "induction.ablation_examples",
+                       "induction.ablation_k", "induction.random_draws", "heads.batch_size",
+                       "attribution.target", *MODEL_JOB),
+        task=task_spec,
+        seed=run_seed,
+        code=code_version("stages.induction_heads"),
+    log:
+        "results/{name}/logs/induction_heads/{task}.log",
+    benchmark:
+        "results/{name}/benchmarks/induction_heads/{task}.tsv"
+    threads: 1
+    resources:
+        gpu=GPU,
+    conda:
+        "../../envs/attnlab.yaml"
+    script:
+        "../scripts/induction_heads.py"

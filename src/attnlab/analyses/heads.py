@@ -1,6 +1,6 @@
 """Head importance (Hao et al. 2021 §4, docs/methods.md): how much each attention head matters.
 
-Five methods score every head (layer l, head h) over the first N held-out dev examples:
+Six methods score every head (layer l, head h) over the first N held-out dev examples:
 
     attribution          E_x[max_ij Attr_h(A^l)(x)]       read from the attribution dumps
     attention            E_x[max_ij A^l_h(x)]             read from the attribution dumps
@@ -8,6 +8,10 @@ Five methods score every head (layer l, head h) over the first N held-out dev ex
     taylor               E_x|∂L(x)/∂ξ_h|, L2-normalised within each layer (Michel et al. 2019;
                          L = cross-entropy to the gold label, a decoder's to the next token
                          at its query; ξ a gate on the head, ξ = 1)
+    attribution_patching E_x[∂L(x)/∂o_h · (ō_h − o_h(x))] (Nanda 2023): the first-order
+                         estimate of how much replacing head h's output o_h by its mean ō_h
+                         over the examples' positions (mean ablation) raises L; taylor's is
+                         the same gradient toward a zero output
     accuracy_difference  acc(all heads) − acc(head h masked)
     random               uniform scores, one row set per seed (curves average over seeds)
 
@@ -32,7 +36,8 @@ from attnlab.engine import examples, models
 from attnlab.engine.intervention import Intervention
 from attnlab.plumbing.errors import ConfigError
 
-METHODS = ("attribution", "attention", "taylor", "accuracy_difference", "random")
+METHODS = ("attribution", "attention", "taylor", "attribution_patching", "accuracy_difference",
+           "random")
 
 
 def evaluation_split(n_dev: int, n_attributed: int, *, importance_examples: int,
@@ -82,10 +87,35 @@ def ranking_scores(
     return {**dump_arrays, "attention": query_attention_max(model, inputs, batch_size)}
 
 
-def taylor_gradients(
+def mean_head_outputs(
     model: PreTrainedModel, inputs: dict[str, torch.Tensor], batch_size: int = 64
+) -> dict[int, torch.Tensor]:
+    """Each head's mean output A·V over every real position of the examples in `inputs`, by
+    layer: (H, d_v) each, what `Intervention.head_fill` puts in place of a mean-ablated head."""
+    device = next(model.parameters()).device
+    sums: dict[int, torch.Tensor] = {}
+    count = 0
+    with torch.no_grad():
+        for _, batch in examples.batches(inputs, batch_size, device):
+            seen = Intervention(capture=True, capture_values=True)
+            models.logits(model, batch, seen)
+            real = batch["attention_mask"][:, None, :, None].to(seen.values[0].dtype)
+            for layer, probs in seen.probs.items():
+                output = (probs @ seen.values[layer]) * real  # (B, H, Q, d_v)
+                sums[layer] = sums.get(layer, 0) + output.sum(dim=(0, 2)).double()
+            count += int(batch["attention_mask"].sum())
+    return {layer: (total / count).to(next(model.parameters()).dtype)
+            for layer, total in sums.items()}
+
+
+def taylor_gradients(
+    model: PreTrainedModel,
+    inputs: dict[str, torch.Tensor],
+    batch_size: int = 64,
+    fill: dict[int, torch.Tensor] | None = None,
 ) -> torch.Tensor:
-    """∂L(x)/∂ξ_h for every example x and head h at ξ = 1: (N, L, H).
+    """∂L(x)/∂ξ_h for every example x and head h at ξ = 1: (N, L, H), the head's output gated
+    as ξ·o_h + (1 − ξ)·fill_h (`Intervention.head_fill`; absent: toward zero).
 
     Each batch row gets its own gates, so one backward pass of the summed loss gives every
     example's own gradient (examples do not interact).
@@ -97,7 +127,7 @@ def taylor_gradients(
     for _, batch in examples.batches(inputs, batch_size, device):
         gates = torch.ones(len(batch["labels"]), n_layers, n_heads, dtype=dtype, device=device,
                            requires_grad=True)
-        logits = models.logits(model, batch, Intervention(head_mask=gates))
+        logits = models.logits(model, batch, Intervention(head_mask=gates, head_fill=fill or {}))
         loss = torch.nn.functional.cross_entropy(logits, batch["labels"], reduction="sum")
         (grad,) = torch.autograd.grad(loss, gates)
         out.append(grad.cpu())
@@ -111,6 +141,16 @@ def taylor_importance(
     scores = taylor_gradients(model, inputs, batch_size).abs().mean(dim=0).double().numpy()
     norms = np.linalg.norm(scores, axis=1, keepdims=True)
     return scores / np.where(norms > 0, norms, 1.0)
+
+
+def attribution_patching_importance(
+    model: PreTrainedModel, inputs: dict[str, torch.Tensor], batch_size: int = 64
+) -> np.ndarray:
+    """Nanda 2023's estimate of each head's mean-ablation effect on the loss, averaged over the
+    examples: E_x[∂L/∂o_h · (ō_h − o_h)] = −E_x[∂L/∂ξ_h] with the gate toward the mean (L, H).
+    Signed: a head whose ablation would lower the loss scores below 0."""
+    fill = mean_head_outputs(model, inputs, batch_size)
+    return -taylor_gradients(model, inputs, batch_size, fill).mean(dim=0).double().numpy()
 
 
 def accuracy_difference_importance(
@@ -166,6 +206,9 @@ def importance_table(
             frames.append(_rows(method, None, dump_arrays[method].mean(axis=0)))
         elif method == "taylor":
             frames.append(_rows(method, None, taylor_importance(model, inputs, batch_size)))
+        elif method == "attribution_patching":
+            scores = attribution_patching_importance(model, inputs, batch_size)
+            frames.append(_rows(method, None, scores))
         elif method == "accuracy_difference":
             scores = accuracy_difference_importance(model, inputs, batch_size)
             frames.append(_rows(method, None, scores))

@@ -18,6 +18,7 @@ from attnlab.data import induction
 from attnlab.data.tasks import DataError, read_local
 from attnlab.plumbing.errors import ConfigError
 from attnlab.plumbing.outputs import atomic_path
+from attnlab.plumbing.preflight import NEXT_TOKEN_KINDS
 
 
 @dataclass(frozen=True)
@@ -59,16 +60,19 @@ def validate_prompts(df: pd.DataFrame, spec: PromptSpec, where: str) -> pd.DataF
 
 def read_prompts(name: str, cfg: dict[str, Any], seed: int
                  ) -> tuple[PromptSpec, pd.DataFrame, pd.DataFrame]:
-    """A next-token task's train and dev splits, generated (synthetic kind induction, dev drawn
-    with seed + 1) or read from local files, validated."""
+    """A next-token task's train and dev splits, generated (synthetic kind induction or
+    repeat, dev drawn with seed + 1) or read from local files, validated."""
     spec = PromptSpec.from_config(name, cfg)
     if cfg["source"] == "synthetic":
         syn = cfg["synthetic"]
-        if syn["kind"] != "induction":
+        if syn["kind"] not in NEXT_TOKEN_KINDS:
             raise ConfigError(f"tasks.{name}.synthetic.kind: {syn['kind']!r} is a "
-                              "classification task; a next_token task's is induction")
-        train = induction.generate(syn["n_train"], seed)
-        dev = induction.generate(syn["n_dev"], seed + 1)
+                              "classification task; a next_token task's is "
+                              f"{' or '.join(NEXT_TOKEN_KINDS)}")
+        layout = (induction.repeat(syn["length"]) if syn["kind"] == "repeat"
+                  else induction.PLANTED)
+        train = induction.generate(syn["n_train"], seed, layout)
+        dev = induction.generate(syn["n_dev"], seed + 1, layout)
         frames = {"text": spec.prompt_field, "target": spec.target_field}
         train, dev = train.rename(columns=frames), dev.rename(columns=frames)
         origins = (f"synthetic {name} train", f"synthetic {name} dev")

@@ -37,6 +37,9 @@ class Intervention:
                     batch row); the scaled tensor becomes a leaf that requires grad, stored in
                     `scaled`, so ∂F/∂(αA) can be taken with `torch.autograd.grad`.
     head_mask:      (L, H) or (B, L, H) multipliers of each head's probabilities (0 = masked).
+    head_fill:      {layer: (H, d_v)} what a head outputs where head_mask takes its output away:
+                    the output becomes m·(A V) + (1 − m)·fill for a head's multiplier m, so a
+                    mask of 0 with the heads' mean outputs mean-ablates them (absent: zero).
     edge_mask:      {layer: multipliers broadcastable to (B, H, Q, K)} of single entries of the
                     layer's probabilities (0 = edge removed; (B, 1, Q, K) for every head alike);
                     like head_mask, rows are not renormalised.
@@ -53,6 +56,7 @@ class Intervention:
     scale_layer: int | None = None
     scale: torch.Tensor | None = None
     head_mask: torch.Tensor | None = None
+    head_fill: dict[int, torch.Tensor] = field(default_factory=dict)
     edge_mask: dict[int, torch.Tensor] = field(default_factory=dict)
     replace: dict[int, torch.Tensor] = field(default_factory=dict)
     permute: dict[int, torch.Tensor] = field(default_factory=dict)
@@ -74,6 +78,18 @@ class Intervention:
         if self.capture_values:
             self.values[layer] = value.detach()
 
+    def _head_multipliers(self, layer: int, like: torch.Tensor) -> torch.Tensor:
+        """head_mask's multipliers of layer `layer`, broadcastable to (B, H, Q, ·)."""
+        mask = self.head_mask[..., layer, :].to(like)
+        return mask[:, :, None, None] if mask.dim() == 2 else mask[:, None, None]
+
+    def fill(self, layer: int, output: torch.Tensor) -> torch.Tensor:
+        """Layer `layer`'s head outputs (B, H, Q, d_v), with head_fill's share added."""
+        if self.head_mask is None or layer not in self.head_fill:
+            return output
+        fill = self.head_fill[layer].to(output)[:, None, :]
+        return output + (1 - self._head_multipliers(layer, output)) * fill
+
     def apply(self, layer: int, probs: torch.Tensor) -> torch.Tensor:
         """Transform layer `layer`'s probabilities (B, H, Q, K) as asked; record what was asked."""
         if layer in self.replace:
@@ -81,8 +97,7 @@ class Intervention:
         if layer in self.permute:
             probs = probs.gather(-1, self.permute[layer].to(probs.device))
         if self.head_mask is not None:
-            mask = self.head_mask[..., layer, :].to(probs)
-            probs = probs * (mask[:, :, None, None] if mask.dim() == 2 else mask[:, None, None])
+            probs = probs * self._head_multipliers(layer, probs)
         if layer in self.edge_mask:
             probs = probs * self.edge_mask[layer].to(probs)
         if self.scale_layer == layer:
@@ -125,6 +140,8 @@ def attention_forward(
     if active:
         weights = attnlab.apply(layer, weights)
     output = torch.matmul(weights, value)
+    if active:
+        output = attnlab.fill(layer, output)
     return output.transpose(1, 2).contiguous(), weights
 
 

@@ -26,6 +26,9 @@ from typing import Any
 from attnlab.plumbing.errors import AttnlabError, ConfigError
 from attnlab.plumbing.families import CLASSIFIER, DECODER, FAMILIES, SCRATCH_DEFAULT, names
 
+# the synthetic kinds that make next-token tasks (attnlab.data.induction)
+NEXT_TOKEN_KINDS = ("induction", "repeat")
+
 # The formats of a task's local files, by suffix, as attnlab.data.tasks.read_local reads them
 # (here, so that the dry run refuses a file no reader takes).
 LOCAL_FORMATS = {".parquet": "parquet", ".csv": "csv", ".tsv": "tsv", ".json": "json",
@@ -363,11 +366,12 @@ def _check_kind(config: dict[str, Any]) -> None:
         if decoder and task["source"] not in ("synthetic", "local"):
             raise ConfigError(f"tasks.{name}.source: {task['source']!r}; a next_token task's "
                               "data is synthetic (induction) or local")
-        induction = task["source"] == "synthetic" and task["synthetic"]["kind"] == "induction"
-        if task["source"] == "synthetic" and induction != decoder:
+        next_token = (task["source"] == "synthetic"
+                      and task["synthetic"]["kind"] in NEXT_TOKEN_KINDS)
+        if task["source"] == "synthetic" and next_token != decoder:
             raise ConfigError(f"tasks.{name}.synthetic.kind: {task['synthetic']['kind']!r} "
-                              f"does not make {task_kind(config)} tasks (induction makes "
-                              "next_token tasks, the others classification tasks)")
+                              f"does not make {task_kind(config)} tasks (induction and repeat "
+                              "make next_token tasks, the others classification tasks)")
 
 
 def attributed_idx(config: dict[str, Any], task: dict[str, Any]) -> range | None:

@@ -1,0 +1,206 @@
+"""A decoder's induction heads found by several rankings and proven by ablation (rule
+induction_heads, docs/decoders.md).
+
+On prompts whose next token only an earlier copy tells (attnlab.data.induction: the planted
+task, or the standard protocol of a repeated random sequence), every head is scored four ways:
+
+* prefix-matching (Olsson et al. 2022): its raw attention at the query (the second A) on the
+  position after the first A (B's first position, `gt_induction`);
+* previous-token: its mean raw attention from each position to the one before it;
+* AttAttr (Hao et al. 2021): its mean maximal attribution over the attributed examples (rule
+  attribute's dumps: the head importance of rule head_importance);
+* attribution patching (Nanda 2023): the first-order estimate of how much mean-ablating it
+  raises the next-token loss (`heads.attribution_patching_importance`).
+
+Ground truth is ablation: on dev examples disjoint from those that ranked the heads, each
+ranking's top k heads, AttAttr's lowest k and k random heads are mean-ablated together (each
+head's output replaced by its mean over the ranking examples' positions,
+`Intervention.head_fill`) and the loss of the target token at the query measured: the loss of
+a token of the second copy. Each k of the grid gives its own findings (`ablation_findings`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, NamedTuple
+
+import numpy as np
+import pandas as pd
+import torch
+from transformers import PreTrainedModel
+
+from attnlab.analyses import heads
+from attnlab.analyses.claims import claims_frame, finding, source
+from attnlab.analyses.induction import MECHANISM_SCORE
+from attnlab.analyses.verdicts import ONE_POINT, Bar, bootstrap, difference
+from attnlab.engine import examples, models
+from attnlab.engine.intervention import Intervention
+
+STAGE = "induction_heads"
+# the rankings whose top heads are ablated, each a column of the heads table
+RANKINGS = ("attattr", "prefix_matching", "attribution_patching")
+# a comparison of two ablations holds when the paired interval of the difference of the
+# next-token loss lies above 0.01 nats (our choice: the verdict rules' one point, taken on
+# the loss's scale)
+BEATS = Bar(ONE_POINT)
+
+
+class HeadsResult(NamedTuple):
+    heads: pd.DataFrame  # one row per head: its scores and ranks by each ranking
+    ablation: pd.DataFrame  # one row per (ranking, order, k): mean loss and accuracy
+    claims: pd.DataFrame
+    summary: dict[str, Any]
+
+
+def attention_scores(model: PreTrainedModel, inputs: dict[str, torch.Tensor],
+                     induction: torch.Tensor, batch_size: int = 64) -> np.ndarray:
+    """Per example and head (examples, 2, layers · heads), from raw attention: its weight at
+    the query on the example's `induction` position (prefix matching) and its mean weight from
+    each position after the first to the one before (previous token)."""
+    device = next(model.parameters()).device
+    out = []
+    with torch.no_grad():
+        for rows, batch in examples.batches(inputs, batch_size, device):
+            seen = Intervention(capture=True)
+            models.logits(model, batch, seen)
+            probs = torch.stack([seen.probs[layer] for layer in sorted(seen.probs)], dim=1)
+            picks = torch.arange(len(probs), device=device)
+            query = models.read_positions(model, batch["attention_mask"])
+            prefix = probs[picks, :, :, query, induction[rows].to(device)]  # (B, L, H)
+            steps = probs.diagonal(offset=-1, dim1=-2, dim2=-1)  # (B, L, H, Q-1): i+1 on i
+            real = batch["attention_mask"][:, None, None, 1:].to(steps)
+            previous = (steps * real).sum(dim=-1) / real.sum(dim=-1)
+            out.append(torch.stack([prefix, previous], dim=1).flatten(2).double().cpu())
+    return torch.cat(out).numpy()
+
+
+def ablated(model: PreTrainedModel, inputs: dict[str, torch.Tensor], chosen: list[int], *,
+            fill: dict[int, torch.Tensor], batch_size: int = 64) -> tuple[np.ndarray, np.ndarray]:
+    """Each example's next-token loss and correctness with the heads `chosen` (flat indices
+    layer · heads + head) mean-ablated: their outputs replaced by `fill`'s."""
+    n_layers, n_heads = models.head_shape(model)
+    mask = torch.ones(n_layers * n_heads)
+    mask[chosen] = 0.0
+    intervention = Intervention(head_mask=mask.view(n_layers, n_heads), head_fill=fill)
+    device = next(model.parameters()).device
+    losses, right = [], []
+    with torch.no_grad():
+        for _, batch in examples.batches(inputs, batch_size, device):
+            logits = models.logits(model, batch, intervention).double()
+            losses.append(torch.nn.functional.cross_entropy(logits, batch["labels"],
+                                                            reduction="none").cpu())
+            right.append((logits.argmax(-1) == batch["labels"]).cpu())
+    return torch.cat(losses).numpy(), torch.cat(right).numpy().astype(float)
+
+
+def head_table(scores: dict[str, np.ndarray], n_heads: int) -> pd.DataFrame:
+    """One row per head of `scores` (each (layers · heads,), `n_heads` a layer): every score,
+    its rank by each ranking (1: top) and whether it is an induction or a previous-token head
+    (its mean prefix-matching, previous-token score at least MECHANISM_SCORE)."""
+    table = pd.DataFrame({"layer": np.arange(len(scores["attattr"])) // n_heads,
+                          "head": np.arange(len(scores["attattr"])) % n_heads, **scores})
+    for name in RANKINGS:
+        table[f"rank_{name}"] = table[name].rank(ascending=False, method="first").astype(int)
+    table["induction_head"] = table["prefix_matching"] >= MECHANISM_SCORE
+    table["previous_token_head"] = table["previous_token"] >= MECHANISM_SCORE
+    return table
+
+
+def top(scores: np.ndarray, k: int) -> list[int]:
+    """The flat indices of the `k` highest `scores` (ties: the lower index first)."""
+    return np.argsort(-scores, kind="stable")[:k].tolist()
+
+
+def overlap_share(attattr: np.ndarray, prefix_top: list[int], k: int) -> np.ndarray:
+    """On each resample (resamples, examples, heads) of the attributed examples' maximal
+    attributions: the share of AttAttr's top `k` heads (by their mean) in `prefix_top`."""
+    ranked = np.argsort(-attattr.mean(axis=1), axis=1, kind="stable")[:, :k]
+    return np.isin(ranked, prefix_top).mean(axis=1)
+
+
+def head_analysis(
+    model: PreTrainedModel,
+    ranking: dict[str, torch.Tensor],
+    evaluation: dict[str, torch.Tensor],
+    *,
+    induction: torch.Tensor,
+    attattr: np.ndarray,
+    ks: list[int],
+    draws: int,
+    seed: int,
+    batch_size: int = 64,
+) -> HeadsResult:
+    """The heads' scores on the `ranking` examples (prompts as `models.logits` takes them,
+    `labels` the targets; `induction` their B positions), AttAttr's from `attattr` (the
+    attributed examples' (N, L, H) maximal attributions), and each ranking's top k, AttAttr's
+    lowest k and `draws` random k heads mean-ablated on the `evaluation` examples, k in `ks`."""
+    n_layers, n_heads = models.head_shape(model)
+    started = time.process_time()
+    raw = attention_scores(model, ranking, induction, batch_size)
+    attention_seconds = time.process_time() - started
+    started = time.process_time()
+    patching = heads.attribution_patching_importance(model, ranking, batch_size).ravel()
+    patching_seconds = time.process_time() - started
+    per_attributed = attattr.reshape(len(attattr), -1)
+    scores = {"prefix_matching": raw[:, 0].mean(axis=0), "previous_token": raw[:, 1].mean(axis=0),
+              "attattr": per_attributed.mean(axis=0), "attribution_patching": patching}
+    fill = heads.mean_head_outputs(model, ranking, batch_size)
+    full_loss, full_right = ablated(model, evaluation, [], fill=fill, batch_size=batch_size)
+    rng = np.random.default_rng(seed)
+    losses: dict[tuple[str, str, int], np.ndarray] = {}
+    rows = [{"ranking": "none", "order": "", "k": 0, "loss": full_loss.mean(),
+             "accuracy": full_right.mean()}]
+    for k in ks:
+        sets = {**{(name, "top"): [top(scores[name], k)] for name in RANKINGS},
+                ("attattr", "lowest"): [top(-scores["attattr"], k)],
+                ("random", ""): [rng.choice(n_layers * n_heads, k, replace=False).tolist()
+                                 for _ in range(draws)]}
+        for (name, order), chosen in sets.items():
+            runs = [ablated(model, evaluation, heads_, fill=fill, batch_size=batch_size)
+                    for heads_ in chosen]
+            loss, right = (np.mean(values, axis=0) for values in zip(*runs, strict=True))
+            losses[name, order, k] = loss
+            rows.append({"ranking": name, "order": order, "k": k, "loss": loss.mean(),
+                         "accuracy": right.mean()})
+    ablation = pd.DataFrame(rows).assign(examples=len(full_loss))
+    claims = ablation_findings(losses, per_attributed, scores["prefix_matching"], ks)
+    summary = {"ranking_examples": len(raw), "attributed_examples": len(attattr),
+               "evaluation_examples": len(full_loss), "loss": float(full_loss.mean()),
+               "accuracy": float(full_right.mean()),
+               "attention_cpu_seconds_per_prompt": attention_seconds / len(raw),
+               "attribution_patching_cpu_seconds_per_prompt": patching_seconds / len(raw)}
+    return HeadsResult(head_table(scores, n_heads), ablation, claims_frame(claims), summary)
+
+
+def ablation_findings(losses: dict[tuple[str, str, int], np.ndarray], attattr: np.ndarray,
+                      prefix: np.ndarray, ks: list[int]) -> list[dict[str, Any]]:
+    """For each k of `ks`: AttAttr's top k against prefix matching's top k (their overlap, over
+    resamples of the `attattr` (N, heads) examples, against chance: a random k heads' expected
+    share k / heads), and the mean-ablation `losses` (per evaluation example, by (ranking,
+    order, k)) of AttAttr's top k against k random, its lowest k, prefix matching's and
+    attribution patching's top k (paired over the evaluation examples)."""
+    olsson = "olsson2022"
+    out = []
+    for k in ks:
+        mine = losses["attattr", "top", k]
+        out.append(finding(
+            STAGE, f"AttAttr's top {k} heads are among the {k} of highest prefix-matching "
+            "score beyond chance", f"share of AttAttr's top {k} in prefix matching's top {k} "
+            f"(bar: chance, {k}/{attattr.shape[1]})",
+            bootstrap(attattr, lambda sample, k=k: overlap_share(
+                sample, top(prefix, k), k)), Bar(k / attattr.shape[1]),
+            source(olsson, "prefix_matching")))
+        against = {"k random heads": ("random", "", olsson, "ablation"),
+                   f"AttAttr's lowest {k}": ("attattr", "lowest", olsson, "ablation"),
+                   f"prefix matching's top {k}": ("prefix_matching", "top", "hao2021",
+                                                  "attention_differs"),
+                   f"attribution patching's top {k}": ("attribution_patching", "top",
+                                                       "nanda2023", "linear_approximation")}
+        for name, (ranking, order, paper, key) in against.items():
+            out.append(finding(
+                STAGE, f"Mean-ablating AttAttr's top {k} heads raises the next-token loss on "
+                f"the second copy more than ablating {name}",
+                f"loss, AttAttr's top {k} - {name}, paired (nats)",
+                difference(mine, losses[ranking, order, k], paired=True), BEATS,
+                source(paper, key)))
+    return out
