@@ -14,7 +14,7 @@ import torch
 from tiny_models import VOCAB
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from attnlab.data import packages
+from attnlab.data import induction, packages
 from attnlab.data.hub import SOURCE_FILE, fetch_checkpoint
 from attnlab.engine import attribution, models
 from attnlab.plumbing import preflight
@@ -206,6 +206,12 @@ def test_the_packaged_smollm2_loads_and_is_attributed_within_tolerance(tmp_path)
     assert json.loads((folder / SOURCE_FILE).read_text())["from"] == package.requirement
     model, tokenizer = models.load_causal_lm(folder, gguf_file=name)
     assert models.head_shape(model) == (30, 9) and model.config.num_key_value_heads == 3
+    # config/smollm2.yaml's prompts (synthetic kind repeat) are random tokens: one a word, and
+    # the document start SmolLM2's separator <|endoftext|>
+    prompt = induction.generate(1, seed=0, layout=induction.repeat(64))["text"][0]
+    ids = tokenizer(prompt)["input_ids"]
+    assert len(ids) == len(prompt.split(" ")) and ids[0] == tokenizer.convert_tokens_to_ids(
+        induction.DOCUMENT_START)
     ids = tokenizer("The capital of France is", return_tensors="pt")["input_ids"]
     inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
     result = attribution.attribute(model, inputs, target="pred", tolerance=TOLERANCE,

@@ -34,6 +34,23 @@ def decoder():
     return {"model": model, "inputs": inputs, "induction": positions}
 
 
+def test_the_standard_protocol_repeats_t_random_words_after_a_document_start():
+    """Synthetic kind repeat: the start, T distinct words, then the same words up to the
+    second A; B (the target) follows A's first occurrence, and the repeat starts at 1 + T."""
+    frame = induction.generate(200, seed=0, layout=induction.repeat(10))
+    for row in frame.itertuples():
+        words = row.text.split(" ")
+        first, second = words[1:11], words[11:]
+        assert words[0] == induction.DOCUMENT_START and len(set(first)) == 10
+        assert second == first[: len(second)] and 1 <= len(second) <= 9
+        assert words[row.gt_previous] == words[-1] and words[row.gt_induction] == row.target
+        assert row.repeat_start == 11
+    # every query position of the second copy is drawn
+    assert frame["gt_induction"].nunique() == 9
+    with pytest.raises(ValueError, match="2 to 64"):
+        induction.repeat(65)
+
+
 def _loss(model, inputs, intervention):
     logits = models.logits(model, inputs, intervention)
     return torch.nn.functional.cross_entropy(logits, inputs["labels"], reduction="none")
