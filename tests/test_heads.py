@@ -308,7 +308,8 @@ def test_unknown_importance_method_fails_config_validation(tmp_path):
     result = dry_run(config, tmp_path)
     assert result.returncode != 0
     expected = ("config error at heads.methods.1: 'gradient' is not one of ['attribution', "
-                "'attention', 'taylor', 'accuracy_difference', 'random']")
+                "'attention', 'taylor', 'attribution_patching', 'accuracy_difference', "
+                "'random']")
     assert expected in result.stdout + result.stderr
 
 
