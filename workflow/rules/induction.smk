@@ -50,6 +50,12 @@ rule induction_heads:
         ablation="results/{name}/induction_heads/{task}/ablation.parquet",
         claims="results/{name}/induction_heads/{task}/claims.parquet",
         summary="results/{name}/induction_heads/{task}/summary.json",
+        page=report(
+            "results/{name}/induction_heads/{task}/heads.html",
+            caption="../report/induction_heads.rst",
+            category="Induction heads",
+            labels={"task": "{task}"},
+        ),
     params:
         **config_paths("induction.head_examples", "induction.ablation_examples",
                        "induction.ablation_k", "induction.random_draws", "heads.batch_size",

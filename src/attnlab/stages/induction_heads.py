@@ -12,12 +12,13 @@ from attnlab.data.dumps import attributed_head_scores
 from attnlab.engine import models, next_token
 from attnlab.model_job import ModelJob
 from attnlab.plumbing.errors import ConfigError
+from attnlab.report.html_pages import write_tables_page
 
 
 def run(job: ModelJob) -> None:
-    """Writes the tables heads, ablation and claims and the JSON summary (the examples of
-    each part, the loss and accuracy of the whole model, the CPU seconds per prompt of the raw
-    attention scores and of attribution patching)."""
+    """Writes the tables heads, ablation and claims, the JSON summary (the examples of each
+    part, the loss and accuracy of the whole model, the CPU seconds per prompt of the raw
+    attention scores and of attribution patching) and the three tables as the report's page."""
     cfg = job.settings.induction
     n_rank, n_eval = cfg.head_examples, cfg.ablation_examples
     dev = job.split("dev")
@@ -38,4 +39,12 @@ def run(job: ModelJob) -> None:
     claims = on_models(result.claims, job.finetune_metrics)
     job.write_tables({"heads": result.heads, "ablation": result.ablation, "claims": claims})
     job.write_json("summary", result.summary)
+    write_tables_page(job.outputs["page"], f"Induction heads: {job.task}", [
+        ("Claims", "Each finding's estimate with its 95 % bootstrap interval.", claims),
+        ("Ablation", "The mean next-token loss and accuracy of the evaluation examples with "
+         "each ranking's top k heads, AttAttr's lowest k or k random heads (the mean over the "
+         "draws) mean-ablated; k = 0: the whole model.", result.ablation),
+        ("Heads", "Every head's mean prefix-matching and previous-token attention, AttAttr's "
+         "mean maximal attribution, attribution patching's estimate of the loss's rise when "
+         "it is mean-ablated, and its rank by each (1: top).", result.heads)])
     log_claims(claims, job.task)
