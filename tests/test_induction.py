@@ -347,6 +347,12 @@ def test_each_induction_finding_is_judged_on_its_interval_over_the_examples():
     heads = induction_analysis.head_table(per_example, n_heads=2)
     assert list(heads.sort_values("attattr_rank")[["layer", "head"]].itertuples(
         index=False, name=None))[:2] == [(0, 0), (1, 0)]
+    # a model of more than PAIR_MASKING_HEADS heads (SmolLM2's 270) is not masked pair by pair
+    unmasked = pd.DataFrame(induction_analysis.induction_findings(edges, per_example, None))
+    columns = ["claim", "value", "low", "high", "verdict"]
+    pd.testing.assert_frame_equal(unmasked.iloc[:-1][columns], rows.iloc[:-1][columns])
+    assert unmasked.iloc[-1]["verdict"] == "not testable"
+    assert "rule induction_heads" in unmasked.iloc[-1]["reason"]
 
 
 def test_the_top_two_heads_share_counts_the_mechanism_heads_among_them():
