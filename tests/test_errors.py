@@ -135,6 +135,25 @@ def test_a_data_error_in_a_job_is_one_line_in_the_output_and_the_log(tmp_path, c
     assert written(tmp_path) == []
 
 
+@pytest.mark.slow
+def test_a_prompt_too_long_for_a_decoder_is_one_line_naming_its_file_and_line(tmp_path):
+    prompts = [("a b a", "b")] * 40 + [("a b c d e f a", "b")] + [("a b a", "b")] * 9
+    train, dev = (write_csv(tmp_path / f"{split}.csv", prompts, header="text,target")
+                  for split in ("train", "dev"))
+    config = {"name": "bad", "device": "cpu",
+              "tasks": {"prompts": {"kind": "next_token", "source": "local",
+                                    "local": {"train": train, "dev": dev},
+                                    "text_fields": ["text"]}},
+              "model": {"scratch": {"family": "llama", "layers": 1, "heads": 2, "hidden": 8,
+                                    "intermediate": 8}, "max_length": 6}}
+    # <s> and 7 words, and the target's token after them: 9 of at most 6
+    line = assert_one_line(run(tmp_path, config, "results/bad/data/prompts/train.parquet"),
+                           f"{train}: line 42 is 9 tokens with its target, more than "
+                           "model.max_length=6 (1 such prompts); raise model.max_length")
+    assert "ERROR" in line
+    assert written(tmp_path) == []
+
+
 @contextmanager
 def unwritable(folder: Path) -> Iterator[None]:
     """`folder` and everything in it read-only for the block, also for root, whom mode bits
