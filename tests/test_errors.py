@@ -29,7 +29,7 @@ from attnlab.data.tokenization import build_tokenizer
 from attnlab.engine import models
 from attnlab.plumbing.config import validate_config
 from attnlab.plumbing.errors import TRACEBACK_VARIABLE, AttnlabError, ConfigError, one_line_errors
-from attnlab.plumbing.preflight import check_config
+from attnlab.plumbing.preflight import check_config, check_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -132,6 +132,25 @@ def test_a_data_error_in_a_job_is_one_line_in_the_output_and_the_log(tmp_path, c
     assert "ERROR" in line
     log = (tmp_path / "results/bad/logs/prepare_data/reviews.log").read_text()
     assert sum(all(text in row for text in expected) for row in log.splitlines()) == 1
+    assert written(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_a_prompt_too_long_for_a_decoder_is_one_line_naming_its_file_and_line(tmp_path):
+    prompts = [("a b a", "b")] * 40 + [("a b c d e f a", "b")] + [("a b a", "b")] * 9
+    train, dev = (write_csv(tmp_path / f"{split}.csv", prompts, header="text,target")
+                  for split in ("train", "dev"))
+    config = {"name": "bad", "device": "cpu",
+              "tasks": {"prompts": {"kind": "next_token", "source": "local",
+                                    "local": {"train": train, "dev": dev},
+                                    "text_fields": ["text"]}},
+              "model": {"scratch": {"family": "llama", "layers": 1, "heads": 2, "hidden": 8,
+                                    "intermediate": 8}, "max_length": 6}}
+    # <s> and 7 words, and the target's token after them: 9 of at most 6
+    line = assert_one_line(run(tmp_path, config, "results/bad/data/prompts/train.parquet"),
+                           f"{train}: line 42 is 9 tokens with its target, more than "
+                           "model.max_length=6 (1 such prompts); raise model.max_length")
+    assert "ERROR" in line
     assert written(tmp_path) == []
 
 
@@ -322,6 +341,35 @@ def test_a_config_mistake_stops_the_dry_run_in_one_line(tmp_path, checkpoints, c
     line = assert_one_line(result, f"config error at {key.replace('{tmp}', str(checkpoints))}",
                            *more)
     assert (result.stdout + result.stderr).strip() == line  # nothing else: no header, no File
+
+
+@pytest.mark.parametrize("files, expected", [
+    ({"vocab.txt": b"\n"}, "vocab.txt is empty"),
+    ({"vocab.txt": b"[PAD]\n\xff\n"}, "vocab.txt is not UTF-8 text"),
+    ({"vocab.json": b'{"a": 0', "merges.txt": b"#version: 0.2\n"}, "vocab.json is not valid JSON"),
+    ({"vocab.json": b'{"a": 0}', "merges.txt": b""}, "merges.txt is empty"),
+    # a download cut at its first byte, or an HTML error page saved under the model's name
+    ({"spiece.model": b"<html>"}, "spiece.model is not a SentencePiece model"),
+])
+def test_a_tokenizer_file_that_cannot_load_is_one_line_naming_it(tmp_path, files, expected):
+    for name, content in files.items():
+        (tmp_path / name).write_bytes(content)
+    with pytest.raises(ConfigError) as err:
+        check_tokenizer(tmp_path)
+    assert str(err.value).startswith(f"model.pretrained: {tmp_path}/{expected}")
+
+
+def test_whole_tokenizer_files_of_every_kind_pass(tmp_path):
+    # WordPiece's vocabulary, byte-level BPE's pair, a SentencePiece model (a protobuf message
+    # whose first field, tag 0x0a, holds its pieces: "\n\x0e\n\x05<unk>..." in a Llama's)
+    for folder, files in {"wordpiece": {"vocab.txt": b"[PAD]\n[UNK]\n"},
+                          "bpe": {"vocab.json": b'{"a": 0}', "merges.txt": b"#version: 0.2\n"},
+                          "sentencepiece": {"tokenizer.model": b"\n\x0e\n\x05<unk>\x15\x00"}
+                          }.items():
+        (tmp_path / folder).mkdir()
+        for name, content in files.items():
+            (tmp_path / folder / name).write_bytes(content)
+        check_tokenizer(tmp_path / folder)
 
 
 @pytest.mark.parametrize("pairs, expected", [

@@ -342,9 +342,17 @@ def test_pruning_a_model_whose_accuracy_never_moves_says_so(tmp_path, monkeypatc
                             "k": k, "accuracy": 0.5 if task == "pairs" else 0.9 - 0.1 * k}
                            for task in ("pairs", "single")
                            for ranking, label in (("attribution", "predicted"), ("attention", ""))
-                           for order in ("lowest", "highest") for k in range(3)])
+                           for order in ("lowest", "highest") for k in range(3)]
+                          + [{"task": task, "ranking": "random", "label": "", "order": "lowest",
+                              "k": k, "accuracy": 0.5 if task == "pairs" else 0.9 - 0.05 * k}
+                             for task in ("pairs", "single") for k in range(3)])
     head_figures.plot_per_layer(curves, tmp_path / "per_layer.png")
     flat, moving = kept["per_layer.png"].axes
+    # a random order has no lowest heads to prune first: its line is named "random"
+    assert sorted(t.get_text() for t in kept["per_layer.png"].legends[0].get_texts()) == [
+        "attention, highest first", "attention, lowest first",
+        "attribution (predicted label), highest first",
+        "attribution (predicted label), lowest first", "random"]
     assert [t.get_text() for t in flat.texts if t.get_gid() == figures.NOTE] == [
         "accuracy, whatever is pruned: 0.5 everywhere"]
     assert not moving.texts
@@ -381,3 +389,14 @@ def test_a_correlation_the_run_cannot_test_says_so_on_the_figure(tmp_path, drawn
     figure = figure_of(drawn, "judged.png")
     assert figure.get_suptitle() == "" and figure.patches == []
     assert drawn[0].warnings == []
+
+
+def test_a_folder_of_figures_lists_in_numeric_order(tmp_path):
+    """tree_3 before tree_10, as a reader counts, not as characters sort."""
+    from attnlab.stages.figures import _pngs
+
+    for idx in (10, 3, 1, 22):
+        (tmp_path / f"tree_{idx}.png").touch()
+    assert [p.rsplit("/", 1)[1] for p in _pngs(str(tmp_path))] == [
+        "tree_1.png", "tree_3.png", "tree_10.png", "tree_22.png"]
+    assert _pngs(str(tmp_path / "one.png")) == [str(tmp_path / "one.png")]

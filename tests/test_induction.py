@@ -12,7 +12,7 @@ from attnlab.analyses.claims import unlearned
 from attnlab.analyses.verdicts import seeds_needed
 from attnlab.data import induction
 from attnlab.data.prompts import PromptSpec, validate_prompts
-from attnlab.data.tasks import DataError
+from attnlab.data.tasks import DataError, Origin
 from attnlab.data.tokenization import build_causal_tokenizer
 from attnlab.engine import next_token
 
@@ -65,9 +65,10 @@ def test_prompts_too_long_or_without_a_target_are_refused_in_one_line():
     tokenizer = build_causal_tokenizer(induction.words())
     with pytest.raises(DataError, match="more than model.max_length=8"):
         next_token.encode_prompts(frame, SPEC, tokenizer, max_length=8)
-    with pytest.raises(DataError, match="column 'target' row 2 is not a non-empty text"):
+    with pytest.raises(DataError, match="prompts.csv: row 2: column 'target' is not a "
+                                        "non-empty text"):
         validate_prompts(frame.assign(target=["v1", "v2", " ", "v3", "v4"]), SPEC,
-                                    "prompts.csv")
+                         Origin("prompts.csv"))
 
 
 # The induction config's model and training (config/induction.yaml), on fewer examples.
@@ -383,8 +384,10 @@ def _run_stages(config: dict, checkpoint, out_dir) -> dict:
         "induction.json")}
     parts = [str(out["part.parquet"])]
     jobs = [
-        (prepare_data, {}, {"train": out["train.parquet"], "dev": out["dev.parquet"],
-                            "summary": out["summary.json"]}),
+        # the checkpoint's tokenizer checks the prompts' lengths
+        (prepare_data, {"pretrained": str(checkpoint)},
+         {"train": out["train.parquet"], "dev": out["dev.parquet"],
+          "summary": out["summary.json"]}),
         (finetune, {"train": out["train.parquet"], "dev": out["dev.parquet"],
                     "pretrained": str(checkpoint), "start": []},
          {"model": out["model"], "metrics": out["metrics.json"]}),

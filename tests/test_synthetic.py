@@ -82,7 +82,10 @@ def test_ground_truth_points_at_the_deciding_pair(kind_and_frame):
 
 def _row_words(frame: pd.DataFrame) -> pd.Series:
     """The set of words of each example (all segments)."""
-    return frame.filter(like="segment_").agg(" ".join, axis=1).str.split(" ").map(set)
+    # str.cat, not agg(" ".join, axis=1): a Python call per row took ~7 s on 20k rows
+    segments = frame.filter(like="segment_")
+    text = segments.iloc[:, 0].str.cat(segments.iloc[:, 1:], sep=" ")
+    return text.str.split(" ").map(set)
 
 
 def test_no_single_word_decides_the_label(kind_and_frame):

@@ -22,9 +22,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
-from scipy import stats
+
+# Quantiles from statistics and scipy.special, not scipy.stats: importing scipy.stats takes about
+# a second, in every job that judges findings and in every parse of the Snakefile.
+from scipy import special
 
 HOLDS, FAILS, INCONCLUSIVE, UNTESTABLE = ("holds", "does not hold", "inconclusive",
                                           "not testable")
@@ -137,7 +141,7 @@ def share(hits: np.ndarray) -> Interval:
     if not np.isin(hits, (0.0, 1.0)).all():
         raise ValueError("a share's units are hits or misses (0 or 1)")
     n, p = len(hits), float(hits.mean())
-    z = stats.norm.ppf((1 + LEVEL) / 2)
+    z = NormalDist().inv_cdf((1 + LEVEL) / 2)
     centre = (p + z**2 / (2 * n)) / (1 + z**2 / n)
     half = z / (1 + z**2 / n) * math.sqrt(p * (1 - p) / n + z**2 / (4 * n**2))
     return Interval(p, float(max(0.0, centre - half)), float(min(1.0, centre + half)), n)
@@ -188,7 +192,8 @@ def pooled(per_seed: Sequence[Interval]) -> Interval:
         return Interval(only.estimate, only.low, only.high, 1)
     estimates = np.array([i.estimate for i in per_seed])
     centre, n = float(estimates.mean()), len(estimates)
-    half = stats.t.ppf((1 + LEVEL) / 2, n - 1) * estimates.std(ddof=1) / math.sqrt(n)
+    t = special.stdtrit(n - 1, (1 + LEVEL) / 2)  # Student t's quantile
+    half = t * estimates.std(ddof=1) / math.sqrt(n)
     return Interval(centre, centre - half, centre + half, n)
 
 

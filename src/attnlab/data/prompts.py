@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from attnlab.data import induction
-from attnlab.data.tasks import DataError, read_local
+from attnlab.data.tasks import DataError, Origin, read_local
 from attnlab.plumbing.errors import ConfigError
 from attnlab.plumbing.outputs import atomic_path
 from attnlab.plumbing.preflight import NEXT_TOKEN_KINDS
@@ -40,28 +40,30 @@ class PromptSpec:
 
     def validate(self, df: pd.DataFrame, where: str) -> pd.DataFrame:
         """`validate_prompts` of this task."""
-        return validate_prompts(df, self, where)
+        return validate_prompts(df, self, Origin(where))
 
 
-def validate_prompts(df: pd.DataFrame, spec: PromptSpec, where: str) -> pd.DataFrame:
-    """Check that `df` has text prompts and targets; `where` names its origin in errors."""
+def validate_prompts(df: pd.DataFrame, spec: PromptSpec, origin: Origin) -> pd.DataFrame:
+    """Check that `df` has text prompts and targets; `origin` names its rows in errors."""
     if df.empty:
-        raise DataError(f"{where}: empty split (no rows)")
+        raise DataError(f"{origin.where}: empty split (no rows)")
     for column in (spec.prompt_field, spec.target_field):
         if column not in df.columns:
-            raise DataError(f"{where}: missing column {column!r} (columns are "
+            raise DataError(f"{origin.where}: missing column {column!r} (columns are "
                             f"{', '.join(map(str, df.columns))})")
         bad = ~df[column].map(lambda value: isinstance(value, str) and value.strip() != "")
         if bad.any():
             row = int(bad.to_numpy().nonzero()[0][0])
-            raise DataError(f"{where}: column {column!r} row {row} is not a non-empty text")
+            raise DataError(f"{origin.locate(df, row)}: column {column!r} is not a non-empty "
+                            "text")
     return df
 
 
 def read_prompts(name: str, cfg: dict[str, Any], seed: int
-                 ) -> tuple[PromptSpec, pd.DataFrame, pd.DataFrame]:
+                 ) -> tuple[PromptSpec, pd.DataFrame, pd.DataFrame, tuple[Origin, Origin]]:
     """A next-token task's train and dev splits, generated (synthetic kind induction or
-    repeat, dev drawn with seed + 1) or read from local files, validated."""
+    repeat, dev drawn with seed + 1) or read from local files, validated, with where each
+    split's rows come from (for the length check of prepare_data)."""
     spec = PromptSpec.from_config(name, cfg)
     if cfg["source"] == "synthetic":
         syn = cfg["synthetic"]
@@ -75,19 +77,18 @@ def read_prompts(name: str, cfg: dict[str, Any], seed: int
         dev = induction.generate(syn["n_dev"], seed + 1, layout)
         frames = {"text": spec.prompt_field, "target": spec.target_field}
         train, dev = train.rename(columns=frames), dev.rename(columns=frames)
-        origins = (f"synthetic {name} train", f"synthetic {name} dev")
+        origins = (Origin(f"synthetic {name} train"), Origin(f"synthetic {name} dev"))
     elif cfg["source"] == "local":
         local = cfg["local"]
-        origins = (local["train"], local["dev"])
-        # the rows' places serve the length check of prepare_data, which a next-token task's
-        # prompts skip: their length is checked when the finetune job encodes them
-        train, dev = (read_local(path, local.get("encoding", "utf-8"),
-                                 f"tasks.{name}.local.encoding")[0] for path in origins)
+        (train, train_origin), (dev, dev_origin) = (
+            read_local(local[split], local.get("encoding", "utf-8"),
+                       f"tasks.{name}.local.encoding") for split in ("train", "dev"))
+        origins = (train_origin, dev_origin)
     else:
         raise ConfigError(f"tasks.{name}.source: {cfg['source']!r}; a next_token task is "
                           "synthetic or local")
     return (spec, validate_prompts(train, spec, origins[0]),
-            validate_prompts(dev, spec, origins[1]))
+            validate_prompts(dev, spec, origins[1]), origins)
 
 
 def write_prompts(*, train: pd.DataFrame, dev: pd.DataFrame, train_out: str | os.PathLike,

@@ -31,6 +31,7 @@ kind has its own words.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 import pandas as pd
@@ -97,8 +98,11 @@ def trigger_pairs(kind: str) -> dict[int, tuple[str, str]]:
     return {c: (f"{spec.prefix}t{c}", f"{spec.prefix}u{c}") for c in range(spec.classes)}
 
 
-def _fillers(kind: str) -> list[str]:
-    return [f"{_kind(kind).prefix}w{i}" for i in range(N_FILLERS)]
+@cache
+def _fillers(kind: str) -> np.ndarray:
+    # an array, built once: rng.choice would convert a list on every draw (most of the time
+    # generating an example took)
+    return np.array([f"{_kind(kind).prefix}w{i}" for i in range(N_FILLERS)])
 
 
 def vocabulary() -> list[str]:
@@ -107,7 +111,7 @@ def vocabulary() -> list[str]:
     for kind in SYNTHETIC_KINDS:
         words.update(w for pair in planted_pairs(kind) for w in pair)
         words.update(w for pair in trigger_pairs(kind).values() for w in pair)
-        words.update(_fillers(kind))
+        words.update(map(str, _fillers(kind)))
     return sorted(words)
 
 

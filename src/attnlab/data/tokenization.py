@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 from transformers import BertTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
+from attnlab.data.prompts import PromptSpec
 from attnlab.data.tasks import DataError, Origin, TaskSpec, split_texts
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -44,6 +45,25 @@ def build_causal_tokenizer(words: list[str]) -> PreTrainedTokenizerFast:
         single="<s> $A", special_tokens=[("<s>", vocab["<s>"])])
     return PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", pad_token="<pad>",
                                    unk_token="<unk>")
+
+
+def causal_tokenizer(
+    spec: PromptSpec, model_cfg: Mapping[str, Any], train: pd.DataFrame
+) -> PreTrainedTokenizerBase:
+    """The tokenizer of a decoder trained or evaluated on `train`: a word-level one over its
+    prompts' and targets' words for a scratch model, the checkpoint's own otherwise (padding
+    with its end-of-text token where it has no padding token: GPT-2's and Llama's)."""
+    if model_cfg["source"] == "scratch":
+        return build_causal_tokenizer(sorted(
+            {word for column in (spec.prompt_field, spec.target_field)
+             for text in train[column] for word in text.split()}))
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_cfg["pretrained"],
+                                              gguf_file=model_cfg.get("gguf_file"))
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
 
 
 def training_words(df: pd.DataFrame, spec: TaskSpec) -> list[str]:
@@ -101,3 +121,24 @@ def check_lengths(
         f"{where} is {int(lengths[row])} tokens, more than model.max_length={max_length} "
         f"({len(too_long)} such examples); raise model.max_length or set model.truncate: true"
     )
+
+
+def check_prompt_lengths(
+    df: pd.DataFrame,
+    spec: PromptSpec,
+    tokenizer: PreTrainedTokenizerBase,
+    max_length: int,
+    origin: Origin,
+) -> None:
+    """Refuse (`DataError`) a next-token split with a prompt that, with its target's first
+    token after it (as attnlab.engine.next_token encodes it), is more than `max_length` tokens,
+    naming its row in `origin`. Prompts are never truncated: cut, the query would be lost."""
+    lengths = np.array([len(ids) + 1 for ids in tokenizer(df[spec.prompt_field].tolist())
+                        ["input_ids"]])
+    too_long = np.flatnonzero(lengths > max_length)
+    if len(too_long):
+        row = int(too_long[0])
+        raise DataError(
+            f"{origin.locate(df, row)} is {int(lengths[row])} tokens with its target, more than "
+            f"model.max_length={max_length} ({len(too_long)} such prompts); raise "
+            "model.max_length (a prompt is never truncated)")

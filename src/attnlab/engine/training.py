@@ -35,8 +35,8 @@ from transformers import (
 from attnlab.data.prompts import PromptSpec
 from attnlab.data.tasks import TaskSpec, split_texts
 from attnlab.data.tokenization import (
-    build_causal_tokenizer,
     build_tokenizer,
+    causal_tokenizer,
     length_limit,
     model_tokenizer,
     training_words,
@@ -433,18 +433,13 @@ def pretrain(
 
 def _causal_model(spec: PromptSpec, model_cfg: dict[str, Any], train: pd.DataFrame):
     if model_cfg["source"] == "scratch":
-        words = sorted({word for column in (spec.prompt_field, spec.target_field)
-                        for text in train[column] for word in text.split()})
-        tokenizer = build_causal_tokenizer(words)
+        tokenizer = causal_tokenizer(spec, model_cfg, train)
         config = scratch_config(model_cfg, tokenizer, DECODER)
         return AutoModelForCausalLM.from_config(config), tokenizer
     name, gguf_file = model_cfg["pretrained"], model_cfg.get("gguf_file")
     checkpoint_shape(name, gguf_file)  # an unsupported family is refused before any training
     model = from_pretrained(AutoModelForCausalLM, name, gguf_file, attn_implementation="eager")
-    tokenizer = AutoTokenizer.from_pretrained(name, gguf_file=gguf_file)
-    if tokenizer.pad_token_id is None:  # GPT-2's and Llama's tokenizers have none
-        tokenizer.pad_token = tokenizer.eos_token
-    return model, tokenizer
+    return model, causal_tokenizer(spec, model_cfg, train)
 
 
 def _next_token_loss(model: PreTrainedModel, batch: dict[str, torch.Tensor]) -> torch.Tensor:

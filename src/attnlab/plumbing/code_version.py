@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+from functools import cache
 from pathlib import Path
 
 from attnlab import _EXPORTS
@@ -32,7 +33,10 @@ def library_modules() -> list[str]:
                   for path in PACKAGE_DIR.rglob("*.py") if path.name != "__init__.py")
 
 
-def attnlab_imports(module: str) -> set[str]:
+# Each rule's closure shares most of its modules with the others': parsed once per process,
+# not once per rule (a parse of the Snakefile would otherwise read ~600 module sources).
+@cache
+def attnlab_imports(module: str) -> frozenset[str]:
     """The attnlab modules that `module` imports directly."""
     tree = ast.parse(module_file(module).read_text())
     found = set()
@@ -50,7 +54,7 @@ def attnlab_imports(module: str) -> set[str]:
         elif isinstance(node, ast.Import):
             found.update(a.name.removeprefix("attnlab.") for a in node.names
                          if a.name.startswith("attnlab."))
-    return {name for name in found if module_file(name).exists()}
+    return frozenset(name for name in found if module_file(name).exists())
 
 
 def code_closure(*modules: str) -> set[str]:

@@ -140,6 +140,17 @@ def _read_json(path: Path) -> Any:
         raise ConfigError(f"model.pretrained: {path} is not valid JSON ({err})") from None
 
 
+def _check_text(path: Path) -> None:
+    """A tokenizer's vocabulary or merges: non-empty UTF-8 text."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"model.pretrained: {path} is not UTF-8 text ({err})") from None
+    if not text.strip():
+        raise ConfigError(f"model.pretrained: {path} is empty (save the model's tokenizer "
+                          "there again)")
+
+
 def safetensors_damage(path: Path) -> str | None:
     """What is wrong with the safetensors file `path`, read from its header without loading the
     tensors (None when nothing is): a file cut short by an interrupted download or copy would
@@ -228,8 +239,9 @@ TOKENIZER_SETTINGS = ("tokenizer_config.json", "special_tokens_map.json")
 
 def check_tokenizer(folder: Path) -> None:
     """Refuse in one line a checkpoint folder whose tokenizer cannot load from the files there:
-    no whole set of TOKENIZER_FILES, a settings file that is not JSON, or a tokenizer.json that
-    the tokenizers library cannot read."""
+    no whole set of TOKENIZER_FILES, a settings file or vocab.json that is not JSON, a
+    vocabulary or merges file that is empty or not UTF-8 text, a SentencePiece model that is
+    not one, or a tokenizer.json that the tokenizers library cannot read."""
     def present(name: str) -> bool:
         return next(folder.glob(name), None) is not None
 
@@ -242,9 +254,18 @@ def check_tokenizer(folder: Path) -> None:
             f"model.pretrained: {folder} has no tokenizer files (tokenizer.json, vocab.txt, "
             "vocab.json with merges.txt, or a SentencePiece *.model); save the model's "
             "tokenizer there too (tokenizer.save_pretrained)")
-    for name in TOKENIZER_SETTINGS:
+    for name in (*TOKENIZER_SETTINGS, "vocab.json"):
         if present(name):
             _read_json(folder / name)
+    for name in ("vocab.txt", "merges.txt"):
+        if present(name):
+            _check_text(folder / name)
+    for path in folder.glob("*.model"):
+        # a SentencePiece model is a protobuf message whose first field is its pieces (tag 0x0a)
+        with path.open("rb") as f:
+            if f.read(1) != b"\x0a":
+                raise ConfigError(f"model.pretrained: {path} is not a SentencePiece model "
+                                  "(save the model's tokenizer there again)")
     if present("tokenizer.json"):
         # imported here: the tokenizers library is small, but only a checkpoint needs it
         from tokenizers import Tokenizer

@@ -24,7 +24,9 @@ def plot_per_layer(curves: pd.DataFrame, path: str | os.PathLike) -> None:
     """Paper Fig. 3: accuracy against heads pruned per layer, one panel per task (attribution
     ranked by the predicted and by the gold label)."""
     label = curves["label"].where(curves["label"] == "", " (" + curves["label"] + " label)")
-    curves = curves.assign(pruned=curves["ranking"] + label + ", " + curves["order"] + " first")
+    # a random order has no lowest or highest heads: its line is named by the ranking alone
+    order = (", " + curves["order"] + " first").where(curves["ranking"] != "random", "")
+    curves = curves.assign(pruned=curves["ranking"] + label + order)
     grid = sns.relplot(data=curves, x="k", y="accuracy", hue="pruned", col="task", kind="line",
                        marker="o", height=3.2, facet_kws={"sharey": False})
     grid.set_axis_labels("heads pruned in every layer (k)", "accuracy")

@@ -3,6 +3,7 @@ each with its caption under it (attnlab.report.figures_page)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from attnlab.job import Job
@@ -11,9 +12,15 @@ from attnlab.report.figures_page import Figure, write_figures_page
 
 def _pngs(path: str) -> list[str]:
     """A figure's file, or the figures in a rule's folder of figures (whose names are known only
-    once the rule has run)."""
+    once the rule has run), numbers in their names in numeric order (tree_3 before tree_10)."""
     folder = Path(path)
-    return [str(p) for p in sorted(folder.glob("*.png"))] if folder.is_dir() else [path]
+    if not folder.is_dir():
+        return [path]
+    return [str(p) for p in sorted(folder.glob("*.png"), key=_numeric_order)]
+
+
+def _numeric_order(path: Path) -> list[str | int]:
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.name)]
 
 
 def run(job: Job) -> None:

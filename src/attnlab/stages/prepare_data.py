@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from attnlab.data.prompts import read_prompts, write_prompts
 from attnlab.data.tasks import TaskSpec, read_task, write_task
-from attnlab.data.tokenization import check_lengths, length_limit, model_tokenizer
+from attnlab.data.tokenization import (
+    causal_tokenizer,
+    check_lengths,
+    check_prompt_lengths,
+    length_limit,
+    model_tokenizer,
+)
 from attnlab.job import Job
 
 
@@ -13,8 +19,14 @@ def run(job: Job) -> None:
     """Writes the splits train and dev (Parquet) and the JSON summary of their rows and label
     counts; a bad split or an example too long for the model writes nothing."""
     task = job.settings.task
-    if task.get("kind") == "next_token":  # prompts and targets, tokenized when trained
-        _, train, dev = read_prompts(job.task, task, job.settings.seed)
+    max_length, truncate = length_limit(job.settings.model)
+    # the checkpoint's tokenizer is read from its local copy (none for a scratch model)
+    model = {**job.settings.model, "pretrained": job.inputs["pretrained"] or None}
+    if task.get("kind") == "next_token":  # prompts and targets, never truncated
+        spec, train, dev, origins = read_prompts(job.task, task, job.settings.seed)
+        tokenizer = causal_tokenizer(spec, model, train)
+        for split, origin in zip((train, dev), origins, strict=True):
+            check_prompt_lengths(split, spec, tokenizer, max_length, origin)
         job.write_json("summary", write_prompts(train=train, dev=dev,
                                                 train_out=job.outputs["train"],
                                                 dev_out=job.outputs["dev"]))
@@ -25,10 +37,7 @@ def run(job: Job) -> None:
     # task's files are named in its config)
     files = {name: path for name, path in job.inputs.items() if name != "pretrained"}
     spec, train, dev, origins = read_task(job.task, task, job.settings.seed, files, parts)
-    max_length, truncate = length_limit(job.settings.model)
     if not truncate:  # an example too long for the model stops the run here, before training
-        # the checkpoint's tokenizer is read from its local copy (none for a scratch model)
-        model = {**job.settings.model, "pretrained": job.inputs["pretrained"] or None}
         tokenizer = model_tokenizer(spec, model, train)
         for split, origin in zip((train, dev), origins, strict=True):
             check_lengths(split, spec, tokenizer, max_length, origin)
