@@ -44,9 +44,9 @@ def test_every_rule_with_jobs_has_its_time():
              for m in re.findall(r"^ *rule (\w+):", path.read_text(), re.M)}
     timed = set(plan_warnings.DEFAULT_RUN_SECONDS)
     # the downloads, the pre-training (config/real.yaml, model.pretrain), the report's pages and
-    # the induction stage of next-token configurations: none runs in the default run
+    # the induction stages of next-token configurations: none runs in the default run
     assert rules - timed == {"download_data", "download_model", "pretrain", "run_summary",
-                             "claims", "figures", "induction"}
+                             "claims", "figures", "induction", "induction_heads"}
     assert timed <= rules
 
 
