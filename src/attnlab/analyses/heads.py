@@ -55,6 +55,17 @@ def evaluation_split(n_dev: int, n_attributed: int, *, importance_examples: int,
     return n
 
 
+def attention_and_query(
+    model: PreTrainedModel, batch: dict[str, torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The attention probabilities of every layer of `batch` as (B, L, H, Q, K), and each
+    example's query: the position the model's output is read from."""
+    seen = Intervention(capture=True)
+    models.logits(model, batch, seen)
+    probs = torch.stack([seen.probs[layer] for layer in sorted(seen.probs)], dim=1)
+    return probs, models.read_positions(model, batch["attention_mask"])
+
+
 def query_attention_max(
     model: PreTrainedModel, inputs: dict[str, torch.Tensor], batch_size: int = 64
 ) -> np.ndarray:
@@ -64,11 +75,8 @@ def query_attention_max(
     out = []
     with torch.no_grad():
         for _, batch in examples.batches(inputs, batch_size, device):
-            seen = Intervention(capture=True)
-            models.logits(model, batch, seen)
-            probs = torch.stack([seen.probs[layer] for layer in sorted(seen.probs)], dim=1)
+            probs, query = attention_and_query(model, batch)
             rows = torch.arange(len(probs), device=probs.device)
-            query = models.read_positions(model, batch["attention_mask"])
             out.append(probs[rows, :, :, query].amax(dim=-1).double().cpu())  # (B, L, H)
     return torch.cat(out).numpy()
 

@@ -61,11 +61,8 @@ def attention_scores(model: PreTrainedModel, inputs: dict[str, torch.Tensor],
     out = []
     with torch.no_grad():
         for rows, batch in examples.batches(inputs, batch_size, device):
-            seen = Intervention(capture=True)
-            models.logits(model, batch, seen)
-            probs = torch.stack([seen.probs[layer] for layer in sorted(seen.probs)], dim=1)
+            probs, query = heads.attention_and_query(model, batch)
             picks = torch.arange(len(probs), device=device)
-            query = models.read_positions(model, batch["attention_mask"])
             prefix = probs[picks, :, :, query, induction[rows].to(device)]  # (B, L, H)
             steps = probs.diagonal(offset=-1, dim1=-2, dim2=-1)  # (B, L, H, Q-1): i+1 on i
             real = batch["attention_mask"][:, None, None, 1:].to(steps)
