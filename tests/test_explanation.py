@@ -249,6 +249,23 @@ def test_adversarial_attention_respects_its_tvd_bound_on_every_example():
     assert list(table["example"]) == list(range(len(LENGTHS)))
 
 
+def test_each_example_gets_its_own_search_and_key_rows_whatever_its_batch():
+    """The loops run their batches shortest first and put the rows back in the examples' order:
+    in batches of 4 (lengths 5-8, then 9 and 9) each example's row is the one it gets alone, in
+    float64 to 1e-9 (another batch width changes only the float path)."""
+    model = models.prepare_model(tiny_classifier("bert", init=0.5, dtype=torch.float64))
+    model.requires_grad_(False)
+    inputs = tiny_batch("bert", LENGTHS)
+    cfg = {"epsilon": 0.01, "steps": 10, "learning_rate": 0.1, "penalty": 100.0,
+           "init_noise": 1.0}
+    searched = [aa.adversarial_attention(model, inputs, 1, cfg, size, seed=0) for size in (4, 1)]
+    pd.testing.assert_frame_equal(*searched, check_exact=False, atol=1e-9, rtol=0)
+    assert searched[0]["jsd"].gt(0).sum() >= 3  # rows that tell the examples apart
+    adversary = aa.KeyAdversary(model.config.hidden_size, 16).double()
+    keys = [aa.evaluate_key_adversary(model, adversary, inputs, size) for size in (4, 1)]
+    pd.testing.assert_frame_equal(*keys, check_exact=False, atol=1e-9, rtol=0)
+
+
 def test_key_distance_and_attention_jsd_measure_what_they_say():
     model = models.prepare_model(tiny_classifier("bert"))
     batch = _inputs(tiny_batch("bert", LENGTHS))

@@ -140,6 +140,7 @@ def evaluate_key_adversary(
     key_distance (relative) and jsd (mean over heads and real query rows)."""
     device = next(model.parameters()).device
     frames = []
+    inputs, order = examples.by_length(inputs)
     with torch.no_grad():
         for rows, batch in examples.batches(inputs, batch_size, device):
             real = batch["attention_mask"].bool()
@@ -150,7 +151,7 @@ def evaluate_key_adversary(
             distance = key_distances(attacked.keys, real)
             for layer in sorted(plain.probs):
                 frames.append(pd.DataFrame({
-                    "example": np.arange(rows.start, rows.stop), "layer": layer,
+                    "example": order[rows].numpy(), "layer": layer,
                     "same_prediction": same.cpu().numpy(),
                     "key_distance": distance[:, layer].cpu().numpy(),
                     "jsd": attention_jsd(plain.probs[layer], attacked.probs[layer],
@@ -237,10 +238,11 @@ def adversarial_attention(
     model.requires_grad_(False)
     frames = []
     n_heads = model.config.num_attention_heads
+    inputs, order = examples.by_length(inputs)
     for rows, batch in examples.batches(inputs, batch_size, device):
         width = batch["input_ids"].shape[1]
         noise = torch.zeros(len(batch["input_ids"]), n_heads, width, width)
-        for offset, example in enumerate(range(rows.start, rows.stop)):
+        for offset, example in enumerate(order[rows].tolist()):
             # drawn per example over its own tokens: the same whatever its batch
             n = int(batch["attention_mask"][offset].sum())
             generator = torch.Generator().manual_seed(
@@ -251,13 +253,13 @@ def adversarial_attention(
             original = torch.softmax(models.logits(model, batch).double(), dim=-1)
             final = _output(model, batch, layer, best)
         frames.append(pd.DataFrame({
-            "example": np.arange(rows.start, rows.stop), "layer": layer,
+            "example": order[rows].numpy(), "layer": layer,
             "jsd": attention_jsd(attention, best, batch["attention_mask"].bool()).cpu().numpy(),
             "tvd": total_variation(original, final).cpu().numpy(),
             "same_prediction": (final.argmax(-1) == original.argmax(-1)).cpu().numpy(),
             "feasible_steps": feasible_steps.cpu().numpy(),
         }))
-    return pd.concat(frames, ignore_index=True)
+    return pd.concat(frames, ignore_index=True).sort_values("example", ignore_index=True)
 
 
 def claims(keys: pd.DataFrame, attention: pd.DataFrame, epsilon: float,

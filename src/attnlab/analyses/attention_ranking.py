@@ -124,17 +124,18 @@ def ranking_table(
     gradient and leave-one-out importance (tau_gradient_loo)."""
     device = next(model.parameters()).device
     rows = []
+    inputs, order = examples.by_length(inputs)
     for span, batch in examples.batches(inputs, batch_size, device):
         attention, gradient, probs = _attention_and_gradient(model, batch)
         content = _content(batch, tokenizer)
         loo = _leave_one_out(model, batch, content, probs, batch_size)
-        for offset, example in enumerate(range(span.start, span.stop)):
+        for offset, example in enumerate(order[span].tolist()):
             own = content[offset]
             att, grad = attention[offset, own].cpu().numpy(), gradient[offset, own].cpu().numpy()
             rows.append({"example": example, "tokens": int(own.sum()),
                          "tau_gradient": kendall(att, grad), "tau_loo": kendall(att, loo[offset]),
                          "tau_gradient_loo": kendall(grad, loo[offset])})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows).sort_values("example", ignore_index=True)
 
 
 def claims(table: pd.DataFrame) -> list[dict[str, Any]]:

@@ -255,9 +255,10 @@ def analyse_examples(
     device = next(model.parameters()).device
     heads_rows, mass_rows = [], []
     progress = tqdm(total=len(inputs["input_ids"]), desc="effective attention", mininterval=5)
+    inputs, order = examples.by_length(inputs)
     for rows, batch in examples.batches(inputs, batch_size, device):
         for offset, (attention, values, allowed) in enumerate(_heads_of_batch(model, batch)):
-            example = rows.start + offset
+            example = int(order[rows.start + offset])
             real = batch["attention_mask"][offset].bool()
             ids = batch["input_ids"][offset][real].tolist()
             tokens = tokenizer.convert_ids_to_tokens(ids)
@@ -277,7 +278,8 @@ def analyse_examples(
     # a decoder's prompts may have no token of any category (no [CLS], [SEP], punctuation)
     mass = (pd.concat(mass_rows, ignore_index=True) if mass_rows else pd.DataFrame(
         columns=["example", "length", "layer", "head", "category", "raw", "effective"]))
-    return pd.concat(heads_rows, ignore_index=True), mass
+    return tuple(table.sort_values("example", kind="stable", ignore_index=True)
+                 for table in (pd.concat(heads_rows, ignore_index=True), mass))
 
 
 def _heads_of(side: pd.DataFrame, which: str) -> str:

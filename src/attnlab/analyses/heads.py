@@ -72,13 +72,14 @@ def query_attention_max(
     """Each head's largest attention weight in the row of the position the model's output is
     read from (a decoder's last real token), for every example: (N, L, H)."""
     device = next(model.parameters()).device
+    inputs, order = examples.by_length(inputs)
     out = []
     with torch.no_grad():
         for _, batch in examples.batches(inputs, batch_size, device):
             probs, query = attention_and_query(model, batch)
             rows = torch.arange(len(probs), device=probs.device)
             out.append(probs[rows, :, :, query].amax(dim=-1).double().cpu())  # (B, L, H)
-    return torch.cat(out).numpy()
+    return examples.in_input_order(torch.cat(out), order).numpy()
 
 
 def ranking_scores(
@@ -104,7 +105,7 @@ def mean_head_outputs(
     sums: dict[int, torch.Tensor] = {}
     count = 0
     with torch.no_grad():
-        for _, batch in examples.batches(inputs, batch_size, device):
+        for _, batch in examples.batches(examples.by_length(inputs)[0], batch_size, device):
             seen = Intervention(capture=True, capture_values=True)
             models.logits(model, batch, seen)
             real = batch["attention_mask"][:, None, :, None].to(seen.values[0].dtype)
@@ -131,6 +132,7 @@ def taylor_gradients(
     device = next(model.parameters()).device
     dtype = next(model.parameters()).dtype
     n_layers, n_heads = models.head_shape(model)
+    inputs, order = examples.by_length(inputs)
     out = []
     for _, batch in examples.batches(inputs, batch_size, device):
         gates = torch.ones(len(batch["labels"]), n_layers, n_heads, dtype=dtype, device=device,
@@ -139,7 +141,7 @@ def taylor_gradients(
         loss = torch.nn.functional.cross_entropy(logits, batch["labels"], reduction="sum")
         (grad,) = torch.autograd.grad(loss, gates)
         out.append(grad.cpu())
-    return torch.cat(out)
+    return examples.in_input_order(torch.cat(out), order)
 
 
 def taylor_importance(

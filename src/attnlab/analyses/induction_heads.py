@@ -58,6 +58,8 @@ def attention_scores(model: PreTrainedModel, inputs: dict[str, torch.Tensor],
     the query on the example's `induction` position (prefix matching) and its mean weight from
     each position after the first to the one before (previous token)."""
     device = next(model.parameters()).device
+    inputs, order = examples.by_length(inputs)
+    induction = induction[order]
     out = []
     with torch.no_grad():
         for rows, batch in examples.batches(inputs, batch_size, device):
@@ -68,7 +70,7 @@ def attention_scores(model: PreTrainedModel, inputs: dict[str, torch.Tensor],
             real = batch["attention_mask"][:, None, None, 1:].to(steps)
             previous = (steps * real).sum(dim=-1) / real.sum(dim=-1)
             out.append(torch.stack([prefix, previous], dim=1).flatten(2).double().cpu())
-    return torch.cat(out).numpy()
+    return examples.in_input_order(torch.cat(out), order).numpy()
 
 
 def ablated(model: PreTrainedModel, inputs: dict[str, torch.Tensor], chosen: list[int], *,
@@ -80,14 +82,16 @@ def ablated(model: PreTrainedModel, inputs: dict[str, torch.Tensor], chosen: lis
     mask[chosen] = 0.0
     intervention = Intervention(head_mask=mask.view(n_layers, n_heads), head_fill=fill)
     device = next(model.parameters()).device
+    inputs, order = examples.by_length(inputs)
     losses, right = [], []
     with torch.no_grad():
         for _, batch in examples.batches(inputs, batch_size, device):
             logits = models.logits(model, batch, intervention).double()
             losses.append(torch.nn.functional.cross_entropy(logits, batch["labels"],
                                                             reduction="none").cpu())
-            right.append((logits.argmax(-1) == batch["labels"]).cpu())
-    return torch.cat(losses).numpy(), torch.cat(right).numpy().astype(float)
+            right.append((logits.argmax(-1) == batch["labels"]).double().cpu())
+    return tuple(examples.in_input_order(torch.cat(values), order).numpy()
+                 for values in (losses, right))
 
 
 def head_table(scores: dict[str, np.ndarray], n_heads: int) -> pd.DataFrame:

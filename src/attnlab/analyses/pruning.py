@@ -309,8 +309,10 @@ def attribution_maxima(
     resolved): (N, L, H). `batch_size` examples per engine call bound the memory its
     attributions (B, L, H, S, S) take."""
     device = next(model.parameters()).device
+    inputs, order = examples.by_length(inputs)
+    target = target[order]
     out = []
     for rows, batch in examples.batches(inputs, batch_size, device):
         result = attribute(model, batch, target[rows].to(device), **engine)
         out.append(head_maxima(result.attr.double().cpu(), batch["attention_mask"].cpu()))
-    return np.concatenate(out)
+    return examples.in_input_order(torch.from_numpy(np.concatenate(out)), order).numpy()

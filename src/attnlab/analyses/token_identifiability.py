@@ -42,6 +42,7 @@ def token_states(
     device = next(model.parameters()).device
     per_layer: list[list[torch.Tensor]] = []
     sentences = []
+    inputs, order = examples.by_length(inputs)
     with torch.no_grad():
         for rows, batch in examples.batches(inputs, batch_size, device):
             real = batch["attention_mask"].bool()
@@ -50,9 +51,10 @@ def token_states(
                 per_layer = [[] for _ in states]
             for layer, state in enumerate(states):
                 per_layer[layer].append(state[real].cpu())
-            ids = torch.arange(rows.start, rows.stop, device=device)[:, None].expand_as(real)
-            sentences.append(ids[real].cpu())
-    return [torch.cat(s) for s in per_layer], torch.cat(sentences)
+            sentences.append(order[rows][:, None].expand_as(real)[real.cpu()])
+    sentence = torch.cat(sentences)
+    in_order = sentence.argsort(stable=True)  # a sentence's tokens stay in position order
+    return [torch.cat(s)[in_order] for s in per_layer], sentence[in_order]
 
 
 def distances(a: torch.Tensor, b: torch.Tensor, metric: str) -> torch.Tensor:
