@@ -1,8 +1,12 @@
 """Write docs/results.md from the files of one finished run.
 
-    python docs/generate_results.py results/default           # rewrite docs/results.md
-    python docs/generate_results.py results/default --check   # exit 1 if it is not current
+    python docs/generate_results.py results/default --snapshot   # rewrite docs/results.md
+    python docs/generate_results.py docs/data/default --check    # exit 1 if it is not current
     python docs/generate_results.py results/replicate --out docs/results-replicate.md
+
+--snapshot copies the run's files that the page reads (kilobytes: the READ patterns) into
+docs/data/<name>/ first and writes the page from that copy, so that the page can be checked
+against its numbers' files in the repository (tests/test_docs.py does).
 
 Every number of the page is read from the run's files: the fine-tuned models
 (finetune/<task>/metrics.json), the attribution summaries (attribution_summary/<task>.json),
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -38,6 +43,10 @@ from attnlab.report.findings import (  # noqa: E402
 from attnlab.report.summary import claims_table, control_of, seed_of  # noqa: E402
 
 OUTPUT = ROOT / "docs" / "results.md"
+SNAPSHOTS = ROOT / "docs" / "data"
+# The files of a run (or of each seed=<s> folder of it) that the page reads; no model, no dump.
+READ = ("finetune/*/metrics.json", "attribution_summary/*.json", "**/*claims.parquet",
+        "interaction_methods/*/intervals.parquet", "benchmarks/**/*.tsv")
 # The reason of a claim judged by code from before claims stated their reasons.
 UNRECORDED = "the reason is not recorded by the code that ran"
 
@@ -59,6 +68,20 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 def _claims_files(run: Path) -> list[Path]:
     # the stages' tables, not the report's gathered one
     return sorted(p for p in run.rglob("*claims.parquet") if "report" not in p.parts)
+
+
+def snapshot(run: Path, out: Path) -> Path:
+    """Copy the files of `run` that the page reads into `out` (emptied first), in the run's
+    layout; returns `out`."""
+    if out.exists():
+        shutil.rmtree(out)
+    files = {path for one in seed_runs(run).values() for pattern in READ
+             for path in one.glob(pattern) if "report" not in path.relative_to(run).parts}
+    for path in sorted(files):
+        target = out / path.relative_to(run)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+    return out
 
 
 def seed_runs(run: Path) -> dict[int | None, Path]:
@@ -233,6 +256,10 @@ def generate(run: Path, *, command: str) -> str:
     tasks = sorted(p.name for p in (first / "finetune").iterdir() if p.is_dir())
     versions = ", ".join(f"`{v}`" for v in _code_versions(run, runs, tasks)) or "not recorded"
     seeds = [seed for seed in runs if seed is not None]
+    kept = ""
+    if run.resolve().parent == SNAPSHOTS:
+        kept = (f"\nThose files are kept in [`docs/data/{run.name}/`](data/{run.name}/): the tests "
+                "check this page against them.")
     if seeds:
         what = (f"one run of the configuration `{run.name}` over {len(seeds)} training seeds "
                 f"({', '.join(map(str, seeds))}; each seed's files in "
@@ -253,7 +280,7 @@ def generate(run: Path, *, command: str) -> str:
      run, run `{command}`. -->
 
 Every number below is read from the files of {what},
-by code version {versions} (as its files record it).
+by code version {versions} (as its files record it).{kept}
 The report `results/{run.name}/report.html` shows the same claims first, with their figures.
 {draw}
 The methods are defined in [methods.md](methods.md); each claim's metric and threshold are in
@@ -297,13 +324,22 @@ def main(argv: list[str]) -> int:
                         help="exit 1 if the page is not the run's, writing nothing")
     parser.add_argument("--out", type=Path, default=OUTPUT, metavar="FILE",
                         help="the page to write or check (default: docs/results.md)")
+    parser.add_argument("--snapshot", nargs="?", const="", metavar="FOLDER",
+                        help="copy the files the page reads to FOLDER (default: "
+                             "docs/data/<name>/) and write the page from that copy")
     args = parser.parse_args(argv)
     if not all((one / "finetune").is_dir() for one in seed_runs(args.run).values()):
         parser.error(f"{args.run} is not a finished run's folder (it has no finetune/)")
-    command = f"python docs/generate_results.py {args.run.as_posix()}"
+    run = args.run
+    if args.snapshot is not None:
+        run = snapshot(args.run, Path(args.snapshot) if args.snapshot else SNAPSHOTS / run.name)
+    if run.resolve().parent == SNAPSHOTS:  # written from its snapshot: rewritten the same way
+        command = f"python docs/generate_results.py results/{run.name} --snapshot"
+    else:
+        command = f"python docs/generate_results.py {run.as_posix()}"
     if args.out.resolve() != OUTPUT:
         command += f" --out {args.out.as_posix()}"
-    text = generate(args.run, command=command)
+    text = generate(run, command=command)
     if args.check:
         current = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
         if current != text:

@@ -1,11 +1,13 @@
-"""The documentation: the generated configuration page is current, the README stays short and
-its Quick start keeps its two commands, no page cites internal material, every relative link
-resolves."""
+"""The documentation: the generated configuration and results pages are current, the README
+stays short and its Quick start keeps its two commands, no page cites internal material, every
+relative link resolves."""
 
 from __future__ import annotations
 
 import importlib.util
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -32,6 +34,15 @@ def test_configuration_page_is_current():
     text, _ = generator.generate(yaml.safe_load(generator.SCHEMA.read_text(encoding="utf-8")))
     assert GENERATED.read_text(encoding="utf-8") == text, (
         "docs/configuration.md is stale: run python docs/generate_configuration.py")
+
+
+def test_results_page_is_its_snapshots_page():
+    """docs/results.md is what docs/generate_results.py writes from the run files kept in
+    docs/data/default/ (the numbers of the page trace to files in the repository)."""
+    check = subprocess.run([sys.executable, str(ROOT / "docs" / "generate_results.py"),
+                            str(ROOT / "docs" / "data" / "default"), "--check"],
+                           capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
 
 
 def test_every_schema_key_has_a_description():

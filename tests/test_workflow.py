@@ -600,6 +600,20 @@ def test_the_results_page_is_generated_from_a_run_s_files(tiny_run, tmp_path):
     assert subprocess.run([*generator, "--check"], env=ENV).returncode == 0
     (tmp_path / "results.md").write_text(text.replace(" holds", " hold"))
     assert subprocess.run([*generator, "--check"], env=ENV, capture_output=True).returncode == 1
+    # --snapshot: the page written from the copy of the files it reads is the run's page (but
+    # for the command in its header); the copy is kilobytes, no model and no dump
+    kept = tmp_path / "data" / "tiny"
+    subprocess.run([*generator, "--snapshot", str(kept)], check=True, env=ENV)
+    again = (tmp_path / "results.md").read_text()
+    assert drop_command(again) == drop_command(text) and again != text
+    files = [p for p in kept.rglob("*") if p.is_file()]
+    assert {p.suffix for p in files} == {".json", ".parquet", ".tsv"}
+    assert sum(p.stat().st_size for p in files) < 2**20
+
+
+def drop_command(page: str) -> str:
+    """A results page without the lines of the command that writes it."""
+    return "\n".join(line for line in page.splitlines() if "generate_results.py" not in line)
 
 
 @pytest.mark.slow
