@@ -75,8 +75,10 @@ def snapshot(run: Path, out: Path) -> Path:
     layout; returns `out`."""
     if out.exists():
         shutil.rmtree(out)
+    # not the report's gathered tables, nor the hidden provenance records beside each output
     files = {path for one in seed_runs(run).values() for pattern in READ
-             for path in one.glob(pattern) if "report" not in path.relative_to(run).parts}
+             for path in one.glob(pattern) if "report" not in path.relative_to(run).parts
+             and not path.name.startswith(".")}
     for path in sorted(files):
         target = out / path.relative_to(run)
         target.parent.mkdir(parents=True, exist_ok=True)

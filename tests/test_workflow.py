@@ -608,6 +608,7 @@ def test_the_results_page_is_generated_from_a_run_s_files(tiny_run, tmp_path):
     assert drop_command(again) == drop_command(text) and again != text
     files = [p for p in kept.rglob("*") if p.is_file()]
     assert {p.suffix for p in files} == {".json", ".parquet", ".tsv"}
+    assert not [p for p in files if p.name.startswith(".")]  # no provenance records
     assert sum(p.stat().st_size for p in files) < 2**20
 
 
