@@ -19,7 +19,8 @@ in --rounds rounds, each variant once per round in alternating order, one thread
 from other jobs falls on both alike. The largest difference of the two variants' outputs is
 reported beside their times (only the float path of a narrower batch differs). Prints one
 JSON object and writes it with --out.
-Usage: python benchmarks/length_order.py [--examples 128] [--rounds 2] [--out FILE]
+Usage: python benchmarks/length_order.py [--examples 128] [--rounds 2] [--search-steps 5]
+       [--out FILE]
 """
 
 from __future__ import annotations
