@@ -393,6 +393,27 @@ def test_a_pair_of_tasks_that_cannot_be_compared_is_refused_by_the_dry_run_s_che
     check_config(validate_config(merged(TINY, {})), None)  # TINY's own pair passes
 
 
+@pytest.mark.parametrize("change, expected", [
+    # a task there for Fig. 5 only that no pair names: nothing would read what it computes
+    ({"tasks": {"single": {"role": "correlation"}}, "heads": {"dissimilar_pairs": []}},
+     "tasks.single.role: 'correlation' runs the task for the cross-task correlation only, and "
+     "neither heads.similar_pairs nor heads.dissimilar_pairs names it; add it to a pair, or "
+     "leave role out to run every stage on it"),
+    ({"tasks": {"single": {"role": "correlation"}, "pairs": {"role": "correlation"}}},
+     "tasks: every task has role 'correlation'; at least one must run every stage (role "
+     "'all', or no role)"),
+])
+def test_a_task_for_the_correlation_only_is_in_a_pair_beside_a_task_of_every_stage(change,
+                                                                                   expected):
+    config = validate_config(merged(TINY, change))
+    with pytest.raises(ConfigError) as error:
+        check_config(config, None)
+    assert str(error.value) == expected
+    # one of TINY's paired tasks for the correlation only, the other of every stage: passes
+    check_config(validate_config(merged(TINY, {"tasks": {"single": {"role": "correlation"}}})),
+                 None)
+
+
 @pytest.mark.parametrize("profile", ["local", "slurm"])
 @pytest.mark.parametrize("text, expected", [
     (None, "cannot be read (No such file or directory)"),

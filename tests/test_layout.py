@@ -47,6 +47,7 @@ def test_the_rules_are_the_workflow_s_rules():
     names = common_names(DEFAULT_CONFIG)
     assert set(names["NEXT_TOKEN_RULES"]) - {"all"} <= set(RULES)
     assert set(names["DECODER_ONLY_RULES"]) <= set(RULES)
+    assert set(names["CORRELATION_RULES"]) <= set(RULES)
     assert {"attribute", "trees", "claims", "finetune", "induction"} <= set(RULES)
 
 

@@ -121,6 +121,21 @@ def test_dry_run_plans_one_job_per_task_and_shard():
     }
 
 
+def test_a_task_for_the_correlation_only_runs_what_fig_5_reads(tmp_path):
+    # TINY's dissimilar pair with its single-sentence task there for Fig. 5 only
+    config = merged(TINY, {"tasks": {"single": {"role": "correlation"}}})
+    result = snakemake("-n", "--cores", "2", "--configfile", str(write_config(tmp_path, config)),
+                       "--directory", str(tmp_path))
+    planned = {(job.rule, job.wildcards.get("task")) for job in jobs_of(result.stdout)}
+    single = {rule for rule, task in planned if task == "single"}
+    assert single == {"prepare_data", "finetune", "attribute", "summarise_attributions",
+                      "head_importance"}
+    # every stage runs on the other task, and the correlation reads both
+    assert {rule for rule, task in planned if task == "pairs"} == single | {"prune_eval",
+                                                                            *FROM_MODEL}
+    assert {"task_correlation", "quadrature_study", "pruning_figures"} <= {r for r, _ in planned}
+
+
 def test_replicate_config_runs_every_seed_dependent_stage_once_per_seed():
     default = yaml.safe_load((ROOT / "config.yaml").read_text())
     replicate = yaml.safe_load((ROOT / "config" / "replicate.yaml").read_text())

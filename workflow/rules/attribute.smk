@@ -63,11 +63,11 @@ rule summarise_attributions:
 
 # Accuracy against cost of every quadrature rule on each task's trained model, against a
 # converged reference (attnlab.stages.quadrature_study; benchmarks/quadrature.py runs it on more
-# examples).
+# examples). Not on a task there for the cross-task correlation only (tasks.<name>.role).
 rule quadrature_study:
     input:
-        models=expand(rules.finetune.output.model, task=TASKS, allow_missing=True),
-        devs=expand(rules.prepare_data.output.dev, task=TASKS, allow_missing=True),
+        models=expand(rules.finetune.output.model, task=EVERY_STAGE_TASKS, allow_missing=True),
+        devs=expand(rules.prepare_data.output.dev, task=EVERY_STAGE_TASKS, allow_missing=True),
     output:
         study="results/{name}/quadrature_study/study.json",
         figure=report(
@@ -80,7 +80,7 @@ rule quadrature_study:
                        "attribution.keep_full", "attribution.edge_min_fraction",
                        "attribution.max_edges_per_layer", "attribution.study_examples",
                        "attribution.study_panels", *MODEL_JOB),
-        tasks={task: config["tasks"][task] for task in TASKS},
+        tasks={task: config["tasks"][task] for task in EVERY_STAGE_TASKS},
         code=code_version("stages.quadrature_study"),
     log:
         "results/{name}/logs/quadrature_study.log",

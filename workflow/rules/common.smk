@@ -56,6 +56,19 @@ except AttnlabError as err:
     stop(err)
 
 TASKS = list(config["tasks"])
+# A task of role `correlation` (config tasks.<name>.role) runs only the rules that the
+# cross-task correlation of head importance reads; every other rule with a task runs on the
+# tasks of role `all` (rule_tasks).
+CORRELATION_RULES = ("download_data", "prepare_data", "finetune", "attribute",
+                     "summarise_attributions", "head_importance")
+EVERY_STAGE_TASKS = [task for task in TASKS if config["tasks"][task].get("role", "all") == "all"]
+
+
+def rule_tasks(name):
+    """The tasks the rule `name` runs on."""
+    return TASKS if name in CORRELATION_RULES else EVERY_STAGE_TASKS
+
+
 # Replication (config `seeds`): each seed is a run of its own, laid out as a one-seed run, in
 # results/<name>/seed=<s>/ (one seed: results/<name>/ itself); rule claims gathers them all.
 # RUNS maps the `name` wildcard of each run to its seed.
@@ -133,8 +146,10 @@ def data_seed(wildcards):
 
 
 def task_data(wildcards):
-    """A task's data settings; its finetune overrides go to the finetune rule only."""
-    return {k: v for k, v in config["tasks"][wildcards.task].items() if k != "finetune"}
+    """A task's data settings; its finetune overrides go to the finetune rule only, and its
+    role decides which rules run on it, not what they compute."""
+    return {k: v for k, v in config["tasks"][wildcards.task].items()
+            if k not in ("finetune", "role")}
 
 
 # The rules of a next_token configuration (a decoder language model): every other stage reads
@@ -203,18 +218,19 @@ def task_finetune(wildcards):
     return {**config["finetune"], **config["tasks"][wildcards.task].get("finetune", {})}
 
 
-def for_this_run(pattern, runs=None):
-    """A rule's file pattern for every run (seed; or every run of `runs`), task and shard of
-    this configuration."""
+def for_this_run(step, pattern, runs=None):
+    """A file pattern of the rule `step` for every run (seed; or every run of `runs`), every
+    task it runs on (rule_tasks) and every shard of this configuration."""
     return expand(strip_wildcard_constraints(pattern), name=list(RUNS if runs is None else runs),
-                  task=TASKS, shard=SHARDS)
+                  task=rule_tasks(step.name), shard=SHARDS)
 
 
 # The report's inputs are found by name: every rule's `benchmark:` file and every rule output
 # called `claims` (patterns with the wildcards name, task and shard only). These run when the DAG
 # is built, after every rule file is included.
 def benchmarks_by_rule(wildcards):
-    return {rule.name: for_this_run(rule.benchmark) for rule in kinds_rules() if rule.benchmark}
+    return {rule.name: for_this_run(rule, rule.benchmark) for rule in kinds_rules()
+            if rule.benchmark}
 
 
 def report_figures(wildcards):
@@ -232,7 +248,7 @@ def report_figures(wildcards):
             if marked is None or not (pattern.endswith(".png") or figures_folder):
                 continue
             caption = marked.caption.get_path_or_uri(secret_free=True)
-            for task in TASKS if "{task}" in pattern else [None]:
+            for task in rule_tasks(step.name) if "{task}" in pattern else [None]:
                 figures += [(path, marked.category, caption, task)
                             for path in expand(pattern, name=list(RUNS), task=[task])]
     return figures
@@ -247,7 +263,7 @@ def warn_about_the_plan():
     no GPU on this machine, with the plan's estimated CPU time, and a hub that cannot serve an
     id the configuration names (attnlab.plumbing.plan_warnings). Called once all rules are
     defined, whose jobs are their benchmark files, one per job (benchmarks_by_rule)."""
-    jobs = {rule.name: len(for_this_run(rule.benchmark)) for rule in kinds_rules()
+    jobs = {rule.name: len(for_this_run(rule, rule.benchmark)) for rule in kinds_rules()
             if rule.benchmark}
     for line in [no_gpu_warning(config, jobs, gpu=gpu_visible()), *hub_warnings(config)]:
         if line:
@@ -256,7 +272,7 @@ def warn_about_the_plan():
 
 def claims_of(runs):
     return [path for rule in kinds_rules() if "claims" in rule.output.keys()
-            for path in for_this_run(rule.output.claims, runs)]
+            for path in for_this_run(rule, rule.output.claims, runs)]
 
 
 def claims_tables(wildcards):

@@ -63,10 +63,13 @@ rule prune_eval:
         "../scripts/prune_eval.py"
 
 
+# The pruning curves of every task that runs every stage (tasks.<name>.role).
 rule pruning_figures:
     input:
-        per_layer=expand(rules.prune_eval.output.per_layer, task=TASKS, allow_missing=True),
-        global_=expand(rules.prune_eval.output.global_, task=TASKS, allow_missing=True),
+        per_layer=expand(rules.prune_eval.output.per_layer, task=EVERY_STAGE_TASKS,
+                         allow_missing=True),
+        global_=expand(rules.prune_eval.output.global_, task=EVERY_STAGE_TASKS,
+                       allow_missing=True),
     output:
         per_layer=report(
             "results/{name}/heads/pruning_per_layer.png",

@@ -422,6 +422,23 @@ def _check_pairs(heads: dict[str, Any], tasks: list[str]) -> None:
             seen[frozenset(pair)] = key
 
 
+def _check_roles(config: dict[str, Any]) -> None:
+    """tasks.<name>.role: a task there for the cross-task correlation only is in one of its
+    pairs (elsewhere nothing would read it), and some task runs every stage."""
+    paired = {task for key in ("similar_pairs", "dissimilar_pairs")
+              for pair in config["heads"][key] for task in pair}
+    roles = {name: task.get("role", "all") for name, task in config["tasks"].items()}
+    for name, role in roles.items():
+        if role == "correlation" and name not in paired:
+            raise ConfigError(f"tasks.{name}.role: 'correlation' runs the task for the cross-task "
+                              "correlation only, and neither heads.similar_pairs nor "
+                              "heads.dissimilar_pairs names it; add it to a pair, or leave role "
+                              "out to run every stage on it")
+    if "all" not in roles.values():
+        raise ConfigError("tasks: every task has role 'correlation'; at least one must run every "
+                          "stage (role 'all', or no role)")
+
+
 def check_writable(folder: str | Path) -> None:
     """Refuse in one line a results folder that this run cannot write into (the nearest folder
     that exists, when it does not yet): checked before Snakemake touches it, which would
@@ -454,6 +471,7 @@ def check_config(config: dict[str, Any], pretrained: str | None) -> None:
         raise ConfigError(f"heads.methods: {heads['methods']} lacks 'attribution', which the "
                           "cross-task correlation of every run needs")
     _check_pairs(heads, tasks)
+    _check_roles(config)
     if config["model"]["pretrain"]["epochs"] and config["model"]["source"] != "scratch":
         raise ConfigError(f"model.pretrain.epochs: pre-training is for scratch models only; "
                           f"model.source is {config['model']['source']!r}, which starts from "
