@@ -156,6 +156,10 @@ def test_a_decoders_effective_attention_keeps_the_output_and_the_causal_mask(fam
             assert torch.equal(eff[identifiable], a[identifiable])
             assert ((eff - a).abs().amax(-1)[~identifiable] > 1e-6).all()  # each other row moves
             assert torch.equal(null_dim, (n_keys - rank).amax(-1))
+            # a value vector equal to an earlier one is a repeated token of Llama-like layer 0
+            ids = batch["input_ids"][row][real].tolist()
+            repeats = len(ids) - len(set(ids)) if family != "gpt2" and layer == 0 else 0
+            assert (ea.repeated_values(t) == repeats).all()
             # beyond d_v keys, as for an encoder, A_eff is not a distribution (a repeated
             # token's null direction e_j − e_k only averages its two weights: still one)
             beyond = eff[..., n_keys > D_V, :]
@@ -242,7 +246,7 @@ def _per_head(lengths, **columns):
     """A made-up per-head table, one head per example, identifiable below d_v = 8."""
     lengths = pd.Series(lengths)
     base = {"example": range(len(lengths)), "length": lengths, "layer": 0, "head": 0, "d_v": 8,
-            "null_dim": (lengths - 8).clip(lower=0), "singular_ratio": 0.1,
+            "null_dim": (lengths - 8).clip(lower=0), "repeated_values": 0, "singular_ratio": 0.1,
             "relative_change": (lengths > 8) * 0.3, "pearson_r": 1.0, "max_change": 0.0,
             "negative_share": 0.0, "row_sum_error": 0.0}
     return pd.DataFrame({**base, **columns})
@@ -286,6 +290,21 @@ def test_effective_attention_checks_and_findings_and_a_side_without_sequences():
     # one short head whose values lost a rank: the share is no longer 0
     lost = _per_head([5, 7], null_dim=[0, 1])
     assert ea.claims(lost, _sep_mass([5, 7], 0.3), d_v=8)[0]["verdict"] == "does not hold"
+    # the rank it lost to a value vector equal to an earlier one (a repeated token in rotary
+    # layer 0): counted apart, and that head's non-identifiable part is left out of A_eff = A
+    repeated = _per_head([5, 7], null_dim=[0, 1], repeated_values=[0, 1],
+                         relative_change=[0.0, 0.2])
+    rank, equal = ea.claims(repeated, _sep_mass([5, 7], 0.3), d_v=8)[:2]
+    assert (rank["value"], rank["verdict"]) == (0.0, "holds")
+    assert (equal["value"], equal["verdict"]) == (0.0, "holds")
+    assert "1 heads with repeated value vectors left out" in equal["metric"]
+    # a rank lost beyond the repeats is not
+    beyond = _per_head([5, 7], null_dim=[0, 2], repeated_values=[0, 1])
+    assert ea.claims(beyond, _sep_mass([5, 7], 0.3), d_v=8)[0]["verdict"] == "does not hold"
+    # every short head with repeats: A_eff = A has no head to be judged on
+    every = _per_head([5, 7], null_dim=1, repeated_values=1)
+    assert ea.claims(every, _sep_mass([5, 7], 0.3), d_v=8)[1]["reason"] == (
+        "every head of the examples of at most d_v = 8 tokens has repeated value vectors")
 
 
 def test_a_length_trend_the_examples_do_not_agree_on_is_inconclusive():

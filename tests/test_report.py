@@ -337,7 +337,8 @@ def library_claims(tasks: list[str], similar: list[list[str]], dissimilar: list[
     layers = range(BERT_BASE_LAYERS + 1)
     drops = pd.DataFrame({"trigger": [0.4, 0.2], "random": [0.1, 0.0]})
     per_head = pd.DataFrame([{"example": n, "length": n, "max_change": 0.0,
-                              "null_dim": max(0, n - BERT_BASE_D_V), "singular_ratio": 0.1,
+                              "null_dim": max(0, n - BERT_BASE_D_V), "repeated_values": 0,
+                              "singular_ratio": 0.1,
                               "relative_change": 0.0 if n <= BERT_BASE_D_V else 0.3,
                               "pearson_r": 1 - n / 1000, "negative_share": 0.1}
                              for n in (10, 100, 120)])

@@ -11,8 +11,12 @@ basis of LN(T) (from a full SVD of T),
 is the part of A the output depends on, and A N Nᵀ the part it does not: the non-identifiable
 component. dim LN(T) = n − rank T, and rank T ≤ min(n, d_v): beyond d_v tokens LN(T) has at
 least n − d_v dimensions whatever the weights, so attention is not identifiable; up to d_v it
-is empty, and A_eff = A, unless the value vectors happen to be linearly dependent — which the
-rank test below checks on every head.
+is empty, and A_eff = A, unless the value vectors are linearly dependent — which the rank test
+below checks on every head. One dependence is structural: a value vector equal to an earlier
+one. Where positions enter only queries and keys (rotary positions: Llama, Qwen2, Mistral), a
+token repeated in the input has the same value vector in layer 0 wherever it stands, and the
+attention split between its copies is not identifiable at any length; the checks count such
+repeated value vectors apart (`repeated_values`).
 
 Per example, layer and head we record d_v, the dimension of LN(T), σ_min/σ_max of T (how far
 T is from losing rank), the relative size ‖A − A_eff‖_F / ‖A‖_F of the non-identifiable
@@ -54,8 +58,8 @@ STAGE = "effective_attention"
 # [BOS]: a decoder's first token <s> (an encoder's <s> is its [CLS])
 CATEGORIES = ("[CLS]", "[SEP]", "[BOS]", "punctuation", "filler")
 # The per-head statistics, columns of the per-head table after example, length, layer, head.
-HEAD_COLUMNS = ("d_v", "null_dim", "singular_ratio", "relative_change", "pearson_r", "max_change",
-                "negative_share", "row_sum_error")
+HEAD_COLUMNS = ("d_v", "null_dim", "repeated_values", "singular_ratio", "relative_change",
+                "pearson_r", "max_change", "negative_share", "row_sum_error")
 # Word-piece markers (BERT "##", byte-level BPE "Ġ", SentencePiece "▁") are not part of a word.
 SUBWORD_MARKERS = ("##", "Ġ", "▁")
 # A_eff = A exactly when LN(T) is empty (no column of U is kept); 1e-6 leaves room for float64
@@ -88,6 +92,19 @@ def null_space(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.
     rank = (s > largest * max(n, d_v) * eps).sum(dim=-1)
     in_null_space = torch.arange(n, device=t.device) >= rank[..., None]  # columns of U
     return u * in_null_space[..., None, :], n - rank, s[..., -1] / largest[..., 0]
+
+
+def repeated_values(values: torch.Tensor) -> torch.Tensor:
+    """Per head (...), how many of the n value vectors of T (..., n, d_v) equal an earlier one:
+    each adds a dimension to LN(T) at any n. Equal within rounding, as the rank is decided
+    (`null_space`): a distance of at most the largest vector's norm · max(n, d_v) · eps."""
+    eps = torch.finfo(values.dtype).eps
+    t = values.double()
+    n, d_v = t.shape[-2:]
+    distance = torch.cdist(t, t, compute_mode="donot_use_mm_for_euclid_dist")
+    tolerance = t.norm(dim=-1).amax(dim=-1)[..., None, None] * max(n, d_v) * eps
+    earlier = torch.ones(n, n, dtype=torch.bool, device=t.device).tril(-1)
+    return ((distance <= tolerance) & earlier).any(dim=-1).sum(dim=-1)
 
 
 def _without(attention: torch.Tensor, basis: torch.Tensor) -> torch.Tensor:
@@ -184,6 +201,7 @@ def head_statistics(
     stats = {
         "d_v": torch.full_like(null_dim, values.shape[-1]),
         "null_dim": null_dim,
+        "repeated_values": repeated_values(values),
         "singular_ratio": singular_ratio,
         "relative_change": (eff - raw).flatten(-2).norm(dim=-1) / raw.flatten(-2).norm(dim=-1),
         "pearson_r": _pearson(raw.flatten(-2), eff.flatten(-2), entries),
@@ -291,31 +309,40 @@ def _heads_of(side: pd.DataFrame, which: str) -> str:
 
 def _identifiability_checks(per_head: pd.DataFrame, d_v: int) -> list[dict[str, Any]]:
     """The rank argument checked on both sides of d_v (rank–nullity: checks, not findings): the
-    share of heads whose values have a non-trivial left null space (0 up to d_v tokens, 1
-    beyond), and the size of the non-identifiable component ‖A − A_eff‖_F / ‖A‖_F. A side
-    without examples is "not testable", with no value (NaN)."""
+    share of heads whose values have a non-trivial left null space (0 up to d_v tokens, beyond
+    what repeated value vectors put there; 1 beyond), and the size of the non-identifiable
+    component ‖A − A_eff‖_F / ‖A‖_F (up to d_v: of the heads without repeated value vectors).
+    A side without examples is "not testable", with no value (NaN)."""
     short, long_ = per_head[per_head["length"] <= d_v], per_head[per_head["length"] > d_v]
-    null_short = (short["null_dim"] > 0).mean() if len(short) else float("nan")
-    change_short = short["relative_change"].max() if len(short) else float("nan")
+    distinct = short[short["repeated_values"] == 0]
+    repeats = (f"; {len(short) - len(distinct)} heads with repeated value vectors left out, "
+               "whose copies split attention unidentifiably" if len(distinct) < len(short) else "")
+    null_short = ((short["null_dim"] > short["repeated_values"]).mean() if len(short)
+                  else float("nan"))
+    change_short = distinct["relative_change"].max() if len(distinct) else float("nan")
     null_long = (long_["null_dim"] > 0).mean() if len(long_) else float("nan")
     change_long = long_["relative_change"].median() if len(long_) else float("nan")
     at_bound = (long_["null_dim"] == long_["length"] - d_v).mean() if len(long_) else float("nan")
     margin = short["singular_ratio"].min() if len(short) else float("nan")
     within = f"<= {d_v}"
     no_short = NotTestable(f"no example of at most d_v = {d_v} tokens")
+    no_distinct = NotTestable(f"every head of the examples of at most d_v = {d_v} tokens has "
+                              "repeated value vectors")
     no_long = NotTestable(f"no example of more than d_v = {d_v} tokens")
     beyond = f"> {d_v}"
     return [
         claim(STAGE, "attention weights are identifiable up to d_v tokens: the values' left null "
               "space is empty",
-              f"share of heads whose value vectors T have a non-trivial left null space, over "
+              f"share of heads whose value vectors T have a left null space of more dimensions "
+              f"than their repeated vectors (one equal to an earlier one) add, over "
               f"{_heads_of(short, within)} (holds if 0; rank tolerance sigma_max * max(n, d_v) "
               f"* float64 eps; smallest sigma_min / sigma_max of T seen: {margin:.2g})",
               null_short, no_short if short.empty else null_short == 0, kind="check"),
         claim(STAGE, "attention is identifiable up to d_v tokens (A_eff = A)",
               f"largest ||A - A_eff||_F / ||A||_F over {_heads_of(short, within)} (holds if <= "
-              f"{IDENTICAL:g})", change_short,
-              no_short if short.empty else change_short <= IDENTICAL, kind="check"),
+              f"{IDENTICAL:g}{repeats})", change_short,
+              no_short if short.empty else no_distinct if distinct.empty
+              else change_short <= IDENTICAL, kind="check"),
         claim(STAGE, "beyond d_v tokens attention weights are not identifiable: the values' left "
               "null space is non-trivial",
               f"share of heads whose value vectors T have a non-trivial left null space, over "
