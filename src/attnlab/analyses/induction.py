@@ -8,9 +8,12 @@ to hold "A came before me". So:
   truth is B's first position. Each method's map is summed over heads, its strongest edge
   taken over every layer (rollout: its last layer, the whole stack's mixing), the query's edge
   to itself left out (every method gives the residual stream's own token a large share).
-* The path: the first step, a previous-token head at B reading A in layer 0, is the first edge
-  of the attribution tree (Hao et al. 2021) below the induction edge. Is a method's strongest
-  layer-0 edge (over all its query rows, heads summed) the edge from B to A?
+* The path: the first step, a previous-token head at B reading A, is the edge of the
+  attribution tree (Hao et al. 2021) below the induction edge. The induction edge's layer is
+  the one where AttAttr's edge from the query to B is strongest; the step is sought in the
+  layers below it (layer 0 of the planted task's 2-layer model; SmolLM2's previous-token heads
+  sit in several layers below its induction heads). Is a method's strongest edge there (over
+  all its query rows and those layers, heads summed) the edge from B to A?
 * Heads: an induction head puts on average at least half of its attention at the query on B,
   a previous-token head at least half of its attention at B on A; AttAttr ranks the heads by
   their mean maximal attribution (Hao et al. 2021's head importance). Are its top two heads
@@ -75,7 +78,7 @@ class Masking(NamedTuple):
 
 class InductionResult(NamedTuple):
     # one row per example: its query, B's position, each method's top key at the query and
-    # whether its strongest layer-0 edge is B reading A
+    # whether its strongest edge below the induction edge's layer is B reading A
     edges: pd.DataFrame
     heads: pd.DataFrame  # one row per head: its scores, AttAttr rank, mechanism membership
     claims: pd.DataFrame
@@ -150,9 +153,12 @@ def induction_analysis(
 def edge_table(attr: np.ndarray, attention: np.ndarray, queries: np.ndarray, b: np.ndarray,
                a: np.ndarray) -> pd.DataFrame:
     """One row per example (attributions and attention (B, L, H, T, T), its query position, B's
-    and A's first positions): each method's top key at the query, whether its strongest
-    layer-0 edge is B reading A, and the attribution tree's top node and whether it takes that
-    path."""
+    and A's first positions): each method's top key at the query, the induction edge's layer
+    (where AttAttr's edge from the query to B is strongest), whether each method's strongest
+    edge in the layers below it is B reading A, and the attribution tree's top node and
+    whether it takes that path. Both methods are read in AttAttr's layers below, so that they
+    are compared on the same edges; an induction edge in layer 0 leaves no layer for the
+    step."""
     rows = []
     for i, query in enumerate(queries.tolist()):
         n = query + 1
@@ -160,23 +166,27 @@ def edge_table(attr: np.ndarray, attention: np.ndarray, queries: np.ndarray, b: 
         maps = {"attattr": attr[i, :, :, :n, :n].sum(axis=1), "attention": probs.sum(axis=1),
                 "rollout": rollout(head_mean(probs))[-1:]}
         step = (int(b[i]), int(a[i]))
+        below = int(np.argmax(maps["attattr"][:, query, step[0]]))
         # the tree's root is the query, which the next-token prediction reads as a classifier
-        # reads [CLS]; it joins every node, so B in the tree with the flow edge B <- A in
-        # layer 0 is the path query <- B <- A
+        # reads [CLS]; it joins every node, so B in the tree with the flow edge B <- A below
+        # the induction edge's layer is the path query <- B <- A
         tree = tree_from_matrix(maps["attattr"], TREE_TAU, "layer", root=query)
         rows.append({"example": i, "query": query, "induction": int(b[i]),
                      **{f"top_{name}": top_keys(scores, query) for name, scores in maps.items()},
-                     **{f"path_{name}": top_edge(maps[name][0]) == step
+                     "induction_layer": below,
+                     **{f"path_{name}": below > 0
+                        and top_edge(maps[name][:below].max(axis=0)) == step
                         for name in ("attattr", "attention")},
-                     "tree_top": tree.top, "tree_path": (0, *step) in
-                     [(layer, parent, child) for layer, parent, child, _ in tree.edges]})
+                     "tree_top": tree.top, "tree_path": any(
+                         layer < below and (parent, child) == step
+                         for layer, parent, child, _ in tree.edges)})
     return pd.DataFrame(rows)
 
 
 def edge_shares(edges: pd.DataFrame) -> dict[str, float]:
     """The shares of examples (rows of `edge_table`) whose strongest edge at the query points
-    to B (share_<method>), whose strongest layer-0 edge is B reading A (path_share_<method>),
-    and whose tree takes that path (tree_share)."""
+    to B (share_<method>), whose strongest edge below the induction edge's layer is B reading
+    A (path_share_<method>), and whose tree takes that path (tree_share)."""
     return {**{f"share_{name}": float((edges[f"top_{name}"] == edges["induction"]).mean())
                for name in METHODS},
             **{f"path_share_{name}": float(edges[f"path_{name}"].mean())
@@ -264,15 +274,15 @@ def induction_findings(edges: pd.DataFrame, per_example: np.ndarray,
                 "share AttAttr - share rollout, paired", difference(
                     hit["attattr"], hit["rollout"], paired=True), BEATS,
                 source(hao, "attention_differs")),
-        finding(STAGE, "AttAttr's strongest layer-0 edge is B's first position reading A (the "
-                "previous-token step)", "share of examples (bar ours)",
+        finding(STAGE, "AttAttr's strongest edge below the induction edge's layer is B's first "
+                "position reading A (the previous-token step)", "share of examples (bar ours)",
                 share(path["attattr"]), above, source(olsson, "previous_token_heads")),
-        finding(STAGE, "AttAttr's strongest layer-0 edge is that step more often than raw "
-                "attention's", "share AttAttr - share attention, paired",
+        finding(STAGE, "AttAttr's strongest edge below the induction edge's layer is that step "
+                "more often than raw attention's", "share AttAttr - share attention, paired",
                 difference(path["attattr"], path["attention"], paired=True), BEATS,
                 source(hao, "attention_differs")),
         finding(STAGE, "AttAttr's attribution tree joins the second A to B through B reading A "
-                "in layer 0", "share of examples (bar ours)",
+                "below the induction edge's layer", "share of examples (bar ours)",
                 share(edges["tree_path"].to_numpy(float)), above,
                 source(hao, "tree_hierarchy")),
         finding(STAGE, "AttAttr's top two heads are induction or previous-token heads",
