@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import copy
+import fcntl
 import html
 import json
 import os
+import pickle
 import re
 import shutil
 import signal
@@ -20,6 +22,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from conftest import run_folder
 from test_hub import glue_like, write_hub_folder
 from transformers import BertConfig, BertForSequenceClassification
 
@@ -223,7 +226,8 @@ def test_each_configuration_plans_its_whole_dag_without_network(configfile, expe
 TINY = {
     "name": "tiny",
     "seed": 0,
-    "device": "cpu",
+    # the rules that run a model ask for a GPU (and fall back to the CPU)
+    "device": "auto",
     "tasks": {
         "pairs": {
             "source": "synthetic",
@@ -274,9 +278,11 @@ class TinyRun:
     interruption: dict = field(default_factory=dict)
 
     def args(self, configfile: Path | None = None) -> tuple[str, ...]:
-        # --directory: the repository's results/ stays untouched
-        return ("--cores", "2", "--configfile", str(configfile or self.configfile),
-                "--directory", str(self.work))
+        # the local profile as `make run` names it, with the profile's one GPU slot: the model
+        # jobs (device auto) run one at a time, as on a machine with one GPU; --directory: the
+        # repository's results/ stays untouched
+        return ("--profile", "profiles/local", "--cores", "2",
+                "--configfile", str(configfile or self.configfile), "--directory", str(self.work))
 
 
 def whole(path: Path) -> bool:
@@ -328,26 +334,45 @@ def kill_during_attribute(run: TinyRun, timeout: float = 1800) -> dict:
     return {}
 
 
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory) -> TinyRun:
-    """One run of the tiny configuration, its report built, which the tests below inspect and
-    dry-run changes against (the workflow runs once per test module, not once per test).
+def shared_tiny_run(tmp_path_factory) -> TinyRun:
+    """One run of the tiny configuration, its report built, made once per test session: this
+    module inspects it and dry-runs changes against it, and the SLURM test compares its own run
+    with it. A worker that finds another making it waits for it (a lock on the run's folder).
 
     The run is killed once during attribution and resumed as `make run` resumes it; what was on
-    disk at each step is kept in `run.interruption` for the test of that.
+    disk at each step is kept in `run.interruption` for the test of that. The killed run has the
+    local profile's one GPU slot; the resumed run has as many as `make run` gives a machine
+    without a GPU (GPU_SLOTS in the Makefile), so that its model jobs run side by side and the
+    run takes half as long on 2 cores. Their outputs: `interrupted.log` and `resumed.log` in
+    `run.work`.
     """
-    work = tmp_path_factory.mktemp("tiny")
-    run = TinyRun(work, write_config(work, TINY), work / "results" / "tiny")
-    run.interruption = kill_during_attribute(run)
-    if run.interruption:
-        # a killed Snakemake leaves its lock behind; a person would unlock once, then rerun
-        snakemake("--unlock", *run.args())
-        run.interruption["plan"] = jobs(
-            snakemake("-n", "--rerun-incomplete", *run.args()).stdout)
-    snakemake(*run.args(), "--rerun-incomplete", timeout=1800)
-    snakemake("--configfile", str(run.configfile), "--directory", str(work),
-              "--report", str(run.results / "report.html"))
+    work = run_folder(tmp_path_factory) / "tiny"
+    run = TinyRun(work, work / "config.yaml", work / "results" / "tiny")
+    record = work / "interruption.pickle"  # written last: the run is complete
+    with open(work.parent / "tiny.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not record.exists():
+            shutil.rmtree(work, ignore_errors=True)  # what a failed attempt left
+            write_config(work, TINY)
+            run.interruption = kill_during_attribute(run)
+            if run.interruption:
+                # a killed Snakemake leaves its lock behind; a person would unlock once, rerun
+                snakemake("--unlock", *run.args())
+                run.interruption["plan"] = jobs(
+                    snakemake("-n", "--rerun-incomplete", *run.args()).stdout)
+            resumed = snakemake(*run.args(), "--resources", "gpu=1000", "--rerun-incomplete",
+                                timeout=1800)
+            (work / "resumed.log").write_text(resumed.stdout + resumed.stderr)
+            snakemake("--configfile", str(run.configfile), "--directory", str(work),
+                      "--report", str(run.results / "report.html"))
+            record.write_bytes(pickle.dumps(run.interruption))
+        run.interruption = pickle.loads(record.read_bytes())
     return run
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory) -> TinyRun:
+    return shared_tiny_run(tmp_path_factory)
 
 
 @pytest.mark.slow

@@ -1,4 +1,5 @@
-"""The workflow on a real single-node SLURM cluster through profiles/slurm, against a local run.
+"""The workflow on a real single-node SLURM cluster through profiles/slurm, against a local run
+(the tiny run of tests/test_workflow.py, made once per test session).
 
 The cluster (tests/cluster/slurm.sh) is started for this test and stopped after it; it needs
 root, for the Debian packages and the daemons. Its node declares two count-only GPUs, so rules
@@ -23,15 +24,17 @@ import pytest
 import yaml
 from safetensors.numpy import load_file
 from test_profiles import slurm_size
-from test_workflow import TINY, Job, jobs_of, snakemake
+from test_workflow import TINY, Job, jobs_of, shared_tiny_run, snakemake
 
 SCRIPT = Path(__file__).with_name("slurm.sh")
-# The tiny config with one task (and so no task pairs), which keeps every rule and the
+# The tiny config with one of its tasks (and so no task pairs), which keeps every rule and the
 # attribution shards: the GPU jobs share the cluster's two GPUs, each with ~7 s of Snakemake
-# start-up. With device auto the rules that run a model ask for a GPU.
-CONFIG = {**TINY, "device": "auto", "tasks": {"pairs": TINY["tasks"]["pairs"]},
-          # the 6 attributed examples score the heads, the other 6 evaluate global pruning
-          "heads": {"min_evaluation_examples": 6}}
+# start-up. With the tiny config's device auto the rules that run a model ask for a GPU. The
+# task's files equal those of the tiny run, which makes them alongside the other task's.
+TASK = "pairs"
+CONFIG = {**TINY, "tasks": {TASK: TINY["tasks"][TASK]},
+          "heads": {key: value for key, value in TINY["heads"].items()
+                    if key != "dissimilar_pairs"}}
 # What this cluster needs on top of the profile. It keeps no accounting database, so job
 # states come from squeue (the plugin reads sacct's failure as "still running" and would
 # wait forever); and jobs are checked every 2 s instead of after 40 s and then every 10 s.
@@ -126,16 +129,31 @@ def assert_json_close(a, b, where: str) -> None:
         assert a == b, where
 
 
-def assert_same_results(a: Path, b: Path) -> None:
-    """Every data file of one run equals the other's: tables, model weights, JSON (figures
-    are drawn from the tables; logs and benchmarks differ by nature, and so do the hidden
-    integrity records, whose checksums cover files with run times in them)."""
+def of_task(path: Path, task: str) -> bool:
+    """Whether a results file is one task's (data/<task>/, attributions/task=<task>/,
+    attribution_summary/<task>.json, ...) rather than the run's (the report, the figures and
+    studies over all tasks)."""
+    return task in path.parts or f"task={task}" in path.parts or path.stem == task
+
+
+def assert_same_results(a: Path, b: Path, task: str) -> None:
+    """Every data file of run `a` that is task's equals run `b`'s: tables, model weights, JSON
+    (figures are drawn from the tables; logs and benchmarks differ by nature, and so do the
+    hidden integrity records, whose checksums cover files with run times in them). `b` may
+    hold more tasks: the files of the whole run (the report, studies over all tasks) are only
+    checked to be there."""
     kinds = (".parquet", ".safetensors", ".json")
-    files = sorted(p.relative_to(a) for p in a.rglob("*")
-                   if p.suffix in kinds and not p.name.startswith("."))
-    assert files == sorted(p.relative_to(b) for p in b.rglob("*")
-                           if p.suffix in kinds and not p.name.startswith("."))
+
+    def data_files(run: Path) -> set[Path]:
+        return {p.relative_to(run) for p in run.rglob("*")
+                if p.suffix in kinds and not p.name.startswith(".")}
+
+    files, others = data_files(a), data_files(b)
+    assert files <= others, sorted(files - others)
+    files = sorted(path for path in files if of_task(path, task))
     assert any(p.suffix == ".safetensors" for p in files)
+    # (results/<name>/<stage>/...)
+    assert {p.parts[1] for p in files} >= {"data", "finetune", "attributions", "heads"}
     for path in files:
         if path.suffix == ".parquet":
             assert_tables_close(pq.read_table(a / path), pq.read_table(b / path), str(path))
@@ -151,20 +169,20 @@ def assert_same_results(a: Path, b: Path) -> None:
 
 
 @pytest.mark.slow
-def test_slurm_run_submits_every_job_and_matches_a_local_run(slurm_cluster, tmp_path):
+def test_slurm_run_submits_every_job_and_matches_a_local_run(slurm_cluster, tmp_path,
+                                                            tmp_path_factory):
     configfile = tmp_path / "config.yaml"
     configfile.write_text(yaml.safe_dump(CONFIG))
-    on_slurm, local = tmp_path / "slurm", tmp_path / "local"
-    # The same config run locally, at the same time: the cluster's jobs spend much of their
-    # time waiting on sbatch and squeue, the local run's fill the cores meanwhile.
-    with ThreadPoolExecutor(max_workers=2) as runs:
+    on_slurm = tmp_path / "slurm"
+    # The local run is made (or waited for, where another worker makes it) while the cluster
+    # runs: the cluster's jobs spend much of their time waiting on sbatch and squeue, the
+    # local run's fill the cores meanwhile.
+    with ThreadPoolExecutor(max_workers=1) as runs:
         cluster_run = runs.submit(
             snakemake, "--profile", "profiles/slurm", *CI_OVERRIDES, "--configfile",
             str(configfile), "--directory", str(on_slurm), timeout=1800)
-        local_run = runs.submit(
-            snakemake, "--profile", "profiles/local", "--cores", "2", "--configfile",
-            str(configfile), "--directory", str(local), timeout=1800)
-        run, local_output = cluster_run.result(), local_run.result()
+        local = shared_tiny_run(tmp_path_factory)
+        run = cluster_run.result()
     jobs = jobs_of(run.stdout + run.stderr)
 
     # every job but the target rule `all` (which runs nothing) went through sbatch and finished
@@ -193,6 +211,8 @@ def test_slurm_run_submits_every_job_and_matches_a_local_run(slurm_cluster, tmp_
         assert request["MinMemory"] == f"{size['mem_mb']}M", job.rule
         assert minutes(request["TimeLimit"]) == float(size["runtime"]), job.rule
 
-    # the local profile lets one GPU job run at a time
-    assert gpu_jobs_at_once(local_output.stdout + local_output.stderr) == 1
-    assert_same_results(local / "results", on_slurm / "results")
+    # the local profile lets one GPU job run at a time (the tiny run until it was killed),
+    # unless make's GPU slots for a machine without a GPU are given (the tiny run resumed)
+    assert gpu_jobs_at_once((local.work / "interrupted.log").read_text()) == 1
+    assert gpu_jobs_at_once((local.work / "resumed.log").read_text()) == 2
+    assert_same_results(on_slurm / "results", local.work / "results", TASK)
