@@ -63,6 +63,19 @@ def test_a_finding_row_has_its_interval_bar_source_and_one_of_the_four_verdicts(
         claim("s", "c", "m", 1.0, True, kind="guess")
 
 
+def test_a_finding_row_records_its_measure_s_scale():
+    """The scale travels in the row (the report pools the seeds' rows): a share's is 0 to 1, a
+    measure without bounds -inf to inf; a row without an interval has NaN."""
+    table = claims_frame([
+        finding("s", "share", "m", verdicts.share(np.ones(20)), Bar(0.5), SOURCE),
+        finding("s", "mean", "m", Interval(0.5, 0.2, 0.8, 40), Bar(0.1), SOURCE),
+        finding("s", "untested", "m", NotTestable("no long sequence"), Bar(0.1), SOURCE),
+        claim("s", "a check", "m", 1.0, True, kind="check")]).set_index("claim")
+    scales = list(zip(table["scale_low"], table["scale_high"], strict=True))
+    assert scales[:2] == [(0.0, 1.0), (-math.inf, math.inf)]
+    assert table.loc[["untested", "a check"], ["scale_low", "scale_high"]].isna().all(axis=None)
+
+
 def test_the_bootstrap_interval_covers_a_known_mean_and_is_deterministic():
     rng = np.random.default_rng(1)
     values = rng.normal(2.0, 1.0, 400)
