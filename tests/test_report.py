@@ -22,6 +22,7 @@ from attnlab.analyses import (
     task_correlation,
     token_identifiability,
     token_mixing,
+    verdicts,
 )
 from attnlab.analyses import claims as claim_rows
 from attnlab.analyses.claims import NotTestable, claim
@@ -236,6 +237,34 @@ def test_findings_over_seeds_are_judged_by_k_of_n_and_the_pooled_interval(tmp_pa
     assert (row["low"], row["high"], row["n"]) == pytest.approx((0.6206, 0.8594, 5), abs=1e-4)
     assert row["per_seed"].endswith("4: 0.6 ~")
     assert landing.outcome(row["verdict"]) == "holds"
+
+
+def test_a_share_pooled_over_seeds_stays_within_0_and_1_also_from_older_tables(tmp_path):
+    """Five seeds' shares of 200 examples (0.93, 0.98, 1, 1, 0.965): their t interval is
+    [0.9388, 1.0112]; the report rebuilds each seed's interval with its scale from the claims
+    rows, so the pooled high is 1. Claims tables written before the rows carried the scale
+    (no scale columns) still pool, without bounds, as they did."""
+    def seeds(name: str, drop: list[str]) -> list[Path]:
+        paths = []
+        for seed, hits in enumerate([186, 196, 200, 200, 193]):
+            share = verdicts.share(np.r_[np.ones(hits), np.zeros(200 - hits)])
+            path = tmp_path / name / f"seed={seed}" / "claims.parquet"
+            paths.append(write_rows(path, [finding_row("trees", "joins", share, Bar(0.9))]))
+            pd.read_parquet(path).drop(columns=drop).to_parquet(path)
+        return paths
+
+    out = tmp_path / "claims.html"
+    row = claims_table(seeds("now", []), out=out, origin={}).iloc[0]
+    # seed 0's Wilson interval, [0.886, 0.958], contains the bar
+    assert row["verdict"] == "holds: holds in 4 of 5 seeds"
+    # to 4 digits: the t quantile (2.776) and the sd of the estimates are rounded by hand
+    assert (row["value"], row["low"], row["n"]) == pytest.approx((0.975, 0.9388, 5), abs=1e-4)
+    assert row["high"] == 1.0  # exact: the clip returns the bound itself
+    assert "<td>[0.939, 1]</td>" in out.read_text()
+    older = claims_table(seeds("older", ["scale_low", "scale_high"]), out=out,
+                         origin={}).iloc[0]
+    assert (older["low"], older["high"]) == pytest.approx((0.9388, 1.0112), abs=1e-4)
+    assert older["verdict"] == row["verdict"]
 
 
 def _three_papers(tmp_path: Path) -> list[Path]:

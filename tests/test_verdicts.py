@@ -63,6 +63,19 @@ def test_a_finding_row_has_its_interval_bar_source_and_one_of_the_four_verdicts(
         claim("s", "c", "m", 1.0, True, kind="guess")
 
 
+def test_a_finding_row_records_its_measure_s_scale():
+    """The scale travels in the row (the report pools the seeds' rows): a share's is 0 to 1, a
+    measure without bounds -inf to inf; a row without an interval has NaN."""
+    table = claims_frame([
+        finding("s", "share", "m", verdicts.share(np.ones(20)), Bar(0.5), SOURCE),
+        finding("s", "mean", "m", Interval(0.5, 0.2, 0.8, 40), Bar(0.1), SOURCE),
+        finding("s", "untested", "m", NotTestable("no long sequence"), Bar(0.1), SOURCE),
+        claim("s", "a check", "m", 1.0, True, kind="check")]).set_index("claim")
+    scales = list(zip(table["scale_low"], table["scale_high"], strict=True))
+    assert scales[:2] == [(0.0, 1.0), (-math.inf, math.inf)]
+    assert table.loc[["untested", "a check"], ["scale_low", "scale_high"]].isna().all(axis=None)
+
+
 def test_the_bootstrap_interval_covers_a_known_mean_and_is_deterministic():
     rng = np.random.default_rng(1)
     values = rng.normal(2.0, 1.0, 400)
@@ -142,6 +155,37 @@ def test_over_seeds_a_finding_holds_in_at_least_four_of_five_with_a_clearing_poo
     assert verdicts.over_seeds([None, None], bar).verdict == "not testable"
     # one seed: its own interval
     assert verdicts.over_seeds([_seed(0.3)], bar).interval == Interval(0.3, 0.25, 0.35, 1)
+
+
+def _shares(hits: list[int], units: int = 200) -> list[Interval]:
+    """Each seed's share of `units` with its Wilson interval (scale 0–1)."""
+    return [verdicts.share(np.r_[np.ones(k), np.zeros(units - k)]) for k in hits]
+
+
+def test_the_pooled_interval_of_shares_stays_within_0_and_1():
+    """Five seeds' shares 0.93, 0.98, 1, 1, 0.965 (of 200 examples each): mean 0.975, sd
+    0.02915, so the t interval is 0.975 ± 2.776 · 0.02915 / √5 = [0.9388, 1.0112], past 1. A
+    share cannot pass 1: the pooled high is 1 and the low stays where it was."""
+    seeds = _shares([186, 196, 200, 200, 193])
+    assert {s.scale for s in seeds} == {verdicts.UNIT}
+    shares = verdicts.pooled(seeds)
+    assert (shares.estimate, shares.n, shares.scale) == (pytest.approx(0.975), 5, verdicts.UNIT)
+    assert shares.high == 1.0  # exact: the clip returns the bound itself
+    # to 4 digits: the hand computation's t quantile (2.776) and sd are rounded
+    assert shares.low == pytest.approx(0.9388, abs=1e-4)
+    # the same estimates on a measure without bounds: the t interval as it is, past 1
+    plain = verdicts.pooled([Interval(s.estimate, s.low, s.high, s.n) for s in seeds])
+    assert (plain.low, plain.high) == pytest.approx((0.9388, 1.0112), abs=1e-4)
+    assert plain.low == shares.low and plain.scale == verdicts.UNBOUNDED
+    # seeds of different scales (tables of older code among them) are not clipped
+    mixed = verdicts.pooled([*seeds[:4], Interval(0.965, 0.93, 0.98, 200)])
+    assert mixed.high == plain.high
+    # a difference of two shares keeps to [-1, 1] at both ends
+    gaps = [Interval(e, e - 0.01, e + 0.01, 50, verdicts.SIGNED_UNIT) for e in (-0.99, -1, -0.9)]
+    assert verdicts.pooled(gaps).low == -1.0
+    # one seed: its own interval, with its scale
+    assert verdicts.pooled(seeds[:1]) == Interval(0.93, seeds[0].low, seeds[0].high, 1,
+                                                  verdicts.UNIT)
 
 
 def test_every_paper_file_names_its_statements_and_an_unknown_key_is_refused():

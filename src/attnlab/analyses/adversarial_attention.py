@@ -23,6 +23,7 @@ original attention (JSD 0), so the bound holds on every example.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -50,6 +51,8 @@ FAR_KEYS = 0.5
 # "Very different attention": a mean JSD of at least 0.1 nats, a seventh of the largest
 # possible (ln 2, disjoint distributions).
 LARGE_JSD = 0.1
+# A JSD's range in nats: from equal distributions to disjoint ones.
+JSD_SCALE = (0.0, math.log(2))
 
 
 class KeyAdversary(nn.Module):
@@ -288,8 +291,8 @@ def claims(keys: pd.DataFrame, attention: pd.DataFrame, epsilon: float,
         finding("adversarial_keys", "adversarial keys give very different attention",
                 f"each example's mean over layers of the JSD of original and adversarial "
                 f"attention, nats, {over} ({large})",
-                verdicts.bootstrap(per_example["jsd"].to_numpy()), Bar(LARGE_JSD),
-                source("drozdyuk", "different_attention")),
+                verdicts.bootstrap(per_example["jsd"].to_numpy(), scale=JSD_SCALE),
+                Bar(LARGE_JSD), source("drozdyuk", "different_attention")),
     ]
     for layer, group in attention.groupby("layer"):
         out.append(finding(
@@ -297,8 +300,8 @@ def claims(keys: pd.DataFrame, attention: pd.DataFrame, epsilon: float,
             f"layer {layer}: median over examples of the JSD of adversarial attention with "
             f"output TVD <= {epsilon}, nats, 95 % interval over {len(group)} dev examples "
             f"({large})",
-            verdicts.bootstrap(group["jsd"].to_numpy(), _median), Bar(LARGE_JSD),
-            source("jain2019", "adversarial")))
+            verdicts.bootstrap(group["jsd"].to_numpy(), _median, scale=JSD_SCALE),
+            Bar(LARGE_JSD), source("jain2019", "adversarial")))
     return out
 
 

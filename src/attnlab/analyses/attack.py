@@ -231,7 +231,7 @@ def attack_claims(drops: pd.DataFrame, planted: Interval | NotTestable | None, t
                                                "another class")
     lead: Interval | NotTestable = drop
     if n:
-        drop = verdicts.bootstrap(drops["trigger"].to_numpy())
+        drop = verdicts.bootstrap(drops["trigger"].to_numpy(), scale=verdicts.SIGNED_UNIT)
         lead = verdicts.difference(drops["trigger"].to_numpy(), drops["random"].to_numpy(),
                                    paired=True)
     per_example = (f"drop in correctness of each of the {n} dev examples of another class than "

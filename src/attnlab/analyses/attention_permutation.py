@@ -159,15 +159,17 @@ def claims(table: pd.DataFrame) -> list[dict[str, Any]]:
                 f"accuracy drop with layer 0 permuted, 95 % interval over {n} examples (holds "
                 f"above {POSTER_FIRST_LAYER_DROP / 2}: our choice, half the poster's about "
                 f"{POSTER_FIRST_LAYER_DROP:.0%})",
-                verdicts.bootstrap(drops["0"].to_numpy()), Bar(POSTER_FIRST_LAYER_DROP / 2),
+                verdicts.bootstrap(drops["0"].to_numpy(), scale=verdicts.SIGNED_UNIT),
+                Bar(POSTER_FIRST_LAYER_DROP / 2),
                 source("drozdyuk", "first_layer")),
         finding(STAGE, "permuting any other single layer's attention barely changes accuracy",
                 f"largest accuracy drop over layers >= 1, each permuted alone, 95 % interval "
                 f"over {n} examples (holds below {NEGLIGIBLE_DROP}: our choice, one accuracy "
                 "point)",
                 NotTestable("the model has one layer") if others.empty
-                else verdicts.bootstrap(others.to_numpy(), _largest_mean), Bar(NEGLIGIBLE_DROP,
-                                                                              "below"),
+                else verdicts.bootstrap(others.to_numpy(), _largest_mean,
+                                        scale=verdicts.SIGNED_UNIT),
+                Bar(NEGLIGIBLE_DROP, "below"),
                 source("drozdyuk", "other_layers")),
     ]
 

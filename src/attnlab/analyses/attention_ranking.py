@@ -149,7 +149,7 @@ def claims(table: pd.DataFrame) -> list[dict[str, Any]]:
         if paired:
             return verdicts.difference(values[columns[0]].to_numpy(),
                                        values[columns[1]].to_numpy(), paired=True)
-        return verdicts.bootstrap(values[columns[0]].to_numpy())
+        return verdicts.bootstrap(values[columns[0]].to_numpy(), scale=verdicts.SIGNED_UNIT)
 
     ours = (f"holds below {WEAK_TAU}: our choice, where rank correlations are commonly called "
             "strong; the paper sets no bar")

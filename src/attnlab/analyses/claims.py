@@ -34,13 +34,17 @@ log = logging.getLogger(__name__)
 PAPERS = Path(__file__).with_name("papers")
 
 # `kind`: "finding" or "check". `value`: the estimate; `low`, `high`: its interval over `n`
-# units; `bar`, `side`: the verdict's bar and the side of it the interval must lie on ("above",
-# "below"); `reason`: why a claim is not testable (empty for a claim that was judged);
-# `source`: the paper, its section or figure and the statement (`Source`); `learned`: whether
-# that statement is about what training put into a model (`on_models`). A row made by `claim`
-# has no interval, bar or source (NaN, empty) and is not `learned`.
-COLUMNS = ["stage", "claim", "kind", "metric", "value", "low", "high", "n", "bar", "side",
-           "verdict", "reason", "source", "learned"]
+# units; `scale_low`, `scale_high`: the least and greatest value the measure can take
+# (`verdicts.Interval.scale`: 0 and 1 for a share, -inf and inf for a measure without bounds),
+# which the interval pooled over seeds keeps to; `bar`, `side`: the verdict's bar and the side
+# of it the interval must lie on ("above", "below"); `reason`: why a claim is not testable
+# (empty for a claim that was judged); `source`: the paper, its section or figure and the
+# statement (`Source`); `learned`: whether that statement is about what training put into a
+# model (`on_models`). A row without an interval (made by `claim`, or not testable) has NaN
+# for its interval and scale; a row made by `claim` has no bar or source either (NaN, empty)
+# and is not `learned`.
+COLUMNS = ["stage", "claim", "kind", "metric", "value", "low", "high", "n", "scale_low",
+           "scale_high", "bar", "side", "verdict", "reason", "source", "learned"]
 KINDS = ("finding", "check")
 
 
@@ -94,8 +98,8 @@ def _row(stage: str, statement: str, metric: str, value: float, verdict: str, re
          **more: Any) -> dict[str, Any]:
     return {"stage": stage, "claim": statement, "kind": "finding", "metric": metric,
             "value": float(value), "low": math.nan, "high": math.nan, "n": math.nan,
-            "bar": math.nan, "side": "", "verdict": verdict, "reason": reason, "source": "",
-            "learned": False, **more}
+            "scale_low": math.nan, "scale_high": math.nan, "bar": math.nan, "side": "",
+            "verdict": verdict, "reason": reason, "source": "", "learned": False, **more}
 
 
 def claim(
@@ -124,14 +128,15 @@ def finding(
     bar: Bar,
     source: Source,
 ) -> dict[str, Any]:
-    """One finding's row: its estimate and interval judged against `bar` by
-    `verdicts.verdict`, or "not testable" with the reason (value and interval NaN)."""
+    """One finding's row: its estimate and interval (with its scale) judged against `bar` by
+    `verdicts.verdict`, or "not testable" with the reason (value, interval and scale NaN)."""
     judged = {"bar": float(bar.value), "side": bar.side, "source": str(source),
               "learned": source.learned}
     if isinstance(interval, NotTestable):
         return _row(stage, statement, metric, math.nan, UNTESTABLE, interval.reason, **judged)
     return _row(stage, statement, metric, interval.estimate, verdict(interval, bar), "",
-                low=interval.low, high=interval.high, n=interval.n, **judged)
+                low=interval.low, high=interval.high, n=interval.n,
+                scale_low=interval.scale[0], scale_high=interval.scale[1], **judged)
 
 
 def unlearned(metrics: Mapping[str, Any]) -> NotTestable | None:

@@ -373,7 +373,8 @@ def _length_trend(long_: pd.DataFrame, d_v: int) -> verdicts.Interval | NotTesta
                                                 r=("pearson_r", "mean"))
     if per_example["length"].nunique() < 2:
         return NotTestable(f"fewer than two sequence lengths above d_v = {d_v}")
-    return verdicts.bootstrap(per_example[["length", "r"]].to_numpy(), correlation)
+    return verdicts.bootstrap(per_example[["length", "r"]].to_numpy(), correlation,
+                              scale=verdicts.SIGNED_UNIT)
 
 
 def _sep_shift(mass: pd.DataFrame, d_v: int, decoder: bool) -> verdicts.Interval | NotTestable:

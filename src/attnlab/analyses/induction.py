@@ -38,7 +38,15 @@ from transformers import PreTrainedModel
 
 from attnlab.analyses.claims import NotTestable, claims_frame, finding, source
 from attnlab.analyses.trees import tree_from_matrix
-from attnlab.analyses.verdicts import ONE_POINT, Bar, bootstrap, difference, share
+from attnlab.analyses.verdicts import (
+    ONE_POINT,
+    SIGNED_UNIT,
+    UNIT,
+    Bar,
+    bootstrap,
+    difference,
+    share,
+)
 from attnlab.engine import attribution, models
 from attnlab.engine.intervention import Intervention
 from attnlab.methods.attention_graph import head_mean
@@ -268,18 +276,19 @@ def induction_findings(edges: pd.DataFrame, per_example: np.ndarray,
                 source(olsson, "induction_heads")),
         finding(STAGE, "AttAttr's strongest edge finds B more often than raw attention's",
                 "share AttAttr - share attention, paired", difference(
-                    hit["attattr"], hit["attention"], paired=True), BEATS,
+                    hit["attattr"], hit["attention"], paired=True, scale=SIGNED_UNIT), BEATS,
                 source(hao, "attention_differs")),
         finding(STAGE, "AttAttr's strongest edge finds B more often than rollout's",
                 "share AttAttr - share rollout, paired", difference(
-                    hit["attattr"], hit["rollout"], paired=True), BEATS,
+                    hit["attattr"], hit["rollout"], paired=True, scale=SIGNED_UNIT), BEATS,
                 source(hao, "attention_differs")),
         finding(STAGE, "AttAttr's strongest edge below the induction edge's layer is B's first "
                 "position reading A (the previous-token step)", "share of examples (bar ours)",
                 share(path["attattr"]), above, source(olsson, "previous_token_heads")),
         finding(STAGE, "AttAttr's strongest edge below the induction edge's layer is that step "
                 "more often than raw attention's", "share AttAttr - share attention, paired",
-                difference(path["attattr"], path["attention"], paired=True), BEATS,
+                difference(path["attattr"], path["attention"], paired=True,
+                           scale=SIGNED_UNIT), BEATS,
                 source(hao, "attention_differs")),
         finding(STAGE, "AttAttr's attribution tree joins the second A to B through B reading A "
                 "below the induction edge's layer", "share of examples (bar ours)",
@@ -287,7 +296,7 @@ def induction_findings(edges: pd.DataFrame, per_example: np.ndarray,
                 source(hao, "tree_hierarchy")),
         finding(STAGE, "AttAttr's top two heads are induction or previous-token heads",
                 "share of the top two that are (0, 0.5 or 1: above 0.5 is both)",
-                bootstrap(per_example, mechanism_share), Bar(0.5),
+                bootstrap(per_example, mechanism_share, scale=UNIT), Bar(0.5),
                 source(hao, "important_heads")),
         finding(STAGE, "Masking AttAttr's top two heads costs more next-token accuracy than "
                 "masking any two other heads", "accuracy drop, top two - costliest other pair, "
@@ -295,6 +304,7 @@ def induction_findings(edges: pd.DataFrame, per_example: np.ndarray,
                     f"more than {PAIR_MASKING_HEADS} heads: a forward pass per pair of them; "
                     "rule induction_heads ablates each ranking's top heads instead")
                 if masking is None else difference(masking.worst_other.astype(float),
-                                                   masking.top.astype(float), paired=True),
+                                                   masking.top.astype(float), paired=True,
+                                                   scale=SIGNED_UNIT),
                 BEATS, source(hao, "important_heads")),
     ]

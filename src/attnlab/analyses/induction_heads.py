@@ -32,7 +32,7 @@ from transformers import PreTrainedModel
 from attnlab.analyses import heads
 from attnlab.analyses.claims import claims_frame, finding, source
 from attnlab.analyses.induction import MECHANISM_SCORE
-from attnlab.analyses.verdicts import ONE_POINT, Bar, bootstrap, difference
+from attnlab.analyses.verdicts import ONE_POINT, UNIT, Bar, bootstrap, difference
 from attnlab.engine import examples, models
 from attnlab.engine.intervention import Intervention
 
@@ -189,7 +189,7 @@ def ablation_findings(losses: dict[tuple[str, str, int], np.ndarray], attattr: n
             "score beyond chance", f"share of AttAttr's top {k} in prefix matching's top {k} "
             f"(bar: chance, {k}/{attattr.shape[1]})",
             bootstrap(attattr, lambda sample, k=k: overlap_share(
-                sample, top(prefix, k), k)), Bar(k / attattr.shape[1]),
+                sample, top(prefix, k), k), scale=UNIT), Bar(k / attattr.shape[1]),
             source(olsson, "prefix_matching")))
         against = {"k random heads": ("random", "", olsson, "ablation"),
                    f"AttAttr's lowest {k}": ("attattr", "lowest", olsson, "ablation"),

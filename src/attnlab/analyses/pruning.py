@@ -211,7 +211,7 @@ def per_layer_claims(curves: Curves) -> list[dict[str, Any]]:
         first, second = interior(a), interior(b)
         if first is None:
             return NotTestable("one head per layer: no k between none and all")
-        return verdicts.difference(first, second, paired=True)
+        return verdicts.difference(first, second, paired=True, scale=verdicts.SIGNED_UNIT)
 
     interval = f"mean accuracy over k=1..{n_heads - 1}, paired 95 % interval over examples"
     ours = f"bar {ONE_POINT}: our choice, a gap of one accuracy point"
@@ -221,7 +221,8 @@ def per_layer_claims(curves: Curves) -> list[dict[str, Any]]:
             f"accuracy drop with {half} of {n_heads} heads per layer pruned, lowest attribution "
             f"to the predicted label first, 95 % interval over examples (holds below "
             f"{LOW_PRUNE_TOLERANCE}; bar: our choice, the paper prints no number)",
-            verdicts.bootstrap(low[0] - low[half]), Bar(LOW_PRUNE_TOLERANCE, "below"),
+            verdicts.bootstrap(low[0] - low[half], scale=verdicts.SIGNED_UNIT),
+            Bar(LOW_PRUNE_TOLERANCE, "below"),
             source("hao2021", "fig3_low_pruning")),
         finding(
             "per_layer", "pruning low-attribution heads hurts less than pruning random ones",

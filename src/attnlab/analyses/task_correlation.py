@@ -70,7 +70,8 @@ def correlation(sample: np.ndarray, a: int, b: int, method: str) -> np.ndarray:
 
 def pair_interval(vectors: np.ndarray, method: str) -> verdicts.Interval:
     """r of the two columns of `vectors` (heads, 2) with its bootstrap interval over heads."""
-    return verdicts.bootstrap(vectors, lambda sample: correlation(sample, 0, 1, method))
+    return verdicts.bootstrap(vectors, lambda sample: correlation(sample, 0, 1, method),
+                              scale=verdicts.SIGNED_UNIT)
 
 
 def _rows(task_a: str, task_b: str, kind: str, vectors: np.ndarray) -> list[dict[str, Any]]:
@@ -152,7 +153,8 @@ def cross_task_claims(
     for method in METHODS:
         for pair, (a, b) in zip(similar, similar_columns, strict=True):
             interval = untestable or verdicts.bootstrap(
-                matrix, lambda s, a=a, b=b, m=method: correlation(s, a, b, m))
+                matrix, lambda s, a=a, b=b, m=method: correlation(s, a, b, m),
+                scale=verdicts.SIGNED_UNIT)
             claims.append({"task": "–".join(pair), **finding(
                 "task_correlation", f"similar tasks correlate ({method})",
                 f"{method} r of attribution head importance, {heads} (holds above 0, the "

@@ -225,19 +225,21 @@ def claims(sentences: pd.DataFrame) -> list[dict[str, Any]]:
                 f"lowest over layers 1..{last} of the best learned map's rate, {over} (holds "
                 f"above {MOST}: our choice, 'to a large degree' read as most tokens, as "
                 "pruning reads 'most'; the paper's text gives no number we could cite)",
-                verdicts.bootstrap(units.values, lowest_best), Bar(MOST),
+                verdicts.bootstrap(units.values, lowest_best, scale=verdicts.UNIT), Bar(MOST),
                 source("brunner2020", "identity")),
         finding(STAGE, "a cosine loss identifies more tokens than an L2 loss",
                 f"mean over learned maps and layers >= 1 of the cosine rate minus the L2 rate, "
                 f"{over} (holds above {ONE_POINT}: one point, our choice)",
-                verdicts.bootstrap(units.values, cosine_gain), Bar(ONE_POINT),
+                verdicts.bootstrap(units.values, cosine_gain, scale=verdicts.SIGNED_UNIT),
+                Bar(ONE_POINT),
                 source("brunner2020", "angle")),
         finding(STAGE, "identifiability declines with depth",
                 f"mean over learned maps and losses of the rate at layer 1 minus at layer "
                 f"{last}, {over} (holds above {ONE_POINT}: one point, our choice; 'gradually' has "
                 "no number we could cite and is not judged)",
                 NotTestable("the model has fewer than two layers") if last < 2
-                else verdicts.bootstrap(units.values, decline), Bar(ONE_POINT),
+                else verdicts.bootstrap(units.values, decline, scale=verdicts.SIGNED_UNIT),
+                Bar(ONE_POINT),
                 source("brunner2020", "depth")),
         # the identity is fitted to nothing: a fitted map beating it shows that the fitting
         # works, not what the model keeps (a check)

@@ -200,20 +200,21 @@ def claims(tokens: pd.DataFrame) -> list[dict[str, Any]]:
                 f"each example's share of tokens at layer {last} whose top contributor is not "
                 f"their own input, {over} (holds above {SIZEABLE}: our choice, one token in "
                 "ten; the 'about 30 %' of earlier versions could not be traced to the text)",
-                verdicts.bootstrap(not_self.to_numpy()), Bar(SIZEABLE),
+                verdicts.bootstrap(not_self.to_numpy(), scale=verdicts.UNIT), Bar(SIZEABLE),
                 source("brunner2020", "mixing")),
         finding(STAGE, "a token's own input contributes less with depth",
                 f"each example's median self-contribution at layer 1 minus at layer {last}, "
                 f"{over} (holds above {ONE_POINT}: one point, our choice)",
                 NotTestable("the model has fewer than two layers") if last < 2
-                else verdicts.bootstrap(fall.to_numpy()), Bar(ONE_POINT),
-                source("brunner2020", "self_contribution")),
+                else verdicts.bootstrap(fall.to_numpy(), scale=verdicts.SIGNED_UNIT),
+                Bar(ONE_POINT), source("brunner2020", "self_contribution")),
         finding(STAGE, "neighbouring tokens contribute more than distant ones",
                 f"each example's mean over its tokens at layer {last} of the mean contribution "
                 f"of the inputs at |offset| = 1 minus those at |offset| >= 2, 95 % interval "
                 f"over the {len(local)} examples with both (holds above {ONE_POINT}: one point, "
                 "our choice)",
                 NotTestable("no token has both a neighbour and a token two or more away")
-                if local.empty else verdicts.bootstrap(local.to_numpy()), Bar(ONE_POINT),
-                source("brunner2020", "locality")),
+                if local.empty
+                else verdicts.bootstrap(local.to_numpy(), scale=verdicts.SIGNED_UNIT),
+                Bar(ONE_POINT), source("brunner2020", "locality")),
     ]

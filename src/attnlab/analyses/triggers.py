@@ -179,4 +179,4 @@ def planted_margin(patterns: pd.DataFrame, planted: dict[int, set[str]], top: in
             margins.append((found - kth) / sample.shape[1])
         return np.min(margins, axis=0)
 
-    return verdicts.bootstrap(ids, statistic)
+    return verdicts.bootstrap(ids, statistic, scale=verdicts.SIGNED_UNIT)

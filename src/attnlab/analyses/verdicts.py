@@ -12,16 +12,17 @@ verdict rules live; every stage's findings use them.
 * A comparison ("A beats B", "X falls with depth") of a measure on a 0–1 scale (a share, a
   probability, an accuracy, a correlation) holds only by at least `ONE_POINT`, never by any
   margin above 0.
-* Over seeds (`over_seeds`): each seed's verdict, "holds in k of n", a pooled interval, and the
-  run's verdict: holds when it holds in at least ⌈0.8 n⌉ seeds and the pooled interval clears
-  the bar; does not hold symmetrically; inconclusive otherwise.
+* Over seeds (`over_seeds`): each seed's verdict, "holds in k of n", a pooled interval (kept on
+  the measure's scale, `Interval.scale`: a pooled share never passes 1), and the run's
+  verdict: holds when it holds in at least ⌈0.8 n⌉ seeds and the pooled interval clears the
+  bar; does not hold symmetrically; inconclusive otherwise.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from statistics import NormalDist
 
 import numpy as np
@@ -47,6 +48,11 @@ SEED_SHARE = 0.8
 # whose interval excludes 0 holds, however small: on untrained models, deleting the edges one
 # method ranks first moves the output by 1e-4 more than another's, with an interval of 1e-5.
 ONE_POINT = 0.01
+# A measure's scale (`Interval.scale`), the range its values lie in: none; a share, probability,
+# accuracy or rate; a correlation, or a difference of two measures on the 0–1 scale.
+UNBOUNDED = (-math.inf, math.inf)
+UNIT = (0.0, 1.0)
+SIGNED_UNIT = (-1.0, 1.0)
 # Resampled values held in memory at once: bounds a bootstrap of many units (a chunk of the
 # resamples at a time; the draws are the same in any chunking, as one generator makes them).
 _CHUNK_VALUES = 2**22
@@ -77,12 +83,15 @@ class Bar:
 
 @dataclass(frozen=True)
 class Interval:
-    """A statistic's estimate on all the units and its 95 % interval over `n` units."""
+    """A statistic's estimate on all the units and its 95 % interval over `n` units. `scale`:
+    the least and greatest value the measure can take (UNIT for a share), which the interval
+    pooled over seeds keeps to (`pooled`)."""
 
     estimate: float
     low: float
     high: float
     n: int
+    scale: tuple[float, float] = UNBOUNDED
 
 
 def verdict(interval: Interval, bar: Bar) -> str:
@@ -104,10 +113,11 @@ def _draws(values: np.ndarray, statistic: Statistic, resamples: int,
         for start in range(0, resamples, chunk)])
 
 
-def _interval(estimate: float, draws: np.ndarray, n: int) -> Interval:
+def _interval(estimate: float, draws: np.ndarray, n: int, scale: tuple[float, float]
+              ) -> Interval:
     tail = (1 - LEVEL) / 2
     low, high = np.quantile(draws, [tail, 1 - tail])
-    return Interval(float(estimate), float(low), float(high), n)
+    return Interval(float(estimate), float(low), float(high), n, scale)
 
 
 def bootstrap(
@@ -116,19 +126,21 @@ def bootstrap(
     *,
     resamples: int = RESAMPLES,
     seed: int = SEED,
+    scale: tuple[float, float] = UNBOUNDED,
 ) -> Interval:
     """The percentile bootstrap interval (LEVEL) of `statistic` over the units of `values`
     (axis 0: one row per unit; further axes are what each unit carries, e.g. the two
     measurements of a paired comparison).
 
     `statistic` maps an array of resampled units, (resamples, units, ...), to one value per
-    resample; on `values` itself (as one resample) it gives the estimate.
+    resample; on `values` itself (as one resample) it gives the estimate. `scale`: the range
+    of the statistic's values (`Interval.scale`).
     """
     values = np.asarray(values, dtype=float)
     if len(values) == 0:
         raise ValueError("a bootstrap interval needs at least one unit")
     draws = _draws(values, statistic, resamples, np.random.default_rng(seed))
-    return _interval(statistic(values[None])[0], draws, len(values))
+    return _interval(statistic(values[None])[0], draws, len(values), scale)
 
 
 def share(hits: np.ndarray) -> Interval:
@@ -144,7 +156,7 @@ def share(hits: np.ndarray) -> Interval:
     z = NormalDist().inv_cdf((1 + LEVEL) / 2)
     centre = (p + z**2 / (2 * n)) / (1 + z**2 / n)
     half = z / (1 + z**2 / n) * math.sqrt(p * (1 - p) / n + z**2 / (4 * n**2))
-    return Interval(p, float(max(0.0, centre - half)), float(min(1.0, centre + half)), n)
+    return Interval(p, float(max(0.0, centre - half)), float(min(1.0, centre + half)), n, UNIT)
 
 
 def difference(
@@ -154,21 +166,23 @@ def difference(
     paired: bool,
     resamples: int = RESAMPLES,
     seed: int = SEED,
+    scale: tuple[float, float] = UNBOUNDED,
 ) -> Interval:
     """The interval of mean(a) − mean(b). `paired`: a and b are measured on the same units, in
     the same order, and one resample draws the same units for both (the units' own variation,
     shared by a and b, cancels); otherwise each is resampled on its own (two groups of units,
-    e.g. different task pairs). n is the units' number (paired) or the smaller group's."""
+    e.g. different task pairs). n is the units' number (paired) or the smaller group's.
+    `scale`: the range of the difference (SIGNED_UNIT for two shares, `Interval.scale`)."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if paired:
         if a.shape != b.shape:
             raise ValueError(f"a paired comparison needs the same units: {a.shape} vs {b.shape}")
-        return bootstrap(a - b, resamples=resamples, seed=seed)
+        return bootstrap(a - b, resamples=resamples, seed=seed, scale=scale)
     if not (len(a) and len(b)):
         raise ValueError("a bootstrap interval needs at least one unit")
     rng = np.random.default_rng(seed)
     draws = _draws(a, mean, resamples, rng) - _draws(b, mean, resamples, rng)
-    return _interval(a.mean() - b.mean(), draws, min(len(a), len(b)))
+    return _interval(a.mean() - b.mean(), draws, min(len(a), len(b)), scale)
 
 
 def seeds_needed(n: int) -> int:
@@ -178,7 +192,12 @@ def seeds_needed(n: int) -> int:
 
 def pooled(per_seed: Sequence[Interval]) -> Interval:
     """The pooled interval over seeds: the mean of the seeds' estimates with its Student-t
-    interval (n − 1 degrees of freedom); one seed's own interval when there is one.
+    interval (n − 1 degrees of freedom), clipped to the measure's scale where every seed's
+    interval has the same one; one seed's own interval when there is one.
+
+    The mean of values on a scale lies on it, and so does the mean they estimate: clipping
+    keeps every value the t interval covers that the measure can take (five seeds' shares
+    near 1 would otherwise pool to an interval reaching past 1, e.g. 0.975 [0.945, 1.01]).
 
     The seed is the unit of replication for what fine-tuning learned: the spread of the
     seeds' estimates holds both the training randomness and each seed's sampling noise over
@@ -188,13 +207,15 @@ def pooled(per_seed: Sequence[Interval]) -> Interval:
     `n` is the number of seeds.
     """
     if len(per_seed) == 1:
-        only = per_seed[0]
-        return Interval(only.estimate, only.low, only.high, 1)
+        return replace(per_seed[0], n=1)
     estimates = np.array([i.estimate for i in per_seed])
     centre, n = float(estimates.mean()), len(estimates)
     t = special.stdtrit(n - 1, (1 + LEVEL) / 2)  # Student t's quantile
     half = t * estimates.std(ddof=1) / math.sqrt(n)
-    return Interval(centre, centre - half, centre + half, n)
+    scales = {i.scale for i in per_seed}
+    scale = scales.pop() if len(scales) == 1 else UNBOUNDED
+    low, high = np.clip([centre - half, centre + half], *scale)
+    return Interval(centre, float(low), float(high), n, scale)
 
 
 @dataclass(frozen=True)

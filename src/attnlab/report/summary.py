@@ -78,11 +78,19 @@ def control_of(path: str | os.PathLike) -> str | None:
     return match[1] if match else None
 
 
+def _scale(row: Any) -> tuple[float, float]:
+    """A seed's row's scale (`verdicts.Interval.scale`); none where the row has none, as in
+    the claims tables of code from before the claims recorded it."""
+    low, high = getattr(row, "scale_low", math.nan), getattr(row, "scale_high", math.nan)
+    return (-math.inf if pd.isna(low) else float(low),
+            math.inf if pd.isna(high) else float(high))
+
+
 def _over_seeds_verdict(group: pd.DataFrame) -> tuple[str, Interval | None]:
     """A claim's verdict over seeds and its pooled interval. A finding with intervals is judged
-    by the verdict rules (`verdicts.over_seeds`: k of n and the pooled interval); a claim
-    without them (a check, or a finding of a stage not yet on the verdict rules) by "holds in
-    k of n seeds", with the pooled interval of its estimates."""
+    by the verdict rules (`verdicts.over_seeds`: k of n and the pooled interval, kept on the
+    measure's scale); a claim without them (a check, or a finding of a stage not yet on the
+    verdict rules) by "holds in k of n seeds", with the pooled interval of its estimates."""
     tested = group[group["verdict"] != UNTESTABLE]
     if not len(tested):
         return UNTESTABLE, None
@@ -90,7 +98,8 @@ def _over_seeds_verdict(group: pd.DataFrame) -> tuple[str, Interval | None]:
         bar = Bar(float(tested["bar"].iloc[0]), str(tested["side"].iloc[0]))
         judged = verdicts.over_seeds(
             [None if row.verdict == UNTESTABLE else
-             Interval(row.value, row.low, row.high, int(row.n)) for row in group.itertuples()],
+             Interval(row.value, row.low, row.high, int(row.n), _scale(row))
+             for row in group.itertuples()],
             bar)
         return str(judged), judged.interval
     held = int((tested["verdict"] == HOLDS).sum())
