@@ -131,9 +131,10 @@ def assert_json_close(a, b, where: str) -> None:
 
 def of_task(path: Path, task: str) -> bool:
     """Whether a results file is one task's (data/<task>/, attributions/task=<task>/,
-    attribution_summary/<task>.json, ...) rather than the run's (the report, the figures and
-    studies over all tasks)."""
-    return task in path.parts or f"task={task}" in path.parts or path.stem == task
+    attribution_summary/<task>.json and <task>_claims.parquet, ...) rather than the run's (the
+    report, the figures and studies over all tasks)."""
+    return (task in path.parts or f"task={task}" in path.parts
+            or path.stem == task or path.stem.startswith(f"{task}_"))
 
 
 def assert_same_results(a: Path, b: Path, task: str) -> None:
