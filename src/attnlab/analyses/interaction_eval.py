@@ -289,9 +289,9 @@ def claims(table: pd.DataFrame, compared: pd.DataFrame) -> list[dict[str, Any]]:
     and (faithfulness) AttAttr against random; each a finding on the paired interval of the
     difference over examples. AttAttr against attention tests
     Hao et al.'s statement that attention does not show what contributes to the prediction;
-    the other two are our comparisons. Every measure lies on a 0–1 scale: a comparison holds
-    only when the difference clears one point (`verdicts.ONE_POINT`). `table`: `intervals`,
-    `compared`: `pairs`."""
+    the other two are our comparisons. Every measure is a share, a rank's reciprocal or a
+    change of probability, at most 1 in size: a comparison holds only when the difference
+    clears one point (`verdicts.ONE_POINT`). `table`: `intervals`, `compared`: `pairs`."""
     stage = "interaction_methods"
     rows = []
 
