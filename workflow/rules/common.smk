@@ -7,7 +7,8 @@ from attnlab.engine.options import ENGINE_KEYS
 from attnlab.plumbing.config import validate_config
 from attnlab.plumbing.errors import AttnlabError, ConfigError, stop
 from attnlab.plumbing.code_version import code_version
-from attnlab.plumbing.preflight import HUB_ID, check_config, check_writable, task_kind
+from attnlab.plumbing.preflight import (HUB_ID, check_config, check_writable, task_kind,
+                                       task_role)
 from attnlab.plumbing.plan_warnings import gpu_visible, hub_warnings, no_gpu_warning
 
 
@@ -61,7 +62,7 @@ TASKS = list(config["tasks"])
 # tasks of role `all` (rule_tasks).
 CORRELATION_RULES = ("download_data", "prepare_data", "finetune", "attribute",
                      "summarise_attributions", "head_importance")
-EVERY_STAGE_TASKS = [task for task in TASKS if config["tasks"][task].get("role", "all") == "all"]
+EVERY_STAGE_TASKS = [task for task in TASKS if task_role(config["tasks"][task]) == "all"]
 
 
 def rule_tasks(name):

@@ -346,6 +346,11 @@ def _check_mix(config: dict[str, Any], name: str, task: dict[str, Any]) -> None:
                           f"({len(task['mix'])}), got {len(task['label_names'])}")
 
 
+def task_role(task: dict[str, Any]) -> str:
+    """A task's role (tasks.<name>.role): absent is "all", as the schema fills in no default."""
+    return task.get("role", "all")
+
+
 def task_kind(config: dict[str, Any]) -> str:
     """The kind of the configuration's tasks (classification or next_token), one for all."""
     kinds = {name: task.get("kind", "classification") for name, task in config["tasks"].items()}
@@ -427,7 +432,7 @@ def _check_roles(config: dict[str, Any]) -> None:
     pairs (elsewhere nothing would read it), and some task runs every stage."""
     paired = {task for key in ("similar_pairs", "dissimilar_pairs")
               for pair in config["heads"][key] for task in pair}
-    roles = {name: task.get("role", "all") for name, task in config["tasks"].items()}
+    roles = {name: task_role(task) for name, task in config["tasks"].items()}
     for name, role in roles.items():
         if role == "correlation" and name not in paired:
             raise ConfigError(f"tasks.{name}.role: 'correlation' runs the task for the cross-task "
