@@ -308,9 +308,10 @@ def test_intervals_pairs_and_claims_from_per_example_values():
     assert compared.loc[("sufficiency", "attattr", "random"), "difference"] == pytest.approx(0.1)
     judged = {c["claim"]: c for c in claims(table.reset_index(), compared.reset_index())}
     verdicts = {name: c["verdict"] for name, c in judged.items()}
-    leader = judged["attattr beats the runner-up, attention, on "
+    leader = judged["the leading method beats the runner-up on "
                     "edge deletion AOPC, target-class probability (signed)"]
     assert leader["verdict"] == "holds" and leader["kind"] == "finding"
+    assert "attattr minus attention" in leader["metric"]  # the statement names no method
     assert (leader["value"], leader["low"], leader["n"]) == pytest.approx((0.2, 0.2, 40))
     assert leader["source"].startswith("our comparison")
     # a tie on every example: the interval is [0, 0], below the bar of one point (a
@@ -322,11 +323,11 @@ def test_intervals_pairs_and_claims_from_per_example_values():
     assert tie["source"].startswith("Hao et al. 2021, §1")
     assert verdicts["AttAttr beats random on token erasure sufficiency "
                     "(ERASER; lower is better)"] == "holds"
-    assert verdicts["One method leads on planted pair hit (strongest edge of some layer "
-                    "joins it)"] == "not testable"
+    assert verdicts["the leading method beats the runner-up on planted pair hit (strongest "
+                    "edge of some layer joins it)"] == "not testable"
     reasons = {c["claim"]: c["reason"] for c in claims(table.reset_index(), compared.reset_index())}
-    assert reasons["One method leads on planted pair hit (strongest edge of some layer "
-                   "joins it)"] == "fewer than two methods score this measure"
+    assert reasons["the leading method beats the runner-up on planted pair hit (strongest "
+                   "edge of some layer joins it)"] == "fewer than two methods score this measure"
 
 
 def test_the_registry_holds_every_method_module_once_in_the_order_of_the_tables():

@@ -201,7 +201,9 @@ def test_claims_over_seeds_give_mean_interval_and_k_of_n(tmp_path):
     assert (joins["low"], joins["high"]) == pytest.approx((0.5516, 1.0484), abs=1e-4)
     assert joins["per_seed"] == "0: 0.9 +, 1: 0.7 -, 2: 0.8 +"
     assert joins["verdict"] == "holds in 2 of 3 seeds"
-    assert joins["metric"] == "share of 10 (>= 0.75)"  # the first seed's words
+    # the seeds' metrics name their own counts: the first seed's words stand, and say so
+    assert joins["metric"] == "share of 10 (>= 0.75) (seed 0's words; the seeds' differ)"
+    assert table.loc["long", "metric"] == "m"  # the same words in every seed: as they are
     assert table.loc["long", "verdict"] == "not testable"
     assert table.loc["long", "reason"] == "no long sentence"
     page = out.read_text()

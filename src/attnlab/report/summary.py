@@ -121,10 +121,13 @@ def over_seeds(claims: pd.DataFrame) -> pd.DataFrame:
                                                                        sort=False):
         verdict, pooled = _over_seeds_verdict(group)
         first = group.iloc[0]
+        metric = first["metric"]
+        if group["metric"].nunique() > 1:
+            # a metric may name what differs between seeds (the examples it was judged on, the
+            # leading method): the first seed's words stand for all, and say so
+            metric += f" (seed {first['seed']}'s words; the seeds' differ)"
         rows.append({
-            # a metric may name a count that differs between seeds (the examples it was judged
-            # on): the first seed's words stand for all
-            **first[TABLE].to_dict(), **dict(zip(KEYS, key, strict=True)),
+            **first[TABLE].to_dict(), **dict(zip(KEYS, key, strict=True)), "metric": metric,
             "value": pooled.estimate if pooled else math.nan,
             "low": pooled.low if pooled else math.nan,
             "high": pooled.high if pooled else math.nan,
