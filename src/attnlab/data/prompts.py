@@ -9,6 +9,7 @@ follows the prompt after one space; attnlab.engine.next_token tokenizes both.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,13 +60,17 @@ def validate_prompts(df: pd.DataFrame, spec: PromptSpec, origin: Origin) -> pd.D
     return df
 
 
-def read_prompts(name: str, cfg: dict[str, Any], seed: int
+def read_prompts(name: str, cfg: dict[str, Any], seed: int,
+                 files: Mapping[str, str | os.PathLike] | None = None
                  ) -> tuple[PromptSpec, pd.DataFrame, pd.DataFrame, tuple[Origin, Origin]]:
     """A next-token task's train and dev splits, generated (synthetic kind induction or
-    repeat, dev drawn with seed + 1) or read from local files, validated, with where each
-    split's rows come from (for the length check of prepare_data)."""
+    repeat, dev drawn with seed + 1), made of real sentences (`repeated_text`) or read from
+    local files, validated, with where each split's rows come from (for the length check of
+    prepare_data). `files`: a hub task's downloaded splits."""
     spec = PromptSpec.from_config(name, cfg)
-    if cfg["source"] == "synthetic":
+    if "repeat" in cfg:
+        train, dev, origins = repeated_text(spec, cfg, seed, files)
+    elif cfg["source"] == "synthetic":
         syn = cfg["synthetic"]
         if syn["kind"] not in NEXT_TOKEN_KINDS:
             raise ConfigError(f"tasks.{name}.synthetic.kind: {syn['kind']!r} is a "
@@ -86,9 +91,55 @@ def read_prompts(name: str, cfg: dict[str, Any], seed: int
         origins = (train_origin, dev_origin)
     else:
         raise ConfigError(f"tasks.{name}.source: {cfg['source']!r}; a next_token task is "
-                          "synthetic or local")
+                          f"synthetic or local, or hub with tasks.{name}.repeat")
     return (spec, validate_prompts(train, spec, origins[0]),
             validate_prompts(dev, spec, origins[1]), origins)
+
+
+def repeated_text(spec: PromptSpec, cfg: dict[str, Any], seed: int,
+                  files: Mapping[str, str | os.PathLike] | None
+                  ) -> tuple[pd.DataFrame, pd.DataFrame, tuple[Origin, Origin]]:
+    """The train and dev prompts of a task of real sentences (tasks.<name>.repeat: the
+    standard protocol, attnlab.data.induction.repeated_sentences) in the prompt column of a hub
+    task's downloaded splits (`files`) or of its local files: dev from the dev split where the
+    task has one, else from sentences of the train split that no train prompt holds."""
+    settings = cfg["repeat"]
+    paths = dict(files or {}) if cfg["source"] == "hub" else cfg["local"]
+    encoding = cfg.get("local", {}).get("encoding", "utf-8")
+    sentences, where = {}, {}
+    for split in ("train", "dev"):
+        if split not in paths:
+            continue
+        frame, origin = read_local(str(paths[split]), encoding,
+                                   f"tasks.{spec.name}.local.encoding")
+        if spec.prompt_field not in frame.columns:
+            raise DataError(f"{origin.where}: missing column {spec.prompt_field!r} (columns are "
+                            f"{', '.join(map(str, frame.columns))})")
+        # sorted and unique: the draw depends neither on the source's order nor on its repeats
+        sentences[split] = sorted({text for text in frame[spec.prompt_field]
+                                   if isinstance(text, str)})
+        where[split] = origin.where
+    if "dev" in sentences:
+        pools = {split: induction.repeated_sentences(sentences[split], settings["length"],
+                                                     seed + (split == "dev"))
+                 for split in ("train", "dev")}
+    else:
+        drawn = induction.repeated_sentences(sentences["train"], settings["length"], seed)
+        pools = {"train": drawn.iloc[: settings["n_train"]],
+                 "dev": drawn.iloc[settings["n_train"] :]}
+        where["dev"] = f"{where['train']} (the sentences no train prompt holds)"
+    splits = []
+    for split in ("train", "dev"):
+        n = settings[f"n_{split}"]
+        if len(pools[split]) < n:
+            raise DataError(f"tasks.{spec.name}.repeat.n_{split}: {n} {split} prompts asked "
+                            f"for, and {where[split]} has {len(pools[split])} sentences with "
+                            f"{settings['length']} consecutive distinct words of letters")
+        frame = pools[split].iloc[:n].assign(idx=range(n)).reset_index(drop=True)
+        splits.append(frame.rename(columns={"text": spec.prompt_field,
+                                            "target": spec.target_field}))
+    return splits[0], splits[1], (Origin(f"{where['train']}, repeat prompts"),
+                                  Origin(f"{where['dev']}, repeat prompts"))
 
 
 def write_prompts(*, train: pd.DataFrame, dev: pd.DataFrame, train_out: str | os.PathLike,

@@ -317,8 +317,9 @@ def _check_tasks(config: dict[str, Any]) -> None:
                 raise ConfigError(f"tasks.{name}.local.encoding: {task['local']['encoding']!r} is "
                                   "not an encoding Python knows (e.g. utf-8, latin-1, cp1252, "
                                   "utf-16)") from None
+        # a task of real sentences made into prompts (repeat) says its dev prompts in repeat
         if task["source"] == "hub" and task["hub"]["dev_split"] is None and not (
-                task["rows"] or {}).get("dev"):
+                task["rows"] or {}).get("dev") and "repeat" not in task:
             raise ConfigError(f"tasks.{name}.rows.dev: hub.dev_split is null, so the dev split "
                               "is held out from the train split: say how many rows")
         single = len(task["text_fields"]) == 1
@@ -389,9 +390,17 @@ def _check_kind(config: dict[str, Any]) -> None:
             raise ConfigError(f"heads.{key}: the cross-task correlation of head importance is "
                               "not run for next_token tasks; leave it empty")
     for name, task in config["tasks"].items():
-        if decoder and task["source"] not in ("synthetic", "local"):
+        if "repeat" in task and not (decoder and task["source"] in ("hub", "local")):
+            raise ConfigError(f"tasks.{name}.repeat: makes next_token prompts of the sentences "
+                              "of a hub or local source; this task is "
+                              f"{task.get('kind', 'classification')} from {task['source']!r}: "
+                              "leave repeat out")
+        if decoder and (task["source"] == "mix"
+                        or task["source"] == "hub" and "repeat" not in task):
             raise ConfigError(f"tasks.{name}.source: {task['source']!r}; a next_token task's "
-                              "data is synthetic (induction) or local")
+                              "data is synthetic (induction or repeat), local (prompts and "
+                              "targets), or the sentences of a hub or local source made into "
+                              f"repeat prompts (tasks.{name}.repeat)")
         next_token = (task["source"] == "synthetic"
                       and task["synthetic"]["kind"] in NEXT_TOKEN_KINDS)
         if task["source"] == "synthetic" and next_token != decoder:
@@ -429,7 +438,8 @@ def _check_pairs(heads: dict[str, Any], tasks: list[str]) -> None:
 
 def _check_roles(config: dict[str, Any]) -> None:
     """tasks.<name>.role: a task there for the cross-task correlation only is in one of its
-    pairs (elsewhere nothing would read it), and some task runs every stage."""
+    pairs (elsewhere nothing would read it), one there for the induction-head analysis only is
+    a next_token task (the only kind that analysis runs on), and some task runs every stage."""
     paired = {task for key in ("similar_pairs", "dissimilar_pairs")
               for pair in config["heads"][key] for task in pair}
     roles = {name: task_role(task) for name, task in config["tasks"].items()}
@@ -439,9 +449,14 @@ def _check_roles(config: dict[str, Any]) -> None:
                               "correlation only, and neither heads.similar_pairs nor "
                               "heads.dissimilar_pairs names it; add it to a pair, or leave role "
                               "out to run every stage on it")
+        if role == "induction_heads" and task_kind(config) != "next_token":
+            raise ConfigError(f"tasks.{name}.role: 'induction_heads' runs the task for the "
+                              "induction-head analysis only, which next_token tasks have; "
+                              "leave role out to run every stage on it")
     if "all" not in roles.values():
-        raise ConfigError("tasks: every task has role 'correlation'; at least one must run every "
-                          "stage (role 'all', or no role)")
+        raise ConfigError("tasks: every task has a role other than 'all' ("
+                          + ", ".join(f"{name}: {role}" for name, role in roles.items())
+                          + "); at least one must run every stage (role 'all', or no role)")
 
 
 def check_writable(folder: str | Path) -> None:

@@ -22,8 +22,11 @@ def run(job: Job) -> None:
     max_length, truncate = length_limit(job.settings.model)
     # the checkpoint's tokenizer is read from its local copy (none for a scratch model)
     model = {**job.settings.model, "pretrained": job.inputs["pretrained"] or None}
+    # the downloaded files of a hub task, the prepared splits of a mixed task's tasks (a local
+    # task's files are named in its config)
+    files = {name: path for name, path in job.inputs.items() if name != "pretrained"}
     if task.get("kind") == "next_token":  # prompts and targets, never truncated
-        spec, train, dev, origins = read_prompts(job.task, task, job.settings.seed)
+        spec, train, dev, origins = read_prompts(job.task, task, job.settings.seed, files)
         tokenizer = causal_tokenizer(spec, model, train)
         for split, origin in zip((train, dev), origins, strict=True):
             check_prompt_lengths(split, spec, tokenizer, max_length, origin)
@@ -33,9 +36,6 @@ def run(job: Job) -> None:
         return
     # the tasks a mixed task takes its examples from, by name
     parts = {name: TaskSpec.from_config(name, spec) for name, spec in job.settings.parts.items()}
-    # the downloaded files of a hub task, the prepared splits of a mixed task's tasks (a local
-    # task's files are named in its config)
-    files = {name: path for name, path in job.inputs.items() if name != "pretrained"}
     spec, train, dev, origins = read_task(job.task, task, job.settings.seed, files, parts)
     if not truncate:  # an example too long for the model stops the run here, before training
         tokenizer = model_tokenizer(spec, model, train)
