@@ -222,9 +222,10 @@ def _interaction(runs: dict[int | None, Path], tasks: list[str]) -> str:
     parts = []
     for model, rows in intervals.groupby("model", sort=False):
         means = rows.pivot_table(index="method", columns=["measure", "task"], values="mean")
-        first = rows[(rows["task"] == rows["task"].iloc[0]) & (rows["measure"] == "deletion_tv")]
-        order = first.sort_values("mean", ascending=False)["method"].tolist()
-        order += [m for m in means.index if m not in order]
+        # one row per method, however many seeds: ordered by the seeds' mean
+        first = ("deletion_tv", rows["task"].iloc[0])
+        order = (means[first].sort_values(ascending=False).index.tolist()
+                 if first in means.columns else list(means.index))
         table = [[f"`{method}`"] + [" / ".join(
             _number(means.loc[method].get((measure, task))) for task in tasks)
             for measure in measures] for method in order]

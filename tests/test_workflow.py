@@ -679,6 +679,10 @@ def test_the_results_page_of_a_run_over_seeds_shows_every_seed_and_judges_over_t
     # seeds, and holds in 2 of 2 or in none
     judged = re.findall(r"holds in (\d) of (\d) seeds", text)
     assert judged and {n for _, n in judged} == {"2"} and {k for k, _ in judged} <= {"0", "2"}
+    # each interaction method once in each model's leaderboard (the mean of the seeds' means)
+    for board in text.split("model** (")[1:]:
+        methods = re.findall(r"^\| `(\w+)` \|", board.split("\n\n", 2)[1], re.M)
+        assert methods and len(methods) == len(set(methods)), board
 
 
 @pytest.mark.slow
