@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 import subprocess
 from pathlib import Path
 
@@ -405,9 +406,14 @@ def library_claims(tasks: list[str], similar: list[list[str]], dissimilar: list[
 
 def test_every_stage_the_library_judges_has_its_group_on_the_first_page():
     stated = library_claims(["mnli", "rte", "sst2"], [["mnli", "rte"]], [["mnli", "sst2"]])
-    stages = {stage for stage, _ in stated} | {"ground_truth", "trees", "triggers",
-                                               "interaction_methods", "induction"}
-    assert len(stages) == 16  # every stage that judges claims (induction: next-token tasks)
+    # and every stage an analysis module names as its own (STAGE = "..."), so that a new one
+    # is not missed here
+    declared = {match for path in (ROOT / "src" / "attnlab" / "analyses").glob("*.py")
+                for match in re.findall(r'^STAGE = "(\w+)"', path.read_text(), re.M)}
+    stages = {stage for stage, _ in stated} | declared | {"ground_truth", "trees", "triggers",
+                                                          "interaction_methods"}
+    # every stage that judges claims (induction and induction_heads: next-token tasks)
+    assert len(stages) == 17
     assert {stage: landing.group_of(stage) for stage in stages if
             landing.group_of(stage) == landing.OTHER or stage not in landing.STAGES} == {}
 

@@ -36,7 +36,8 @@ GROUPS: list[tuple[str, str, tuple[str, ...]]] = [
      ("attention_ranking", "attention_permutation", "adversarial_keys",
       "adversarial_attention")),
     ("Interaction methods compared", "Interaction methods", ("interaction_methods",)),
-    ("Induction heads in a decoder (Olsson et al. 2022)", "Induction heads", ("induction",)),
+    ("Induction heads in a decoder (Olsson et al. 2022)", "Induction heads",
+     ("induction", "induction_heads")),
 ]
 # A stage no group names (a new one) is shown last, under this heading.
 OTHER = "Other stages"
@@ -59,6 +60,8 @@ STAGES = {
     "adversarial_attention": "adversarial attention (Jain & Wallace 2019)",
     "interaction_methods": "attribution against other interaction methods",
     "induction": "attribution finds the planted induction path (next-token tasks)",
+    "induction_heads": "the heads each score ranks top, proven by mean ablation (next-token "
+                       "tasks)",
 }
 # The outcome of a claim, by its verdict (attnlab.analyses.verdicts; a claim without an
 # interval over seeds: "holds in k of n seeds").
