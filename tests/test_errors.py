@@ -393,12 +393,27 @@ def test_a_pair_of_tasks_that_cannot_be_compared_is_refused_by_the_dry_run_s_che
     check_config(validate_config(merged(TINY, {})), None)  # TINY's own pair passes
 
 
+def test_a_shuffled_label_task_is_the_correlation_s_floor_and_in_none_of_its_pairs():
+    # a task fine-tuned on shuffled labels for Fig. 5's floor only: no pair needs to name it
+    floor = {**TINY["tasks"]["single"], "shuffle_labels": True, "role": "correlation"}
+    check_config(validate_config(merged(TINY, {"tasks": {"floor": floor}})), None)
+    # in a pair it would be compared with itself as the floor
+    config = validate_config(merged(TINY, {"tasks": {"single": {"shuffle_labels": True}}}))
+    with pytest.raises(ConfigError) as error:
+        check_config(config, None)
+    assert str(error.value) == (
+        "heads.dissimilar_pairs: pair ['pairs', 'single'] names task single, whose labels are "
+        "shuffled (tasks.<name>.shuffle_labels): it is the floor every pair is compared with; "
+        "leave it out of the pairs")
+
+
 @pytest.mark.parametrize("change, expected", [
     # a task there for Fig. 5 only that no pair names: nothing would read what it computes
     ({"tasks": {"single": {"role": "correlation"}}, "heads": {"dissimilar_pairs": []}},
      "tasks.single.role: 'correlation' runs the task for the cross-task correlation only, and "
-     "neither heads.similar_pairs nor heads.dissimilar_pairs names it; add it to a pair, or "
-     "leave role out to run every stage on it"),
+     "neither heads.similar_pairs nor heads.dissimilar_pairs names it, nor are its labels "
+     "shuffled (the correlation's floor); add it to a pair, or leave role out to run every "
+     "stage on it"),
     ({"tasks": {"single": {"role": "correlation"}, "pairs": {"role": "correlation"}}},
      "tasks: every task has a role other than 'all' (pairs: correlation, single: correlation); "
      "at least one must run every stage (role 'all', or no role)"),

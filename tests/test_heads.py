@@ -238,6 +238,35 @@ def test_the_similar_gap_is_paired_over_the_same_head_resamples():
     assert gap["high"] - gap["low"] < np.hypot(ab.high - ab.low, ac.high - ac.low)
 
 
+def test_similar_pairs_are_compared_with_a_shuffled_label_task_paired_over_heads():
+    # a and b share their important heads; s (fine-tuned on shuffled labels) does not: the
+    # pair beats its floor. Where s shares the heads as well (the pre-trained start alone
+    # decides which heads matter), r(a, s) is as high as r(a, b) and the finding fails.
+    wide = task_correlation.importance_matrix(_importance())
+    rng = np.random.default_rng(3)
+    floor = wide.assign(s=rng.random(len(wide)))
+    table = task_correlation.task_correlations(floor, None, seed=0, shuffled=["s"])
+    pairs = table[table["method"] == "pearson"].set_index(["task_a", "task_b"])["kind"]
+    assert pairs[("a", "b")] == "tasks" and pairs[("a", "s")] == pairs[("b", "s")] == "shuffled"
+    claims = task_correlation.cross_task_claims(floor, [["a", "b"]], [], shuffled=["s"])
+    shuffled = [c for c in claims if "shuffled-label" in c["claim"]]
+    assert [(c["claim"], c["task"]) for c in shuffled] == [
+        ("similar tasks correlate more than with a shuffled-label task (pearson)",
+         "a–b against s"),
+        ("similar tasks correlate more than with a shuffled-label task (spearman)",
+         "a–b against s")]
+    r = table.set_index(["task_a", "task_b", "method"])["r"]
+    assert shuffled[0]["value"] == pytest.approx(
+        r[("a", "b", "pearson")] - max(r[("a", "s", "pearson")], r[("b", "s", "pearson")]))
+    assert [c["verdict"] for c in shuffled] == ["holds"] * 2
+    assert all(c["bar"] == 0.01 and c["n"] == 16 for c in shuffled)
+    # s a near copy of a: it correlates with a more than b does
+    copy_of_a = wide.assign(s=wide["a"] + 0.001 * rng.random(len(wide)))
+    claims = task_correlation.cross_task_claims(copy_of_a, [["a", "b"]], [], shuffled=["s"])
+    assert [c["verdict"] for c in claims if "shuffled-label" in c["claim"]] == [
+        "does not hold"] * 2
+
+
 @pytest.mark.parametrize(("model", "sources", "reason"), [
     ({"source": "pretrained", "pretrain": {"epochs": 0}}, ["hub", "local"], None),
     # a shared masked-LM start makes the heads correspond; real tasks share language
@@ -282,6 +311,19 @@ def test_task_correlation_stage_writes_the_pairs_claims_and_figure(tmp_path):
     claims = pd.read_parquet(out["claims"])
     assert claims["verdict"].tolist() == ["not testable"] * 4
     assert claims["reason"].str.startswith("c: the model did not learn its task").all()
+    # c fine-tuned on shuffled labels instead: at chance by design, it is the floor of the
+    # comparisons, out of the pairs, and the findings stand (their pairs' models learned)
+    shuffled = {**settings, "heads": {"similar_pairs": [["a", "b"]], "dissimilar_pairs": []},
+                "tasks": {**settings["tasks"], "c": {"source": "hub", "shuffle_labels": True}}}
+    task_correlation_stage.run(Job(rule="task_correlation", inputs=at_chance, outputs=out,
+                                   settings=shuffled))
+    claims = pd.read_parquet(out["claims"])
+    assert claims["task"].fillna("").tolist() == ["a–b", "a–b against c", ""] * 2
+    # (similar against dissimilar needs a dissimilar pair)
+    assert claims["verdict"].tolist() == ["holds", "holds", "not testable"] * 2
+    kinds = pd.read_parquet(out["table"]).query("method == 'pearson'")["kind"]
+    assert kinds.value_counts().to_dict() == {"shuffled": 2, "tasks": 1, "floor": 3,
+                                              "ceiling": 3}
     # the default's setting: synthetic tasks, each model from its own random start
     untestable = {**settings, "model": {"source": "scratch", "pretrain": {"epochs": 0}},
                   "tasks": {t: {"source": "synthetic"} for t in "abc"}}

@@ -218,6 +218,8 @@ def _induction_config(**changes):
      "model.truncate: a next_token task's prompts are never truncated; raise model.max_length"),
     # real sentences are made into prompts from a hub or local source only; a hub's rows are
     # sentences, not prompts
+    ({"tasks.induction.shuffle_labels": True},
+     "tasks.induction.shuffle_labels: a next_token task has no labels to shuffle"),
     ({"tasks.induction.repeat": {"length": 4}},
      "tasks.induction.repeat: makes next_token prompts of the sentences of a hub or local "
      "source; this task is next_token from 'synthetic': leave repeat out"),

@@ -128,15 +128,15 @@ def test_the_engines_riemann_sum_is_the_plain_loop_on_the_real_checkpoint(minilm
 
 # config/real.yaml's every stage and task at a few dozen examples and one epoch: what a run
 # of the real configuration writes, in minutes (the full run's numbers are in docs/real.md).
-# Its third task, Fig. 5's dissimilar partner, runs only what the cross-task correlation reads
-# (tasks.<name>.role): every other stage runs on the two sentiment tasks, and on the third it
-# would run the same code once more, at a third of the test's time.
+# Its last two tasks, Fig. 5's dissimilar partner and shuffled-label floor, run only what the
+# cross-task correlation reads (tasks.<name>.role): every other stage runs on the two
+# sentiment tasks.
 EVERY_STAGE = ("rotten_tomatoes", "imdb")
 SMALL = {
     "name": "real_small",
     "device": "cpu",
-    "tasks": {**{task: {"rows": {"train": 48, "dev": 24}} for task in EVERY_STAGE},
-              "critic_or_user": {"rows": {"train": 48, "dev": 24}, "role": "correlation"}},
+    "tasks": {task: {"rows": {"train": 48, "dev": 24}}
+              for task in (*EVERY_STAGE, "critic_or_user", "rotten_tomatoes_shuffled")},
     "finetune": {"epochs": 1, "batch_size": 16},
     # the reference at 2 panels x 8 nodes: the study's bookkeeping, not its convergence
     "attribution": {"max_examples": 8, "study_examples": 1, "study_panels": 2},
@@ -243,8 +243,15 @@ def test_every_stage_of_the_real_configuration_runs_offline_on_the_packaged_data
     assert (longer["null_dim"] >= longer["length"] - 32).all()
     # Fig. 5: the similar pair judged under its name, and against the dissimilar pair, by
     # Pearson and Spearman r
+    # and against the shuffled-label floor: rotten_tomatoes' sentences, their labels permuted
     claims = pd.read_parquet(results / "heads" / "task_correlation_claims.parquet")
-    assert set(claims["task"].dropna()) == {"rotten_tomatoes–imdb"}
+    assert set(claims["task"].dropna()) == {
+        "rotten_tomatoes–imdb", "rotten_tomatoes–imdb against rotten_tomatoes_shuffled"}
+    plain, shuffled = (pd.read_parquet(results / "data" / task / "train.parquet")
+                       for task in ("rotten_tomatoes", "rotten_tomatoes_shuffled"))
+    assert plain["text"].equals(shuffled["text"])
+    assert sorted(plain["label"]) == sorted(shuffled["label"])
+    assert not plain["label"].equals(shuffled["label"])
     compared = claims[claims["task"].isna()]
     assert sorted(compared["claim"]) == [
         f"similar tasks correlate more than dissimilar ones ({method})"

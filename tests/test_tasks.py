@@ -84,6 +84,24 @@ def test_prepare_synthetic_writes_glue_like_columns(tmp_path, pair_task):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dev.parquet", "train.parquet"]
 
 
+def test_shuffled_labels_keep_the_texts_and_class_counts_and_break_the_rule(pair_task):
+    _, train, dev, _ = read_task("syn_mnli", pair_task, 0)
+    _, shuffled_train, shuffled_dev, _ = read_task("syn_mnli", {**pair_task,
+                                                                "shuffle_labels": True}, 0)
+    for plain, shuffled in ((train, shuffled_train), (dev, shuffled_dev)):
+        # the same examples in the same order; only the label column moved
+        pd.testing.assert_frame_equal(plain.drop(columns="label"),
+                                      shuffled.drop(columns="label"))
+        assert plain["label"].value_counts().equals(shuffled["label"].value_counts())
+        # 3 balanced classes: a permutation keeps about a third of the labels in place (the
+        # planted rule decides every label of the plain split); 0.5 is > 4 sigma above a
+        # third at 60 dev rows
+        assert (plain["label"] == shuffled["label"]).mean() < 0.5
+    # the same seed, the same permutation
+    again = read_task("syn_mnli", {**pair_task, "shuffle_labels": True}, 0)[1]
+    assert again["label"].equals(shuffled_train["label"])
+
+
 @pytest.mark.parametrize("suffix", [".parquet", ".csv", ".json"])
 def test_local_round_trip(tmp_path, suffix):
     frame = _good_frame()

@@ -393,8 +393,18 @@ def read_task(
                                                                 spec.label_field], seed=seed)
     train = validate_split(train, spec, origins[0])
     dev = validate_split(dev, spec, origins[1])
+    if cfg.get("shuffle_labels"):
+        train, dev = (shuffled_labels(split, spec, seed=[seed, i])
+                      for i, split in enumerate((train, dev)))
     _warn_about_classes(train, dev, spec)
     return spec, train, dev, origins
+
+
+def shuffled_labels(df: pd.DataFrame, spec: TaskSpec, *, seed: list[int]) -> pd.DataFrame:
+    """`df` with its labels permuted among its rows (config `shuffle_labels`): the class counts
+    stay, and nothing in a row's text predicts its label any more."""
+    labels = df[spec.label_field].to_numpy()
+    return df.assign(**{spec.label_field: np.random.default_rng(seed).permutation(labels)})
 
 
 def write_task(

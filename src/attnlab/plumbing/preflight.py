@@ -390,6 +390,9 @@ def _check_kind(config: dict[str, Any]) -> None:
             raise ConfigError(f"heads.{key}: the cross-task correlation of head importance is "
                               "not run for next_token tasks; leave it empty")
     for name, task in config["tasks"].items():
+        if decoder and task.get("shuffle_labels"):
+            raise ConfigError(f"tasks.{name}.shuffle_labels: a next_token task has no labels to "
+                              "shuffle (it is a classification task's control); leave it out")
         if "repeat" in task and not (decoder and task["source"] in ("hub", "local")):
             raise ConfigError(f"tasks.{name}.repeat: makes next_token prompts of the sentences "
                               "of a hub or local source; this task is "
@@ -418,16 +421,22 @@ def attributed_idx(config: dict[str, Any], task: dict[str, Any]) -> range | None
     return range(min(task["synthetic"]["n_dev"], limit or task["synthetic"]["n_dev"]))
 
 
-def _check_pairs(heads: dict[str, Any], tasks: list[str]) -> None:
+def _check_pairs(heads: dict[str, Any], tasks: dict[str, Any]) -> None:
     """heads.similar_pairs and dissimilar_pairs: pairs of two tasks of this config, each pair
     once (a task paired with itself correlates perfectly; a pair counted twice, or as both
-    similar and dissimilar, would weigh the comparison silently)."""
+    similar and dissimilar, would weigh the comparison silently), and no task with shuffled
+    labels (the floor every pair is compared with, not a task of the paper's)."""
     seen: dict[frozenset[str], str] = {}
     for key in ("similar_pairs", "dissimilar_pairs"):
         for pair in heads[key]:
             if not set(pair) <= set(tasks):
                 raise ConfigError(f"heads.{key}: pair {pair} names a task that is not in tasks "
                                   f"({', '.join(tasks)})")
+            shuffled = [name for name in pair if tasks[name].get("shuffle_labels")]
+            if shuffled:
+                raise ConfigError(f"heads.{key}: pair {pair} names task {shuffled[0]}, whose "
+                                  "labels are shuffled (tasks.<name>.shuffle_labels): it is the "
+                                  "floor every pair is compared with; leave it out of the pairs")
             if pair[0] == pair[1]:
                 raise ConfigError(f"heads.{key}: pair {pair} pairs a task with itself")
             if frozenset(pair) in seen:
@@ -438,17 +447,20 @@ def _check_pairs(heads: dict[str, Any], tasks: list[str]) -> None:
 
 def _check_roles(config: dict[str, Any]) -> None:
     """tasks.<name>.role: a task there for the cross-task correlation only is in one of its
-    pairs (elsewhere nothing would read it), one there for the induction-head analysis only is
-    a next_token task (the only kind that analysis runs on), and some task runs every stage."""
+    pairs or is its floor (labels shuffled; elsewhere nothing would read it), one there for
+    the induction-head analysis only is a next_token task (the only kind that analysis runs
+    on), and some task runs every stage."""
     paired = {task for key in ("similar_pairs", "dissimilar_pairs")
               for pair in config["heads"][key] for task in pair}
     roles = {name: task_role(task) for name, task in config["tasks"].items()}
     for name, role in roles.items():
-        if role == "correlation" and name not in paired:
+        if (role == "correlation" and name not in paired
+                and not config["tasks"][name].get("shuffle_labels")):
             raise ConfigError(f"tasks.{name}.role: 'correlation' runs the task for the cross-task "
                               "correlation only, and neither heads.similar_pairs nor "
-                              "heads.dissimilar_pairs names it; add it to a pair, or leave role "
-                              "out to run every stage on it")
+                              "heads.dissimilar_pairs names it, nor are its labels shuffled (the "
+                              "correlation's floor); add it to a pair, or leave role out to run "
+                              "every stage on it")
         if role == "induction_heads" and task_kind(config) != "next_token":
             raise ConfigError(f"tasks.{name}.role: 'induction_heads' runs the task for the "
                               "induction-head analysis only, which next_token tasks have; "
@@ -484,13 +496,12 @@ def check_config(config: dict[str, Any], pretrained: str | None) -> None:
     scratch model). Raises `ConfigError`."""
     _check_tasks(config)
     _check_kind(config)
-    tasks = list(config["tasks"])
     heads = config["heads"]
     # task_correlation, part of every run, correlates the attribution importance
     if "attribution" not in heads["methods"]:
         raise ConfigError(f"heads.methods: {heads['methods']} lacks 'attribution', which the "
                           "cross-task correlation of every run needs")
-    _check_pairs(heads, tasks)
+    _check_pairs(heads, config["tasks"])
     _check_roles(config)
     if config["model"]["pretrain"]["epochs"] and config["model"]["source"] != "scratch":
         raise ConfigError(f"model.pretrain.epochs: pre-training is for scratch models only; "

@@ -1,6 +1,7 @@
 """Rule task_correlation (Hao et al. 2021 §4, Fig. 5): the attribution head importance of every
-pair of tasks correlated (Pearson and Spearman, intervals over heads), beside a floor (a random
-permutation of the heads) and a ceiling (the same task at the run's next seed, where the run
+pair of tasks correlated (Pearson and Spearman, intervals over heads), beside two floors (a random
+permutation of the heads; a task fine-tuned on shuffled labels, where the config has one) and a
+ceiling (the same task at the run's next seed, where the run
 has several), and the findings on similar and dissimilar tasks."""
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ def _importance(paths: list[str]) -> pd.DataFrame | None:
 
 
 def run(job: Job) -> None:
-    """Writes the tables table (r of every task pair, and each task's floor and ceiling) and
+    """Writes the tables table (r of every task pair, those with a shuffled-label task apart,
+    and each task's floor and ceiling) and
     claims, with the job's provenance (a claim's task is the pair of tasks it is about), and
     the figure (Pearson r of the task pairs)."""
     cfg = job.settings.heads
@@ -34,18 +36,22 @@ def run(job: Job) -> None:
         raise ConfigError("task_correlation needs 'attribution' in heads.methods")
     wide = importance_matrix(importance)
     other_seed = _importance(job.paths("ceiling"))
+    tasks = job.settings.tasks.to_dict()
+    shuffled = [name for name, task in tasks.items() if task.get("shuffle_labels")]
     correlations = task_correlations(
         wide, None if other_seed is None else importance_matrix(other_seed),
-        seed=job.settings.seed)
-    untestable = why_not_comparable(job.settings.model.to_dict(), job.settings.tasks.to_dict())
+        seed=job.settings.seed, shuffled=shuffled)
+    untestable = why_not_comparable(job.settings.model.to_dict(), tasks)
     # the task pair a claim is about is its task
     claims = pd.DataFrame(cross_task_claims(wide, cfg.similar_pairs, cfg.dissimilar_pairs,
-                                            untestable=untestable),
+                                            shuffled=shuffled, untestable=untestable),
                           columns=["task", *COLUMNS])
-    claims = on_models(claims, job.finetune_metrics)
+    # a shuffled-label model learns no task by design: it is the floor, not a model measured
+    claims = on_models(claims, {task: metrics for task, metrics in job.finetune_metrics.items()
+                                if task not in shuffled})
     write_table(correlations, job.outputs["table"], job.provenance)
     write_table(claims, job.outputs["claims"], job.provenance)
-    pairs = correlations[(correlations["kind"] == "tasks")
+    pairs = correlations[correlations["kind"].isin(["tasks", "shuffled"])
                          & (correlations["method"] == "pearson")]
     plot_task_correlation(importance, pairs, job.outputs["figure"], claims=claims)
     log_claims(claims)
