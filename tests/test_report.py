@@ -125,6 +125,10 @@ def test_the_claims_page_shows_each_finding_s_interval_bar_verdict_and_source(tm
     assert "1 checks: 1 holds" in page
     untested = page[page.index("<h2>Statements no finding of this run tests</h2>"):]
     assert claim_rows.paper("hao2021")["statements"]["fig4_taylor"]["statement"] in untested
+    # a statement no run can test says why; the others, that this run leaves them out
+    tree_edges = claim_rows.paper("hao2021")["statements"]["tree_edges"]
+    assert tree_edges["statement"] in untested and tree_edges["untested"] in untested
+    assert "no stage or task of this configuration tests it" in untested
     assert claim_rows.paper("hao2021")["statements"]["fig3_low_pruning"]["statement"] not in \
         untested
     assert "abc" in page

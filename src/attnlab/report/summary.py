@@ -242,13 +242,15 @@ def with_controls(table: pd.DataFrame,
 
 def untested_statements(table: pd.DataFrame, papers: list[str]) -> pd.DataFrame:
     """The statements of `papers` (their files in attnlab/analyses/papers/) that no finding of
-    `table` cites as its source."""
+    `table` cites as its source, each with why: the statement's own reason where no run can
+    test it, else what this run leaves out."""
     cited = set(table["source"])
     rows = [{"paper": claim_rows.paper(name)["cite"], "where": entry["where"],
-             "statement": entry["statement"]}
+             "statement": entry["statement"],
+             "why": entry.get("untested", "no stage or task of this configuration tests it")}
             for name in papers for key, entry in claim_rows.paper(name)["statements"].items()
             if str(claim_rows.source(name, key)) not in cited]
-    return pd.DataFrame(rows, columns=["paper", "where", "statement"])
+    return pd.DataFrame(rows, columns=["paper", "where", "statement", "why"])
 
 
 def claims_table(
