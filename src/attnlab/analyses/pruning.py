@@ -111,28 +111,36 @@ def label_rankings(
     return {"predicted": attributed, "gold": dumped}
 
 
-def _evaluate(predict: Callable[[torch.Tensor], torch.Tensor], mask: torch.Tensor,
-              labels: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-    """Per example: correct (0/1) and the gold label's probability under a head mask."""
-    logits = predict(mask)
-    probs = torch.softmax(logits.double(), dim=-1).gather(1, labels[:, None])[:, 0]
-    return (logits.argmax(-1) == labels).double().numpy(), probs.numpy()
-
-
-def _predictor(
+def _evaluator(
     model: PreTrainedModel, inputs: dict[str, torch.Tensor], batch_size: int
-) -> Callable[[torch.Tensor], torch.Tensor]:
-    """`examples.predict` under a head mask, run once per distinct mask: the curves share their
-    ends (k = 0 and k = H of every ranking and order, 0 % and 100 % of every method)."""
-    done: dict[bytes, torch.Tensor] = {}
+) -> Callable[[torch.Tensor], tuple[np.ndarray, np.ndarray]]:
+    """Per example of `inputs`: correct (0/1) and the gold label's probability under a head mask,
+    (L, H) for every example or (N, L, H) a row each.
 
-    def predict(mask: torch.Tensor) -> torch.Tensor:
-        key = mask.numpy().tobytes()
-        if key not in done:
-            done[key] = examples.predict(model, inputs, mask, batch_size)
-        return done[key]
+    An example's outcome depends on its own row of the mask only, and the curves share many
+    rows: k = 0 and k = H of every ranking and order, 0 % and 100 % of every method, and the
+    gold label's attribution ranking is the predicted label's wherever the prediction is right.
+    Each (example, row) pair is evaluated once: a mask's pass runs only the examples whose row
+    is new, and the others' outcomes are reused.
+    """
+    labels = inputs["labels"]
+    done: dict[tuple[int, bytes], tuple[float, float]] = {}
 
-    return predict
+    def evaluate(mask: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+        rows = mask.expand(len(labels), *mask.shape[-2:])  # each example's own row
+        keys = [(i, row.numpy().tobytes()) for i, row in enumerate(rows)]
+        new = torch.tensor([i for i, key in enumerate(keys) if key not in done], dtype=torch.long)
+        if len(new):
+            logits = examples.predict(model, {k: v[new] for k, v in inputs.items()}, rows[new],
+                                      batch_size)
+            probs = torch.softmax(logits.double(), dim=-1).gather(1, labels[new, None])[:, 0]
+            right = (logits.argmax(-1) == labels[new]).double()
+            for i, c, p in zip(new.tolist(), right.tolist(), probs.tolist(), strict=True):
+                done[keys[i]] = (c, p)
+        correct, prob = np.array([done[key] for key in keys]).T
+        return correct, prob
+
+    return evaluate
 
 
 def per_layer_curves(
@@ -147,7 +155,7 @@ def per_layer_curves(
     `rankings` holds, by (ranking, label) of RANKINGS, the (N, L, H) scores of the examples of
     `inputs`, in their order: one array, or one per draw of a random ranking.
     """
-    predict = _predictor(model, inputs, batch_size)
+    evaluate = _evaluator(model, inputs, batch_size)
     rows, correct = [], {}
     for (ranking, label), draws in rankings.items():
         n_heads = draws[0].shape[-1]
@@ -156,7 +164,7 @@ def per_layer_curves(
             for scores in draws:
                 for k in range(n_heads + 1):
                     mask = per_layer_mask(torch.from_numpy(scores), k, order)
-                    c, p = _evaluate(predict, mask, inputs["labels"])
+                    c, p = evaluate(mask)
                     right[k] += c / len(draws)
                     prob[k] += p.mean() / len(draws)
             correct[ranking, label, order] = right
@@ -177,7 +185,7 @@ def global_curves(
     (method, seed) of an importance table (the random method has one curve per seed; its
     per-example correctness is their mean)."""
     n_layers, n_heads = importance["layer"].max() + 1, importance["head"].max() + 1
-    predict = _predictor(model, inputs, batch_size)
+    evaluate = _evaluator(model, inputs, batch_size)
     rows, correct = [], {}
     for method, runs in importance.groupby("method", sort=False):
         seeds = list(runs.groupby("seed", dropna=False, sort=False))
@@ -187,7 +195,7 @@ def global_curves(
             scores[group["layer"], group["head"]] = group["importance"]
             for i, percent in enumerate(percents):
                 mask = global_mask(scores, percent)
-                c, _ = _evaluate(predict, mask, inputs["labels"])
+                c, _ = evaluate(mask)
                 right[i] += c / len(seeds)
                 rows.append({"method": method, "seed": seed, "percent": percent,
                              "heads_masked": int((mask == 0).sum()), "examples": len(c),
