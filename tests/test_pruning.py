@@ -53,10 +53,12 @@ def test_curves_are_accuracies_of_the_masked_model(monkeypatch):
                 pruning.ATTENTION: [rng.random((6, 3, 4))],
                 pruning.RANDOM: pruning.random_scores((6, 3, 4), seed=0, draws=2)}
     passes = []
-    predict = examples.predict
-    monkeypatch.setattr(examples, "predict", lambda model, inputs, mask, batch_size: (
-        passes.append((inputs["input_ids"], mask)), predict(model, inputs, mask, batch_size))[1])
-    curves = pruning.per_layer_curves(model, batch, rankings, batch_size=4)
+    outcomes = examples.outcomes
+    with monkeypatch.context() as patch:
+        patch.setattr(examples, "outcomes", lambda model, inputs, masks, batch_size: (
+            passes.append((inputs["input_ids"], masks[0])),
+            outcomes(model, inputs, masks, batch_size))[1])
+        curves = pruning.per_layer_curves(model, batch, rankings, batch_size=4)
     # two orders of two rankings, the random one lowest first only; k = 0..4
     assert len(curves.table) == (2 * 2 + 1) * 5
 
@@ -98,6 +100,13 @@ def test_curves_are_accuracies_of_the_masked_model(monkeypatch):
     assert (global_.table.loc[global_.table["percent"] == 100, "heads_masked"] == 12).all()
     assert (global_.table["examples"] == 6).all()
     assert global_.correct[("random",)].shape == (3, 6)
+    # a point inside a curve (its passes start at the mask's first masked layer): the accuracy
+    # of a whole pass with its mask
+    mask = pruning.global_mask(arrays["attribution"].mean(axis=0), 50)
+    with torch.no_grad():
+        pred = models.logits(model, batch, Intervention(head_mask=mask)).argmax(-1)
+    at = global_.table.set_index(["method", "percent"])["accuracy"]
+    assert at["attribution", 50] == pytest.approx(float((pred == batch["labels"]).double().mean()))
 
 
 def test_the_gold_ranking_runs_only_the_misclassified_and_every_point_equals_a_full_pass(
@@ -119,9 +128,9 @@ def test_the_gold_ranking_runs_only_the_misclassified_and_every_point_equals_a_f
     gold[wrong.numpy()] = rng.random((2, 3, 4))
     rankings = {pruning.PREDICTED: [own], pruning.GOLD: [gold]}
     evaluated = []
-    predict = examples.predict
-    monkeypatch.setattr(examples, "predict", lambda model, inputs, mask, batch_size: (
-        evaluated.append(len(mask)), predict(model, inputs, mask, batch_size))[1])
+    outcomes = examples.outcomes
+    monkeypatch.setattr(examples, "outcomes", lambda model, inputs, masks, batch_size: (
+        evaluated.append(masks.shape[1]), outcomes(model, inputs, masks, batch_size))[1])
     curves = pruning.per_layer_curves(model, batch, rankings, batch_size=4)
     # the predicted ranking: 2 orders x 3 inner points and the two ends, every example; the gold
     # one adds its inner points for the 2 misclassified (seed 0: none of their rows happens to

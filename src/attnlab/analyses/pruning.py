@@ -22,6 +22,7 @@ compared by a paired interval.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -114,28 +115,24 @@ def label_rankings(
 def _evaluator(
     model: PreTrainedModel, inputs: dict[str, torch.Tensor], batch_size: int
 ) -> Callable[[torch.Tensor], tuple[np.ndarray, np.ndarray]]:
-    """Per example of `inputs`: correct (0/1) and the gold label's probability under a head mask,
-    (L, H) for every example or (N, L, H) a row each.
+    """Per example of `inputs`: correct (0/1) and the gold label's probability under an
+    (N, L, H) head mask, a row per example.
 
-    An example's outcome depends on its own row of the mask only, and the curves share many
-    rows: k = 0 and k = H of every ranking and order, 0 % and 100 % of every method, and the
-    gold label's attribution ranking is the predicted label's wherever the prediction is right.
-    Each (example, row) pair is evaluated once: a mask's pass runs only the examples whose row
-    is new, and the others' outcomes are reused.
+    An example's outcome depends on its own row of the mask only, and the per-layer curves
+    share many rows: k = 0 and k = H of every ranking and order, and the gold label's
+    attribution ranking is the predicted label's wherever the prediction is right. Each
+    (example, row) pair is evaluated once: a mask's pass runs only the examples whose row is
+    new, and the others' outcomes are reused.
     """
-    labels = inputs["labels"]
     done: dict[tuple[int, bytes], tuple[float, float]] = {}
 
     def evaluate(mask: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-        rows = mask.expand(len(labels), *mask.shape[-2:])  # each example's own row
-        keys = [(i, row.numpy().tobytes()) for i, row in enumerate(rows)]
+        keys = [(i, row.numpy().tobytes()) for i, row in enumerate(mask)]
         new = torch.tensor([i for i, key in enumerate(keys) if key not in done], dtype=torch.long)
         if len(new):
-            logits = examples.predict(model, {k: v[new] for k, v in inputs.items()}, rows[new],
-                                      batch_size)
-            probs = torch.softmax(logits.double(), dim=-1).gather(1, labels[new, None])[:, 0]
-            right = (logits.argmax(-1) == labels[new]).double()
-            for i, c, p in zip(new.tolist(), right.tolist(), probs.tolist(), strict=True):
+            right, probs = examples.outcomes(model, {k: v[new] for k, v in inputs.items()},
+                                             mask[new][None], batch_size)
+            for i, c, p in zip(new.tolist(), right[0].tolist(), probs[0].tolist(), strict=True):
                 done[keys[i]] = (c, p)
         correct, prob = np.array([done[key] for key in keys]).T
         return correct, prob
@@ -185,22 +182,24 @@ def global_curves(
     (method, seed) of an importance table (the random method has one curve per seed; its
     per-example correctness is their mean)."""
     n_layers, n_heads = importance["layer"].max() + 1, importance["head"].max() + 1
-    evaluate = _evaluator(model, inputs, batch_size)
-    rows, correct = [], {}
+    curves = []  # (method, seed, its mask at each percentage)
     for method, runs in importance.groupby("method", sort=False):
-        seeds = list(runs.groupby("seed", dropna=False, sort=False))
-        right = np.zeros((len(percents), len(inputs["labels"])))
-        for seed, group in seeds:
+        for seed, group in runs.groupby("seed", dropna=False, sort=False):
             scores = np.zeros((n_layers, n_heads))
             scores[group["layer"], group["head"]] = group["importance"]
-            for i, percent in enumerate(percents):
-                mask = global_mask(scores, percent)
-                c, _ = evaluate(mask)
-                right[i] += c / len(seeds)
-                rows.append({"method": method, "seed": seed, "percent": percent,
-                             "heads_masked": int((mask == 0).sum()), "examples": len(c),
-                             "accuracy": c.mean()})
-        correct[(method,)] = right
+            curves.append((method, seed, [global_mask(scores, p) for p in percents]))
+    # every mask in one call: each batch's passes share its unmasked hidden states
+    every_mask = torch.stack([mask for *_, masks in curves for mask in masks])
+    right, _ = examples.outcomes(model, inputs, every_mask, batch_size)
+    right = right.numpy().reshape(len(curves), len(percents), -1)
+    seeds = Counter(method for method, *_ in curves)
+    rows, correct = [], {}
+    for (method, seed, masks), c in zip(curves, right, strict=True):
+        correct[(method,)] = correct.get((method,), 0) + c / seeds[method]
+        rows += [{"method": method, "seed": seed, "percent": percent,
+                  "heads_masked": int((mask == 0).sum()), "examples": c.shape[1],
+                  "accuracy": c[i].mean()}
+                 for i, (percent, mask) in enumerate(zip(percents, masks, strict=True))]
     return Curves(pd.DataFrame(rows).astype({"seed": "Int64"}), correct)
 
 
