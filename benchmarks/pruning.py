@@ -1,6 +1,5 @@
-"""Rule prune_eval's pruning curves and head_importance's accuracy_difference, the code before
-this benchmark's changes against the code now, on the packaged MiniLM and real critics'
-sentences.
+"""Rule prune_eval's pruning curves and head_importance's accuracy_difference, the code as it was
+before their speed-ups against the code now, on the packaged MiniLM and real critics' sentences.
 
 Side by side in one run, on the same examples and scores:
   * old: attnlab.analyses.pruning and .heads as they were at commit BEFORE, read from git
@@ -26,11 +25,12 @@ the examples it gets right. The sentences are Rotten Tomatoes' train split in a 
 truncated to 64 tokens (`length_order.sentences`). Defaults: 16 sentences for the curves and 16
 for accuracy_difference, 2 rounds: under 4 minutes on the project's 2 shared cores. Every loop is
 timed in --rounds rounds, each variant once per round in alternating order, one thread. Beside
-the times: the work each variant ran (token-layers: the rows times the width of every layer's
-pass, padding included), the largest difference of the two variants' outputs (accuracies,
-gold-label probabilities, per-example correctness, importance scores) and how many per-example
-outcomes changed (a correctness or a head's accuracy difference; 0 when equal). Prints one JSON
-object and writes it with --out.
+the times: the work each variant ran (row-layers: the examples every layer's passes held;
+token-layers: those rows times their pass's width, padding included; the work ratio is old over
+new token-layers), the largest difference of the two variants' outputs (accuracies, gold-label
+probabilities, per-example correctness, importance scores) and how many per-example outcomes
+changed (a correctness or a head's accuracy difference; 0 when equal). Prints one JSON object
+and writes it with --out.
 Usage: python benchmarks/pruning.py [--examples 16] [--importance-examples 16] [--rounds 2]
        [--out FILE]
 """
@@ -70,17 +70,19 @@ def old_module(path: str) -> ModuleType:
     return module
 
 
-class LayerTokens:
-    """Counts the token positions, padding included, that pass through the model's layers."""
+class LayerWork:
+    """Counts the rows (examples) and the token positions, padding included, that pass through
+    the model's layers."""
 
     def __init__(self, model: Any) -> None:
-        self.count = 0
+        self.rows = self.tokens = 0
         for layer in models.layer_stack(model):
             layer.register_forward_pre_hook(self.see, with_kwargs=True)
 
     def see(self, module: Any, args: tuple, kwargs: dict) -> None:
         hidden = args[0] if args else kwargs["hidden_states"]
-        self.count += hidden.shape[0] * hidden.shape[1]
+        self.rows += hidden.shape[0]
+        self.tokens += hidden.shape[0] * hidden.shape[1]
 
 
 def loops(model: Any, curves: dict[str, torch.Tensor], scoring: dict[str, torch.Tensor],
@@ -152,24 +154,25 @@ def main() -> None:
         "batch_size": BATCH_SIZE, "rounds": args.rounds, "before": BEFORE,
         "tokens": {"median": int(lengths.median()), "max": int(lengths.max())},
         "accuracy": examples.accuracy(model, curves, batch_size=BATCH_SIZE), "loops": {}}
-    counter = LayerTokens(model)
+    counter = LayerWork(model)
     for name, run in loops(model, curves, scoring).items():
         seconds, work, outputs = dict.fromkeys(variants, 0.0), {}, {}
         for round_ in range(args.rounds):
             for variant in list(variants)[::1 if round_ % 2 == 0 else -1]:
-                counter.count = 0
+                counter.rows = counter.tokens = 0
                 start = time.perf_counter()
                 outputs[variant] = run(*variants[variant])
                 seconds[variant] += time.perf_counter() - start
-                work[variant] = counter.count
+                work[variant] = (counter.rows, counter.tokens)
         difference = max(largest_difference(a, b) for a, b in zip(
             compared(outputs["old"]), compared(outputs["new"]), strict=True))
         report["loops"][name] = {
             "seconds_old": round(seconds["old"] / args.rounds, 3),
             "seconds_new": round(seconds["new"] / args.rounds, 3),
             "speedup": round(seconds["old"] / seconds["new"], 2),
-            "layer_tokens_old": work["old"], "layer_tokens_new": work["new"],
-            "work_ratio": round(work["old"] / work["new"], 2),
+            "layer_rows_old": work["old"][0], "layer_rows_new": work["new"][0],
+            "layer_tokens_old": work["old"][1], "layer_tokens_new": work["new"][1],
+            "work_ratio": round(work["old"][1] / work["new"][1], 2),
             "max_abs_difference": difference,
             "outcome_changes": outcome_changes(outputs["old"], outputs["new"])}
         print(name, report["loops"][name], flush=True)
