@@ -128,3 +128,20 @@ def test_the_real_shape_benchmark_agrees_with_the_naive_loop_and_captum(tmp_path
     shares = ("matmul", "softmax", "layer_norm", "gelu", "other_ops", "outside_ops")
     assert sum(profile[name] for name in shares) == pytest.approx(1, abs=0.01)
     assert report["provenance"]["params"]["command"][0] == "real_shape.py"
+
+
+@pytest.mark.slow
+def test_the_pruning_benchmark_gives_the_old_codes_outputs_with_less_work(tmp_path):
+    # the packaged MiniLM (make test installs it) on 4 sentences, the old code read from git
+    out = tmp_path / "pruning.json"
+    subprocess.run([sys.executable, "benchmarks/pruning.py", "--examples", "4",
+                    "--importance-examples", "4", "--rounds", "1", "--out", str(out)],
+                   cwd=ROOT, check=True, capture_output=True)
+    report = json.loads(out.read_text())
+    loops = report["loops"]
+    assert set(loops) == {"per_layer_curves", "global_curves", "accuracy_difference"}
+    for loop in loops.values():
+        # the same per-example outcomes; probabilities equal to float32 rounding
+        assert loop["outcome_changes"] == 0 and loop["max_abs_difference"] <= 1e-6
+        assert loop["layer_tokens_new"] <= loop["layer_tokens_old"]
+    assert report["provenance"]["params"]["command"][0] == "pruning.py"

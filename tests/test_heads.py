@@ -13,7 +13,14 @@ import torch
 from conftest import learned_metrics
 from scipy import stats
 from test_config import default_config, dry_run
-from tiny_models import tiny_batch, tiny_classifier
+from tiny_models import (
+    CAUSAL_FAMILIES,
+    FAMILIES,
+    tiny_batch,
+    tiny_causal_lm,
+    tiny_classifier,
+    tiny_prompts,
+)
 
 from attnlab.analyses import heads, task_correlation
 from attnlab.engine import examples, models
@@ -64,6 +71,59 @@ def test_all_ones_mask_is_bit_identical_to_no_mask():
                            plain)
         assert torch.equal(examples.predict(model, tiny_batch("bert", LENGTHS), per_example, 4),
                            examples.predict(model, tiny_batch("bert", LENGTHS), None, 4))
+
+
+def _model_and_examples(family):
+    """A tiny model of `family` and 6 examples of different lengths (right padding); a
+    classifier in float32, a decoder (whose classes are next tokens) in float64."""
+    if family in CAUSAL_FAMILIES:
+        return (models.prepare_model(tiny_causal_lm(family)),
+                tiny_prompts(lengths=(7, 4, 6, 5, 7, 3)))
+    return models.prepare_model(tiny_classifier(family, init=0.5)), tiny_batch(family, LENGTHS)
+
+
+@pytest.mark.parametrize("family", FAMILIES + CAUSAL_FAMILIES)
+def test_outcomes_under_many_masks_start_late_and_equal_whole_passes(family):
+    """examples.outcomes runs a batch's masks from the unmasked hidden states entering each
+    mask's first masked layer, and gives what `examples.predict`'s whole passes under each mask,
+    in the same batches (4 by length, padded), give. Exactly: a mask's 1s leave the layers below
+    its first 0 as they are unmasked, bit for bit (test_all_ones_mask_is_bit_identical_to_no_mask),
+    and a pass from a hidden state equals a whole one bit for bit (test_intervention.py's
+    test_split_forward_equals_whole_forward). Masking a head moves the probabilities by 1e-2 or
+    more here (checked below), so a pass that started too late would show."""
+    model, batch = _model_and_examples(family)
+    n_layers, n_heads = models.head_shape(model)
+    n = len(batch["labels"])
+    shared = torch.ones(5, n_layers, n_heads)  # the first keeps every head
+    shared[1, 0, 1] = shared[2, 1, 0] = shared[3, -1, 2] = 0
+    shared[4] = shared[2]  # a mask asked twice runs once
+    # per example, a head of another layer: a batch starts at its rows' first masked layer
+    own = torch.ones(2, n, n_layers, n_heads)
+    own[0, torch.arange(n), torch.arange(n) % n_layers, 1] = 0
+    own[1, :, -1, 3] = 0
+    layers_run = []  # one entry per layer a pass runs
+    hooks = [layer.register_forward_pre_hook(lambda *_: layers_run.append(1))
+             for layer in models.layer_stack(model)]
+    for masks in (shared, own):
+        layers_run.clear()
+        correct, prob = examples.outcomes(model, batch, masks, batch_size=4)
+        passes = len(layers_run)
+        for mask, right, p in zip(masks, correct, prob, strict=True):
+            logits = examples.predict(model, batch, mask, batch_size=4).double()
+            whole = torch.softmax(logits, -1).gather(1, batch["labels"][:, None])[:, 0]
+            assert torch.equal(right, (logits.argmax(-1) == batch["labels"]).double())
+            assert torch.equal(p, whole)
+        # two batches; in each, the unmasked layers up to the latest start, then every distinct
+        # mask from its start (a family run whole: every layer of every pass)
+        if models.family_of(model).split:
+            starts = [n_layers, 0, 1, n_layers - 1] if masks is shared else [0, n_layers - 1]
+            assert passes == 2 * (max(starts) + sum(n_layers - s for s in starts))
+        else:
+            assert passes == 2 * len(masks.unique(dim=0)) * n_layers
+    for hook in hooks:
+        hook.remove()
+    # the masks change the probabilities (the comparison is not of one pass with itself)
+    assert (prob - examples.outcomes(model, batch, shared[:1])[1]).abs().max() > 1e-2
 
 
 def _loss(model, batch, gates):

@@ -52,17 +52,29 @@ def test_curves_are_accuracies_of_the_masked_model(monkeypatch):
     rankings = {pruning.PREDICTED: [rng.random((6, 3, 4))],
                 pruning.ATTENTION: [rng.random((6, 3, 4))],
                 pruning.RANDOM: pruning.random_scores((6, 3, 4), seed=0, draws=2)}
-    masks = []
-    predict = examples.predict
-    monkeypatch.setattr(examples, "predict", lambda model, inputs, mask, batch_size: (
-        masks.append(mask), predict(model, inputs, mask, batch_size))[1])
-    curves = pruning.per_layer_curves(model, batch, rankings, batch_size=4)
+    passes = []
+    outcomes = examples.outcomes
+    with monkeypatch.context() as patch:
+        patch.setattr(examples, "outcomes", lambda model, inputs, masks, batch_size: (
+            passes.append((inputs["input_ids"], masks[0])),
+            outcomes(model, inputs, masks, batch_size))[1])
+        curves = pruning.per_layer_curves(model, batch, rankings, batch_size=4)
     # two orders of two rankings, the random one lowest first only; k = 0..4
     assert len(curves.table) == (2 * 2 + 1) * 5
-    # the curves' common ends (k = 0: every head; k = 4: none) run once: 2 x 2 + 2 draws
-    # rankings with 3 inner points each
-    assert len(masks) == (2 * 2 + 2) * 3 + 2
-    assert len({mask.numpy().tobytes() for mask in masks}) == len(masks)
+
+    def tokens(ids):  # an example, whatever width its pass was cut to (padding is id 0)
+        return tuple(ids[ids != 0].tolist())
+
+    # every (example, mask row) pair of the curves runs once, whichever curve asks for it
+    # first: the common ends (k = 0: every head; k = 4: none) once for all curves
+    evaluated = [(tokens(ids), row.numpy().tobytes()) for ids_of_pass, mask in passes
+                 for ids, row in zip(ids_of_pass, mask, strict=True)]
+    needed = {(tokens(batch["input_ids"][i]), row.numpy().tobytes())
+              for (ranking, _), draws in rankings.items() for scores in draws
+              for order in pruning.ORDERS[:1 if ranking == "random" else 2] for k in range(5)
+              for i, row in enumerate(pruning.per_layer_mask(torch.from_numpy(scores), k, order))}
+    assert len(evaluated) == len(needed) and set(evaluated) == needed
+    assert len(needed) < (2 * 2 + 2) * 5 * 6  # the ends are shared
 
     def accuracy(scores, k, order):
         mask = pruning.per_layer_mask(torch.from_numpy(scores), k, order)
@@ -88,6 +100,59 @@ def test_curves_are_accuracies_of_the_masked_model(monkeypatch):
     assert (global_.table.loc[global_.table["percent"] == 100, "heads_masked"] == 12).all()
     assert (global_.table["examples"] == 6).all()
     assert global_.correct[("random",)].shape == (3, 6)
+    # a point inside a curve (its passes start at the mask's first masked layer): the accuracy
+    # of a whole pass with its mask
+    mask = pruning.global_mask(arrays["attribution"].mean(axis=0), 50)
+    with torch.no_grad():
+        pred = models.logits(model, batch, Intervention(head_mask=mask)).argmax(-1)
+    at = global_.table.set_index(["method", "percent"])["accuracy"]
+    assert at["attribution", 50] == pytest.approx(float((pred == batch["labels"]).double().mean()))
+
+
+def test_the_gold_ranking_runs_only_the_misclassified_and_every_point_equals_a_full_pass(
+        monkeypatch):
+    """The gold label's ranking is the predicted label's wherever the prediction is right: its
+    curves run only the misclassified examples, and every point is still what one plain pass of
+    all examples with the whole mask gives. Correctness exactly; the mean gold-label probability
+    to 1e-6: a pass of fewer, shorter examples takes another float32 path (measured 2.8e-7
+    off), where another row's outcome moves it by 1e-2 (below)."""
+    model = models.prepare_model(tiny_classifier("bert", init=0.5))
+    batch = tiny_batch("bert", (9, 6, 8, 7, 9, 5))  # batches of 4 by length: padded passes
+    with torch.no_grad():
+        predicted = models.logits(model, batch).argmax(-1)
+    wrong = torch.tensor([False, True, False, False, True, False])
+    batch["labels"] = torch.where(wrong, (predicted + 1) % 3, predicted)
+    rng = np.random.default_rng(0)
+    own = rng.random((6, 3, 4))
+    gold = own.copy()
+    gold[wrong.numpy()] = rng.random((2, 3, 4))
+    rankings = {pruning.PREDICTED: [own], pruning.GOLD: [gold]}
+    evaluated = []
+    outcomes = examples.outcomes
+    monkeypatch.setattr(examples, "outcomes", lambda model, inputs, masks, batch_size: (
+        evaluated.append(masks.shape[1]), outcomes(model, inputs, masks, batch_size))[1])
+    curves = pruning.per_layer_curves(model, batch, rankings, batch_size=4)
+    # the predicted ranking: 2 orders x 3 inner points and the two ends, every example; the gold
+    # one adds its inner points for the 2 misclassified (seed 0: none of their rows happens to
+    # be one of the predicted ranking's)
+    assert sum(evaluated) == 6 * (2 * 3 + 2) + 2 * (2 * 3)
+    at = curves.table.set_index(["label", "order", "k"])
+    for label, scores in (("predicted", own), ("gold", gold)):
+        for order in pruning.ORDERS:
+            for k in range(5):
+                mask = pruning.per_layer_mask(torch.from_numpy(scores), k, order)
+                with torch.no_grad():
+                    logits = models.logits(model, batch, Intervention(head_mask=mask)).double()
+                right = (logits.argmax(-1) == batch["labels"]).double().numpy()
+                prob = torch.softmax(logits, -1).gather(1, batch["labels"][:, None]).mean()
+                np.testing.assert_array_equal(curves.correct["attribution", label, order][k],
+                                              right)
+                assert at.loc[(label, order, k), "gold_prob"] == pytest.approx(float(prob),
+                                                                               abs=1e-6)
+    # the two rankings' curves differ (measured: by up to 0.021), so that reusing the predicted
+    # ranking's outcomes for the misclassified examples would fail the comparison above
+    gold_prob = at["gold_prob"]
+    assert (gold_prob["predicted"] - gold_prob["gold"]).abs().max() > 1e-2
 
 
 def test_the_predicted_label_ranks_where_the_model_is_wrong():

@@ -166,16 +166,16 @@ def attribution_patching_importance(
 def accuracy_difference_importance(
     model: PreTrainedModel, inputs: dict[str, torch.Tensor], batch_size: int = 64
 ) -> np.ndarray:
-    """acc(all heads) − acc(head h masked), one head at a time: (L, H)."""
+    """acc(all heads) − acc(head h masked), one head at a time: (L, H). The passes share each
+    batch's unmasked hidden states: a head of layer l's starts at layer l
+    (`examples.outcomes`)."""
     n_layers, n_heads = models.head_shape(model)
-    full = examples.accuracy(model, inputs, batch_size=batch_size)
-    scores = np.zeros((n_layers, n_heads))
-    for layer in range(n_layers):
-        for head in range(n_heads):
-            mask = torch.ones(n_layers, n_heads)
-            mask[layer, head] = 0
-            scores[layer, head] = full - examples.accuracy(model, inputs, mask, batch_size)
-    return scores
+    # mask i removes the head of flat index i; the last one removes none
+    masks = 1 - torch.eye(n_layers * n_heads + 1, n_layers * n_heads)
+    correct, _ = examples.outcomes(model, inputs, masks.reshape(-1, n_layers, n_heads),
+                                   batch_size)
+    accuracy = correct.mean(dim=1)
+    return (accuracy[-1] - accuracy[:-1]).reshape(n_layers, n_heads).numpy()
 
 
 def random_importance(n_layers: int, n_heads: int, seed: int, index: int) -> np.ndarray:

@@ -22,6 +22,7 @@ compared by a paired interval.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -111,28 +112,32 @@ def label_rankings(
     return {"predicted": attributed, "gold": dumped}
 
 
-def _evaluate(predict: Callable[[torch.Tensor], torch.Tensor], mask: torch.Tensor,
-              labels: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-    """Per example: correct (0/1) and the gold label's probability under a head mask."""
-    logits = predict(mask)
-    probs = torch.softmax(logits.double(), dim=-1).gather(1, labels[:, None])[:, 0]
-    return (logits.argmax(-1) == labels).double().numpy(), probs.numpy()
-
-
-def _predictor(
+def _evaluator(
     model: PreTrainedModel, inputs: dict[str, torch.Tensor], batch_size: int
-) -> Callable[[torch.Tensor], torch.Tensor]:
-    """`examples.predict` under a head mask, run once per distinct mask: the curves share their
-    ends (k = 0 and k = H of every ranking and order, 0 % and 100 % of every method)."""
-    done: dict[bytes, torch.Tensor] = {}
+) -> Callable[[torch.Tensor], tuple[np.ndarray, np.ndarray]]:
+    """Per example of `inputs`: correct (0/1) and the gold label's probability under an
+    (N, L, H) head mask, a row per example.
 
-    def predict(mask: torch.Tensor) -> torch.Tensor:
-        key = mask.numpy().tobytes()
-        if key not in done:
-            done[key] = examples.predict(model, inputs, mask, batch_size)
-        return done[key]
+    An example's outcome depends on its own row of the mask only, and the per-layer curves
+    share many rows: k = 0 and k = H of every ranking and order, and the gold label's
+    attribution ranking is the predicted label's wherever the prediction is right. Each
+    (example, row) pair is evaluated once: a mask's pass runs only the examples whose row is
+    new, and the others' outcomes are reused.
+    """
+    done: dict[tuple[int, bytes], tuple[float, float]] = {}
 
-    return predict
+    def evaluate(mask: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+        keys = [(i, row.numpy().tobytes()) for i, row in enumerate(mask)]
+        new = torch.tensor([i for i, key in enumerate(keys) if key not in done], dtype=torch.long)
+        if len(new):
+            right, probs = examples.outcomes(model, {k: v[new] for k, v in inputs.items()},
+                                             mask[new][None], batch_size)
+            for i, c, p in zip(new.tolist(), right[0].tolist(), probs[0].tolist(), strict=True):
+                done[keys[i]] = (c, p)
+        correct, prob = np.array([done[key] for key in keys]).T
+        return correct, prob
+
+    return evaluate
 
 
 def per_layer_curves(
@@ -147,7 +152,7 @@ def per_layer_curves(
     `rankings` holds, by (ranking, label) of RANKINGS, the (N, L, H) scores of the examples of
     `inputs`, in their order: one array, or one per draw of a random ranking.
     """
-    predict = _predictor(model, inputs, batch_size)
+    evaluate = _evaluator(model, inputs, batch_size)
     rows, correct = [], {}
     for (ranking, label), draws in rankings.items():
         n_heads = draws[0].shape[-1]
@@ -156,7 +161,7 @@ def per_layer_curves(
             for scores in draws:
                 for k in range(n_heads + 1):
                     mask = per_layer_mask(torch.from_numpy(scores), k, order)
-                    c, p = _evaluate(predict, mask, inputs["labels"])
+                    c, p = evaluate(mask)
                     right[k] += c / len(draws)
                     prob[k] += p.mean() / len(draws)
             correct[ranking, label, order] = right
@@ -177,22 +182,24 @@ def global_curves(
     (method, seed) of an importance table (the random method has one curve per seed; its
     per-example correctness is their mean)."""
     n_layers, n_heads = importance["layer"].max() + 1, importance["head"].max() + 1
-    predict = _predictor(model, inputs, batch_size)
-    rows, correct = [], {}
+    curves = []  # (method, seed, its mask at each percentage)
     for method, runs in importance.groupby("method", sort=False):
-        seeds = list(runs.groupby("seed", dropna=False, sort=False))
-        right = np.zeros((len(percents), len(inputs["labels"])))
-        for seed, group in seeds:
+        for seed, group in runs.groupby("seed", dropna=False, sort=False):
             scores = np.zeros((n_layers, n_heads))
             scores[group["layer"], group["head"]] = group["importance"]
-            for i, percent in enumerate(percents):
-                mask = global_mask(scores, percent)
-                c, _ = _evaluate(predict, mask, inputs["labels"])
-                right[i] += c / len(seeds)
-                rows.append({"method": method, "seed": seed, "percent": percent,
-                             "heads_masked": int((mask == 0).sum()), "examples": len(c),
-                             "accuracy": c.mean()})
-        correct[(method,)] = right
+            curves.append((method, seed, [global_mask(scores, p) for p in percents]))
+    # every mask in one call: each batch's passes share its unmasked hidden states
+    every_mask = torch.stack([mask for *_, masks in curves for mask in masks])
+    right, _ = examples.outcomes(model, inputs, every_mask, batch_size)
+    right = right.numpy().reshape(len(curves), len(percents), -1)
+    seeds = Counter(method for method, *_ in curves)
+    rows, correct = [], {}
+    for (method, seed, masks), c in zip(curves, right, strict=True):
+        correct[(method,)] = correct.get((method,), 0) + c / seeds[method]
+        rows += [{"method": method, "seed": seed, "percent": percent,
+                  "heads_masked": int((mask == 0).sum()), "examples": c.shape[1],
+                  "accuracy": c[i].mean()}
+                 for i, (percent, mask) in enumerate(zip(percents, masks, strict=True))]
     return Curves(pd.DataFrame(rows).astype({"seed": "Int64"}), correct)
 
 

@@ -156,6 +156,73 @@ def predict(
     return in_input_order(torch.cat(out).cpu(), order)
 
 
+def outcomes(
+    model: PreTrainedModel,
+    inputs: dict[str, torch.Tensor],
+    head_masks: torch.Tensor,
+    batch_size: int = 64,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Under each of M head masks, whether each example's prediction is its gold label (1/0)
+    and the gold label's probability: (M, N) each, float64. head_masks is (M, L, H), each mask
+    for every example, or (M, N, L, H), a row per example; identical masks run once, and each
+    pass starts at its mask's first layer with a masked head (`_masked_logits`)."""
+    device = next(model.parameters()).device
+    distinct, index = head_masks.unique(dim=0, return_inverse=True)
+    inputs, order = by_length(inputs)
+    per_example = distinct.dim() == 4
+    if per_example:
+        distinct = distinct[:, order]
+    out = []  # per batch: (2, distinct masks, B)
+    with torch.no_grad():
+        for rows, batch in batches(inputs, batch_size, device):
+            masks = (distinct[:, rows] if per_example else distinct).to(device)
+            out.append(torch.stack([_gold_outcome(logits, batch["labels"])
+                                    for logits in _masked_logits(model, batch, masks)], dim=1))
+    correct, prob = in_input_order(torch.cat(out, dim=2).cpu(), order, dim=2)[:, index]
+    return correct, prob
+
+
+def _gold_outcome(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """(2, B): whether each prediction is the gold label (1/0), and the gold label's
+    probability (computed in float64)."""
+    prob = torch.softmax(logits.double(), dim=-1).gather(1, labels[:, None])[:, 0]
+    return torch.stack([(logits.argmax(-1) == labels).double(), prob])
+
+
+def _masked_logits(
+    model: PreTrainedModel, batch: dict[str, torch.Tensor], head_masks: torch.Tensor
+) -> Iterator[torch.Tensor]:
+    """The logits of `batch` under each of `head_masks` ((L, H) or (B, L, H) each), in turn.
+
+    A mask that keeps every head of layers 0..l-1 leaves the hidden states entering layer l as
+    the unmasked model's. Where the family can be run from a hidden state (`Family.split`),
+    those are computed once for the batch, up to the latest layer a mask starts at, and each
+    mask's pass runs only the layers from its first masked one; other families (BART's
+    classifier) run every pass whole.
+    """
+    if not models.family_of(model).split:
+        for mask in head_masks:
+            yield models.logits(model, batch, Intervention(head_mask=mask))
+        return
+    starts = [_first_masked_layer(mask) for mask in head_masks]
+    states = [models.embed(model, batch)]  # states[l]: the unmasked ones entering layer l
+    context = models.layer_inputs(model, states[0], batch["attention_mask"])
+    for layer in range(max(starts)):
+        states.append(models.run_layers(model, states[layer], context, layer, layer + 1))
+    for mask, start in zip(head_masks, starts, strict=True):
+        hidden = models.run_layers(model, states[start], context, start, None,
+                                   Intervention(head_mask=mask))
+        yield models.classify(model, hidden, batch["attention_mask"])
+
+
+def _first_masked_layer(head_mask: torch.Tensor) -> int:
+    """The first layer in which `head_mask` ((L, H) or (B, L, H)) changes a head of some
+    example; L where it changes none."""
+    changed = (head_mask != 1).any(dim=-1).reshape(-1, head_mask.shape[-2]).any(dim=0)
+    layers = changed.nonzero().flatten()
+    return int(layers[0]) if len(layers) else len(changed)
+
+
 def accuracy(
     model: PreTrainedModel,
     inputs: dict[str, torch.Tensor],
