@@ -1,16 +1,21 @@
-"""What the benchmarks share: the device they run on, peak memory, and FLOPs of a BERT-shaped
-encoder set against the device's peak (imported by the scripts beside it)."""
+"""What the benchmarks share: the device they run on, peak memory, FLOPs of a BERT-shaped
+encoder set against the device's peak, and for those that time the code before a change
+against today's, the old module and the work through the model's layers (imported by the
+scripts beside it)."""
 
 from __future__ import annotations
 
 import json
 import resource
+import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import torch
 
+from attnlab.engine import models
 from attnlab.engine.batch_size import EncoderShape
 from attnlab.plumbing.device import device_name, set_precision
 from attnlab.plumbing.outputs import provenance
@@ -100,3 +105,30 @@ def write_report(report: dict[str, Any], out: str | None) -> None:
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(text + "\n")
+
+
+def module_at(commit: str, path: str) -> ModuleType:
+    """The module at `path` (under src/) as it was at `commit`, read from git and imported
+    under another name: the code before a change, timed beside today's in one run."""
+    root = Path(__file__).resolve().parents[1]
+    source = subprocess.run(["git", "show", f"{commit}:src/{path}"], cwd=root, check=True,
+                            capture_output=True, text=True).stdout
+    module = ModuleType(f"before_{Path(path).stem}")
+    sys.modules[module.__name__] = module  # dataclasses look their module up there
+    exec(compile(source, f"{commit}:src/{path}", "exec"), module.__dict__)
+    return module
+
+
+class LayerWork:
+    """Counts the rows (examples) and the token positions, padding included, that pass through
+    the model's layers."""
+
+    def __init__(self, model: Any) -> None:
+        self.rows = self.tokens = 0
+        for layer in models.layer_stack(model):
+            layer.register_forward_pre_hook(self.see, with_kwargs=True)
+
+    def see(self, module: Any, args: tuple, kwargs: dict) -> None:
+        hidden = args[0] if args else kwargs["hidden_states"]
+        self.rows += hidden.shape[0]
+        self.tokens += hidden.shape[0] * hidden.shape[1]

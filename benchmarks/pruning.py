@@ -38,8 +38,6 @@ Usage: python benchmarks/pruning.py [--examples 16] [--importance-examples 16] [
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -50,7 +48,7 @@ from typing import Any
 import numpy as np
 import torch
 from length_order import BATCH_SIZE, as_arrays, largest_difference, minilm, sentences
-from measure import write_report
+from measure import LayerWork, module_at, write_report
 
 from attnlab.analyses import heads, pruning
 from attnlab.engine import examples, models
@@ -58,31 +56,6 @@ from attnlab.plumbing.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 BEFORE = "ae2ace0b89ef0456e20252e42dbd35dc7819e53a"  # the last commit before the changes
-
-
-def old_module(path: str) -> ModuleType:
-    """The module at `path` (under src/) as it was at BEFORE, imported under another name."""
-    source = subprocess.run(["git", "show", f"{BEFORE}:src/{path}"], cwd=ROOT, check=True,
-                            capture_output=True, text=True).stdout
-    module = ModuleType(f"before_{Path(path).stem}")
-    sys.modules[module.__name__] = module  # dataclasses look their module up there
-    exec(compile(source, f"{BEFORE}:src/{path}", "exec"), module.__dict__)
-    return module
-
-
-class LayerWork:
-    """Counts the rows (examples) and the token positions, padding included, that pass through
-    the model's layers."""
-
-    def __init__(self, model: Any) -> None:
-        self.rows = self.tokens = 0
-        for layer in models.layer_stack(model):
-            layer.register_forward_pre_hook(self.see, with_kwargs=True)
-
-    def see(self, module: Any, args: tuple, kwargs: dict) -> None:
-        hidden = args[0] if args else kwargs["hidden_states"]
-        self.rows += hidden.shape[0]
-        self.tokens += hidden.shape[0] * hidden.shape[1]
 
 
 def loops(model: Any, curves: dict[str, torch.Tensor], scoring: dict[str, torch.Tensor],
@@ -145,8 +118,8 @@ def main() -> None:
     both = sentences(tokenizer, args.examples + args.importance_examples)
     curves = {key: value[:args.examples] for key, value in both.items()}
     scoring = {key: value[args.examples:] for key, value in both.items()}
-    variants = {"old": (old_module("attnlab/analyses/pruning.py"),
-                        old_module("attnlab/analyses/heads.py")),
+    variants = {"old": (module_at(BEFORE, "attnlab/analyses/pruning.py"),
+                        module_at(BEFORE, "attnlab/analyses/heads.py")),
                 "new": (pruning, heads)}
     lengths = curves["attention_mask"].sum(dim=1)
     report: dict[str, Any] = {
