@@ -145,3 +145,25 @@ def test_the_pruning_benchmark_gives_the_old_codes_outputs_with_less_work(tmp_pa
         assert loop["outcome_changes"] == 0 and loop["max_abs_difference"] <= 1e-6
         assert loop["layer_tokens_new"] <= loop["layer_tokens_old"]
     assert report["provenance"]["params"]["command"][0] == "pruning.py"
+
+
+@pytest.mark.slow
+def test_the_adversarial_attention_benchmark_gives_the_old_codes_tables_with_less_work(
+        tmp_path):
+    # the packaged MiniLM on 2 sentences at 5 steps a layer, the old code read from git
+    out = tmp_path / "adversarial.json"
+    subprocess.run([sys.executable, "benchmarks/adversarial_attention.py", "--examples", "2",
+                    "--rounds", "1", "--steps", "5", "--out", str(out)],
+                   cwd=ROOT, check=True, capture_output=True)
+    report = json.loads(out.read_text())
+    # the same search: equal outcomes, JSD and TVD to float rounding
+    assert report["outcome_changes"] == 0 and report["max_abs_difference"] <= 1e-6
+    # layer passes of the one batch (2 rows), per attacked layer l of 6: the old code runs the
+    # whole model for the capture, each of the 5 steps, the bound's check and the table's two
+    # outputs (6 x 9); the new one runs the whole model for the capture and the table's
+    # original output (12), the layers below l twice (the search's start and the table's
+    # attacked output's), and from l for each step, the check and that output (7 x (6 - l))
+    assert report["layer_rows_old"] == 2 * 6 * 6 * 9
+    assert report["layer_rows_new"] == 2 * sum(12 + 2 * layer + 7 * (6 - layer)
+                                               for layer in range(6))
+    assert report["settings"]["steps"] == 5

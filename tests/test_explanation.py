@@ -14,7 +14,7 @@ import pytest
 import torch
 from conftest import DEFAULT_CONFIG, learned_metrics
 from test_config import default_config, dry_run
-from tiny_models import tiny_batch, tiny_classifier
+from tiny_models import FAMILIES, tiny_batch, tiny_classifier
 
 from attnlab.analyses import adversarial_attention as aa
 from attnlab.analyses import attention_permutation as ap
@@ -247,6 +247,49 @@ def test_adversarial_attention_respects_its_tvd_bound_on_every_example():
     table = aa.adversarial_attention(model, tiny_batch("bert", LENGTHS), layer, cfg, 4, seed=0)
     assert (table["tvd"] <= cfg["epsilon"]).all()
     assert list(table["example"]) == list(range(len(LENGTHS)))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_search_s_passes_start_at_the_attacked_layer_and_equal_whole_ones(family):
+    """A search step's output with a layer's attention replaced, run from the hidden states
+    entering that layer, is the whole model's with the same replacement, in value and in the
+    gradient the search follows (float64, padded batch: to 1e-12); the layers below run once,
+    not once per step (a family that cannot be run from a hidden state, BART's classifier,
+    runs whole)."""
+    model = models.prepare_model(tiny_classifier(family, init=0.5, dtype=torch.float64))
+    model.requires_grad_(False)
+    batch = _inputs(tiny_batch(family, (9, 6, 8)))
+    layer, steps = 1, 3
+    capture = Intervention(capture=True)
+    with torch.no_grad():
+        models.logits(model, batch, capture)
+    attention = capture.probs[layer]
+    calls = []
+    hooks = [block.register_forward_hook(lambda *_, i=i: calls.append(i))
+             for i, block in enumerate(models.layer_stack(model))]
+    output = aa._outputs(model, batch, layer)
+    n_layers = models.num_layers(model)
+    def whole(candidate: torch.Tensor) -> torch.Tensor:
+        logits = models.logits(model, batch, Intervention(replace={layer: candidate}))
+        return torch.softmax(logits.double(), dim=-1)
+
+    for step in range(steps):
+        results = []
+        for run in (output, whole):
+            scores = (attention.clamp_min(1e-9).log() * (1 + 0.3 * step)).requires_grad_()
+            probs = run(torch.softmax(scores, dim=-1) * (attention > 0))
+            probs[:, 0].sum().backward()
+            results.append((probs.detach(), scores.grad))
+        (got, got_grad), (want, want_grad) = results
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+        torch.testing.assert_close(got_grad, want_grad, rtol=0, atol=1e-12)
+        assert want_grad.abs().max() > 1e-6  # the gradient compared is not all zeros
+    for hook in hooks:
+        hook.remove()
+    # per step: the search's pass (from the layer, or whole) and the whole model's pass here
+    below = layer if models.family_of(model).split else steps * layer
+    assert calls.count(0) == below + steps
+    assert calls.count(n_layers - 1) == 2 * steps
 
 
 def test_each_example_gets_its_own_search_and_key_rows_whatever_its_batch():

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -164,9 +164,31 @@ def evaluate_key_adversary(
                                                             ignore_index=True)
 
 
-def _output(model: PreTrainedModel, batch: dict, layer: int, attention: torch.Tensor):
-    logits = models.logits(model, batch, Intervention(replace={layer: attention}))
-    return torch.softmax(logits.double(), dim=-1)
+def _outputs(model: PreTrainedModel, batch: dict,
+             layer: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A function from layer `layer`'s attention (B, H, S, S) to the output distributions of
+    `batch` (B, C) with that attention in place of the layer's own. Nothing below the layer
+    depends on it: where the family can be run from a hidden state (`Family.split`), the
+    hidden states entering the layer are computed once, and every call (a search step's
+    forward and backward pass) runs layers `layer`..L-1 only."""
+    def whole(attention: torch.Tensor) -> torch.Tensor:
+        logits = models.logits(model, batch, Intervention(replace={layer: attention}))
+        return torch.softmax(logits.double(), dim=-1)
+
+    if not models.family_of(model).split:
+        return whole
+    with torch.no_grad():
+        hidden = models.embed(model, batch)
+        context = models.layer_inputs(model, hidden, batch["attention_mask"])
+        hidden = models.run_layers(model, hidden, context, 0, layer)
+
+    def from_layer(attention: torch.Tensor) -> torch.Tensor:
+        out = models.run_layers(model, hidden, context, layer, None,
+                                Intervention(replace={layer: attention}))
+        logits = models.classify(model, out, batch["attention_mask"])
+        return torch.softmax(logits.double(), dim=-1)
+
+    return from_layer
 
 
 def search_attention(
@@ -189,13 +211,14 @@ def search_attention(
     scores = (attention.clamp_min(1e-9).log()
               + cfg["init_noise"] * noise.to(attention)).requires_grad_()
     padding = ~real[:, None, None, :]
+    output = _outputs(model, batch, layer)
     optimizer = torch.optim.Adam([scores], lr=cfg["learning_rate"])
     best, best_jsd = attention.clone(), torch.zeros(len(real), dtype=torch.float64,
                                                      device=real.device)
     feasible_steps = torch.zeros(len(real), dtype=torch.long, device=real.device)
     for _ in range(cfg["steps"]):
         candidate = torch.softmax(scores.masked_fill(padding, -torch.inf), dim=-1)
-        tvd = total_variation(original, _output(model, batch, layer, candidate))
+        tvd = total_variation(original, output(candidate))
         jsd = attention_jsd(attention, candidate, real)
         with torch.no_grad():
             feasible = tvd <= epsilon
@@ -208,7 +231,7 @@ def search_attention(
         loss.backward()
         optimizer.step()
     with torch.no_grad():  # the bound, checked once more on exactly what is kept
-        broken = total_variation(original, _output(model, batch, layer, best)) > epsilon
+        broken = total_variation(original, output(best)) > epsilon
         best[broken] = attention[broken]
     return attention, best, feasible_steps
 
@@ -254,7 +277,7 @@ def adversarial_attention(
         attention, best, feasible_steps = search_attention(model, batch, layer, cfg, noise)
         with torch.no_grad():
             original = torch.softmax(models.logits(model, batch).double(), dim=-1)
-            final = _output(model, batch, layer, best)
+            final = _outputs(model, batch, layer)(best)
         frames.append(pd.DataFrame({
             "example": order[rows].numpy(), "layer": layer,
             "jsd": attention_jsd(attention, best, batch["attention_mask"].bool()).cpu().numpy(),
