@@ -125,8 +125,12 @@ def test_the_heads_are_found_and_ablation_proves_them(decoder):
     assert table.loc[(0, 1), "rank_attattr"] == 1
     assert table.loc[1, "prefix_matching"].min() > 0.8
     assert table["induction_head"].sum() == 4 and table["previous_token_head"].sum() == 1
-    # attribution patching ranks the previous-token head first too (seed 0: 0.104, next 0.019)
-    assert table.loc[(0, 1), "rank_attribution_patching"] == 1
+    # attribution patching's ranking is of every head once. Where it puts the previous-token
+    # head is not asserted: on this saturated model (loss 0.03) the head's ablation costs
+    # about 3 nats, far beyond the linear estimate's reach, and the estimate's sign follows
+    # the float path of training (seed 0: first at 0.104 on one CPU, last at -0.021 on
+    # another); its definition is checked against a central difference above
+    assert sorted(table["rank_attribution_patching"]) == list(range(1, len(table) + 1))
     assert out.summary["accuracy"] > 0.95 and out.summary["evaluation_examples"] == N_DEV - n_rank
     ablation = out.ablation.set_index(["ranking", "order", "k"])["loss"]
     # seed 0: 3.18 against 0.09 and 0.03 (the whole model's 0.06)
