@@ -27,15 +27,13 @@ Usage: python benchmarks/adversarial_attention.py [--examples 8] [--rounds 2] [-
 from __future__ import annotations
 
 import argparse
-import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import torch
-from length_order import BATCH_SIZE, largest_difference, minilm, sentences
-from measure import LayerWork, module_at, write_report
+from length_order import BATCH_SIZE, largest_difference, one_thread_minilm, sentences
+from measure import LayerWork, module_at, old_against_new, write_report
 
 from attnlab.analyses import adversarial_attention
 from attnlab.engine import models
@@ -61,25 +59,16 @@ def main() -> None:
     parser.add_argument("--out", default=str(
         ROOT / "benchmarks/results/adversarial-attention-cpu.json"))
     args = parser.parse_args()
-    torch.set_num_threads(1)  # as the workflow's model jobs run on a CPU of 2 cores
-    torch.manual_seed(0)
-    with tempfile.TemporaryDirectory() as tmp:
-        model, tokenizer = minilm(Path(tmp) / "all-MiniLM-L6-v2")
+    model, tokenizer = one_thread_minilm()
     inputs = sentences(tokenizer, args.examples)
     cfg = load_config(ROOT / "config" / "real.yaml")["explanation"]["adversarial_attention"]
     cfg = {**cfg, "steps": args.steps or cfg["steps"]}
     variants = {"old": module_at(BEFORE, "attnlab/analyses/adversarial_attention.py"),
                 "new": adversarial_attention}
     lengths = inputs["attention_mask"].sum(dim=1)
-    seconds, work, tables = dict.fromkeys(variants, 0.0), {}, {}
-    counter = LayerWork(model)
-    for round_ in range(args.rounds):
-        for variant in list(variants)[::1 if round_ % 2 == 0 else -1]:
-            counter.rows = counter.tokens = 0
-            start = time.perf_counter()
-            tables[variant] = search_every_layer(variants[variant], model, inputs, cfg)
-            seconds[variant] += time.perf_counter() - start
-            work[variant] = (counter.rows, counter.tokens)
+    tables, timing = old_against_new(
+        {variant: lambda v=variant: search_every_layer(variants[v], model, inputs, cfg)
+         for variant in variants}, args.rounds, LayerWork(model))
     old, new = (tables[v].to_numpy(dtype=float) for v in ("old", "new"))
     changed = (tables["old"][["same_prediction", "feasible_steps"]]
                != tables["new"][["same_prediction", "feasible_steps"]]).any(axis=1)
@@ -89,12 +78,7 @@ def main() -> None:
         "settings": {key: cfg[key] for key in ("epsilon", "steps", "learning_rate", "penalty",
                                                "init_noise")},
         "tokens": {"median": int(lengths.median()), "max": int(lengths.max())},
-        "seconds_old": round(seconds["old"] / args.rounds, 3),
-        "seconds_new": round(seconds["new"] / args.rounds, 3),
-        "speedup": round(seconds["old"] / seconds["new"], 2),
-        "layer_rows_old": work["old"][0], "layer_rows_new": work["new"][0],
-        "layer_tokens_old": work["old"][1], "layer_tokens_new": work["new"][1],
-        "work_ratio": round(work["old"][1] / work["new"][1], 2),
+        **timing,
         "max_abs_difference": largest_difference(old, new),
         "outcome_changes": int(changed.sum()),
     }

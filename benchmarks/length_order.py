@@ -72,6 +72,15 @@ def minilm(folder: Path) -> tuple[Any, Any]:
     return model.eval(), tokenizer
 
 
+def one_thread_minilm() -> tuple[Any, Any]:
+    """`minilm` unpacked into a temporary folder, with torch on one thread, as the workflow's
+    model jobs run on a CPU of 2 cores, and its global seed fixed."""
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    with tempfile.TemporaryDirectory() as tmp:
+        return minilm(Path(tmp) / "all-MiniLM-L6-v2")
+
+
 def sentences(tokenizer: Any, n: int) -> dict[str, torch.Tensor]:
     frame, _ = packages.packaged_split(*RT_TRAIN)
     rows = frame.sample(n=n, random_state=0)
@@ -144,10 +153,7 @@ def main() -> None:
     parser.add_argument("--search-steps", type=int, default=5)
     parser.add_argument("--out", default=str(ROOT / "benchmarks/results/length-order-cpu.json"))
     args = parser.parse_args()
-    torch.set_num_threads(1)  # as the workflow's model jobs run on a CPU of 2 cores
-    torch.manual_seed(0)
-    with tempfile.TemporaryDirectory() as tmp:
-        model, tokenizer = minilm(Path(tmp) / "all-MiniLM-L6-v2")
+    model, tokenizer = one_thread_minilm()
     inputs = sentences(tokenizer, args.examples)
     lengths = inputs["attention_mask"].sum(dim=1)
     sorted_order = lengths.argsort(stable=True)

@@ -9,6 +9,8 @@ import json
 import resource
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -132,3 +134,26 @@ class LayerWork:
         hidden = args[0] if args else kwargs["hidden_states"]
         self.rows += hidden.shape[0]
         self.tokens += hidden.shape[0] * hidden.shape[1]
+
+
+def old_against_new(runs: dict[str, Callable[[], Any]], rounds: int,
+                    work: LayerWork) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Run the variants "old" and "new" of `runs` once per round each, in alternating order, so
+    that load from other jobs falls on both alike: their outputs (the last round's) and the
+    report's timing fields (mean seconds, speed-up old / new, the work each ran through the
+    layers and its ratio, old over new token-layers)."""
+    seconds, done, outputs = dict.fromkeys(runs, 0.0), {}, {}
+    for round_ in range(rounds):
+        for variant in list(runs)[::1 if round_ % 2 == 0 else -1]:
+            work.rows = work.tokens = 0
+            start = time.perf_counter()
+            outputs[variant] = runs[variant]()
+            seconds[variant] += time.perf_counter() - start
+            done[variant] = (work.rows, work.tokens)
+    return outputs, {
+        "seconds_old": round(seconds["old"] / rounds, 3),
+        "seconds_new": round(seconds["new"] / rounds, 3),
+        "speedup": round(seconds["old"] / seconds["new"], 2),
+        "layer_rows_old": done["old"][0], "layer_rows_new": done["new"][0],
+        "layer_tokens_old": done["old"][1], "layer_tokens_new": done["new"][1],
+        "work_ratio": round(done["old"][1] / done["new"][1], 2)}

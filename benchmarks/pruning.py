@@ -38,8 +38,6 @@ Usage: python benchmarks/pruning.py [--examples 16] [--importance-examples 16] [
 from __future__ import annotations
 
 import argparse
-import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -47,8 +45,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from length_order import BATCH_SIZE, as_arrays, largest_difference, minilm, sentences
-from measure import LayerWork, module_at, write_report
+from length_order import BATCH_SIZE, as_arrays, largest_difference, one_thread_minilm, sentences
+from measure import LayerWork, module_at, old_against_new, write_report
 
 from attnlab.analyses import heads, pruning
 from attnlab.engine import examples, models
@@ -111,10 +109,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--out", default=str(ROOT / "benchmarks/results/pruning-cpu.json"))
     args = parser.parse_args()
-    torch.set_num_threads(1)  # as the workflow's model jobs run on a CPU of 2 cores
-    torch.manual_seed(0)
-    with tempfile.TemporaryDirectory() as tmp:
-        model, tokenizer = minilm(Path(tmp) / "all-MiniLM-L6-v2")
+    model, tokenizer = one_thread_minilm()
     both = sentences(tokenizer, args.examples + args.importance_examples)
     curves = {key: value[:args.examples] for key, value in both.items()}
     scoring = {key: value[args.examples:] for key, value in both.items()}
@@ -129,24 +124,13 @@ def main() -> None:
         "accuracy": examples.accuracy(model, curves, batch_size=BATCH_SIZE), "loops": {}}
     counter = LayerWork(model)
     for name, run in loops(model, curves, scoring).items():
-        seconds, work, outputs = dict.fromkeys(variants, 0.0), {}, {}
-        for round_ in range(args.rounds):
-            for variant in list(variants)[::1 if round_ % 2 == 0 else -1]:
-                counter.rows = counter.tokens = 0
-                start = time.perf_counter()
-                outputs[variant] = run(*variants[variant])
-                seconds[variant] += time.perf_counter() - start
-                work[variant] = (counter.rows, counter.tokens)
+        outputs, timing = old_against_new(
+            {variant: lambda v=variant, r=run: r(*variants[v]) for variant in variants},
+            args.rounds, counter)
         difference = max(largest_difference(a, b) for a, b in zip(
             compared(outputs["old"]), compared(outputs["new"]), strict=True))
         report["loops"][name] = {
-            "seconds_old": round(seconds["old"] / args.rounds, 3),
-            "seconds_new": round(seconds["new"] / args.rounds, 3),
-            "speedup": round(seconds["old"] / seconds["new"], 2),
-            "layer_rows_old": work["old"][0], "layer_rows_new": work["new"][0],
-            "layer_tokens_old": work["old"][1], "layer_tokens_new": work["new"][1],
-            "work_ratio": round(work["old"][1] / work["new"][1], 2),
-            "max_abs_difference": difference,
+            **timing, "max_abs_difference": difference,
             "outcome_changes": outcome_changes(outputs["old"], outputs["new"])}
         print(name, report["loops"][name], flush=True)
     write_report(report, args.out)
