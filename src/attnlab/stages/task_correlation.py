@@ -1,8 +1,8 @@
 """Rule task_correlation (Hao et al. 2021 §4, Fig. 5): the attribution head importance of every
-pair of tasks correlated (Pearson and Spearman, intervals over heads), beside two floors (a random
-permutation of the heads; a task fine-tuned on shuffled labels, where the config has one) and a
-ceiling (the same task at the run's next seed, where the run
-has several), and the findings on similar and dissimilar tasks."""
+pair of tasks correlated (Pearson and Spearman, intervals over heads), beside two floors (a
+random permutation of the heads; a task fine-tuned on shuffled labels, where the config has
+one) and a ceiling (the same task at the run's next seed, where the run has several), and the
+findings on similar and dissimilar tasks."""
 
 from __future__ import annotations
 
@@ -27,9 +27,8 @@ def _importance(paths: list[str]) -> pd.DataFrame | None:
 
 def run(job: Job) -> None:
     """Writes the tables table (r of every task pair, those with a shuffled-label task apart,
-    and each task's floor and ceiling) and
-    claims, with the job's provenance (a claim's task is the pair of tasks it is about), and
-    the figure (Pearson r of the task pairs)."""
+    and each task's floor and ceiling) and claims, with the job's provenance (a claim's task
+    is the pair of tasks it is about), and the figure (Pearson r of the task pairs)."""
     cfg = job.settings.heads
     importance = _importance(job.paths("importance"))
     if "attribution" not in set(importance["method"]):
