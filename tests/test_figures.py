@@ -365,7 +365,7 @@ def correlation_inputs() -> tuple[pd.DataFrame, pd.DataFrame]:
     importance = pd.DataFrame([{"method": "attribution", "task": task, "layer": k // 4,
                                 "head": k % 4, "importance": rng.random()}
                                for task in ("a", "b") for k in range(8)])
-    pairs = pd.DataFrame([{"task_a": "a", "task_b": "b", "r": 0.4}])
+    pairs = pd.DataFrame([{"task_a": "a", "task_b": "b", "kind": "tasks", "r": 0.4}])
     return importance, pairs
 
 

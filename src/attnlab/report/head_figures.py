@@ -50,8 +50,9 @@ def plot_task_correlation(
     claims: pd.DataFrame,
 ) -> None:
     """Paper Fig. 5: heatmap of Pearson r of attribution importance between tasks, and one
-    scatter of head importance per task pair; marked as not testable with the reason where
-    the run's `claims` (the stage's claims table) say so."""
+    scatter of head importance per task pair (a pair with a shuffled-label task, kind
+    "shuffled", titled as the floor), at most three panels a row; marked as not testable with
+    the reason where the run's `claims` (the stage's claims table) say so."""
     attribution = importance[importance["method"] == "attribution"]
     wide = attribution.pivot_table(index=["layer", "head"], columns="task", values="importance",
                                    sort=False)
@@ -59,18 +60,23 @@ def plot_task_correlation(
     matrix = pd.DataFrame(np.eye(len(names)), index=names, columns=names)
     for row in correlations.itertuples():
         matrix.loc[row.task_a, row.task_b] = matrix.loc[row.task_b, row.task_a] = row.r
-    figure, axes = plt.subplots(1, 1 + len(correlations), squeeze=False,
-                                figsize=(3.6 * (1 + len(correlations)), 3.4))
-    axes = axes[0]
+    columns = min(3, 1 + len(correlations))
+    rows = -(-(1 + len(correlations)) // columns)
+    figure, axes = plt.subplots(rows, columns, squeeze=False,
+                                figsize=(4.2 * columns, 3.8 * rows))
+    axes = axes.ravel()
     sns.heatmap(matrix, ax=axes[0], vmin=-1, vmax=1, cmap="vlag", annot=True, fmt=".2f",
                 square=True, cbar=False)
     axes[0].set_title("Pearson r, attribution importance")
-    for ax, row in zip(axes[1:], correlations.itertuples(), strict=True):
+    for ax, row in zip(axes[1:], correlations.itertuples(), strict=False):
         sns.scatterplot(x=wide[row.task_a], y=wide[row.task_b], hue=wide.index.get_level_values(
             "layer"), palette="viridis", ax=ax, legend=ax is axes[1])
-        ax.set_title(f"r = {row.r:.2f}")
+        floor = " (shuffled-label floor)" if row.kind == "shuffled" else ""
+        ax.set_title(f"r = {row.r:.2f}{floor}")
     if len(correlations):
         axes[1].legend(title="layer", fontsize="small")
+    for ax in axes[1 + len(correlations):]:
+        ax.set_visible(False)
     mark_not_testable(figure, claims)
     figure.tight_layout()
     save_figure(figure, path)
