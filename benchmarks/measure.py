@@ -127,6 +127,10 @@ class LayerWork:
 
     def __init__(self, model: Any) -> None:
         self.rows = self.tokens = 0
+        self.watch(model)
+
+    def watch(self, model: Any) -> None:
+        """Count the layers of `model` too."""
         for layer in models.layer_stack(model):
             layer.register_forward_pre_hook(self.see, with_kwargs=True)
 

@@ -167,3 +167,18 @@ def test_the_adversarial_attention_benchmark_gives_the_old_codes_tables_with_les
     assert report["layer_rows_new"] == 2 * sum(12 + 2 * layer + 7 * (6 - layer)
                                                for layer in range(6))
     assert report["settings"]["steps"] == 5
+
+
+@pytest.mark.slow
+def test_the_shared_untrained_benchmark_gives_every_seeds_tables_with_one_untrained_model(
+        tmp_path):
+    # the packaged MiniLM on 2 sentences, raw attention alone, over 3 seeds
+    out = tmp_path / "shared.json"
+    subprocess.run([sys.executable, "benchmarks/shared_untrained.py", "--examples", "2",
+                    "--seeds", "3", "--methods", "attention", "--out", str(out)],
+                   cwd=ROOT, check=True, capture_output=True)
+    report = json.loads(out.read_text())
+    assert report["differing_tables"] == 0  # every seed's summary equal to the bit
+    # raw attention's passes do not depend on the weights: every comparison runs the same
+    # rows, 6 of them (3 seeds x 2 models) before, 4 now (3 trained, 1 untrained)
+    assert report["layer_rows_old"] * 4 == report["layer_rows_new"] * 6

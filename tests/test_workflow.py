@@ -158,6 +158,14 @@ def test_replicate_config_runs_every_seed_dependent_stage_once_per_seed():
         "quadrature_study": 1, **dict.fromkeys(FROM_MODEL, 3)}
     finetuned = {job.wildcards["name"] for job in jobs_of(result.stdout) if job.rule == "finetune"}
     assert finetuned == {f"replicate/seed={seed}" for seed in seeds}
+    # the untrained model's comparison is the same in every seed (its copy drawn with `seed`,
+    # the same examples and gold targets): the later seeds read the first seed's
+    for job in jobs_of(result.stdout):
+        if job.rule == "interaction_methods":
+            first = f"results/replicate/seed={seeds[0]}/interaction_methods/" \
+                    f"{job.wildcards['task']}/untrained/"
+            reads = first in job.fields["input"]
+            assert reads == (job.wildcards["name"] != f"replicate/seed={seeds[0]}")
 
 
 def test_the_untrained_config_is_the_default_with_nothing_learned():

@@ -145,6 +145,28 @@ def next_seed_importance(wildcards):
     return expand(rules.head_importance.output.importance, name=other, task=TASKS)
 
 
+# The untrained model's per-example tables (attnlab.analyses.interaction_methods.TABLES), which
+# every seed's job of rule interaction_methods writes.
+UNTRAINED = {
+    f"untrained_{table}": f"results/{{name}}/interaction_methods/{{task}}/untrained/{table}.parquet"
+    for table in ("ground_truth", "curves", "erasure")
+}
+
+
+def first_seed_untrained(wildcards):
+    """A later seed's job takes the untrained model's tables from the first seed's (as inputs
+    first_seed_<output>) instead of computing them again: the untrained copy is drawn with
+    config `seed`, and every seed scores the same examples (the first seed's data, unless
+    data_per_seed) with the same targets (the gold labels, attribution.target). {} for the
+    first seed, a one-seed run, a control, or seeds whose examples or targets differ."""
+    runs = list(RUNS)
+    if (wildcards.name not in runs[1:] or config["data_per_seed"]
+            or config["attribution"]["target"] != "gold"):
+        return {}
+    return {f"first_seed_{output}": expand(pattern, name=runs[0], task=wildcards.task)[0]
+            for output, pattern in UNTRAINED.items()}
+
+
 def data_seed(wildcards):
     """The seed of a run's data: config `seed` for every run (each seed sees the same data),
     unless data_per_seed asks for the run's own."""
