@@ -48,6 +48,7 @@ def test_the_rules_are_the_workflow_s_rules():
     assert set(names["NEXT_TOKEN_RULES"]) - {"all"} <= set(RULES)
     assert set(names["DECODER_ONLY_RULES"]) <= set(RULES)
     assert all(set(rules) <= set(RULES) for rules in names["ROLE_RULES"].values())
+    assert set(names["FIRST_SEED_RULES"]) <= set(RULES)
     assert {"attribute", "trees", "claims", "finetune", "induction"} <= set(RULES)
 
 

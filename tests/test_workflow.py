@@ -152,10 +152,15 @@ def test_replicate_config_runs_every_seed_dependent_stage_once_per_seed():
     # everything but the report's pages runs once per seed (each seed's run prepares its data
     # again, from the same seed: identical data, in seconds); one claims page gathers them all
     assert {rule: counts[rule] for rule in PER_CONFIG} == PER_CONFIG
+    # but the quadrature study, a measurement of the integration rules: on the first seed's
+    assert counts.pop("quadrature_study") == 1
     assert {rule: n // len(seeds) for rule, n in counts.items() if rule not in PER_CONFIG} == {
         "prepare_data": 3, "finetune": 3, "attribute": 3, "summarise_attributions": 3,
         "head_importance": 3, "prune_eval": 3, "pruning_figures": 1, "task_correlation": 1,
-        "quadrature_study": 1, **dict.fromkeys(FROM_MODEL, 3)}
+        **dict.fromkeys(FROM_MODEL, 3)}
+    study = {job.wildcards["name"] for job in jobs_of(result.stdout)
+             if job.rule == "quadrature_study"}
+    assert study == {f"replicate/seed={seeds[0]}"}
     finetuned = {job.wildcards["name"] for job in jobs_of(result.stdout) if job.rule == "finetune"}
     assert finetuned == {f"replicate/seed={seed}" for seed in seeds}
     # the untrained model's comparison is the same in every seed (its copy drawn with `seed`,

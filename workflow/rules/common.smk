@@ -87,6 +87,17 @@ else:
 # results/<name>/control=<control>/, with the first seed; rule claims sets its findings beside
 # the run's. CONTROLS maps the `name` wildcard of each to its control.
 CONTROLS = {f"{config['name']}/control={control}": control for control in config["controls"]}
+# Rules whose outputs measure the method itself, with no finding for the seeds' spread to bear
+# on, run in the first seed's run only: the quadrature study (the integration rules' errors
+# against a converged reference, on the first seed's models).
+FIRST_SEED_RULES = ("quadrature_study",)
+
+
+def rule_runs(name):
+    """The runs (seeds) that the rule `name` runs in."""
+    return list(RUNS)[:1] if name in FIRST_SEED_RULES else list(RUNS)
+
+
 SHARDS = range(config["attribution"]["shards"])
 
 
@@ -247,10 +258,11 @@ def task_finetune(wildcards):
 
 
 def for_this_run(step, pattern, runs=None):
-    """A file pattern of the rule `step` for every run (seed; or every run of `runs`), every
-    task it runs on (rule_tasks) and every shard of this configuration."""
-    return expand(strip_wildcard_constraints(pattern), name=list(RUNS if runs is None else runs),
-                  task=rule_tasks(step.name), shard=SHARDS)
+    """A file pattern of the rule `step` for every run it runs in (rule_runs; or every run of
+    `runs`), every task it runs on (rule_tasks) and every shard of this configuration."""
+    names = rule_runs(step.name) if runs is None else list(runs)
+    return expand(strip_wildcard_constraints(pattern), name=names, task=rule_tasks(step.name),
+                  shard=SHARDS)
 
 
 # The report's inputs are found by name: every rule's `benchmark:` file and every rule output
@@ -278,7 +290,7 @@ def report_figures(wildcards):
             caption = marked.caption.get_path_or_uri(secret_free=True)
             for task in rule_tasks(step.name) if "{task}" in pattern else [None]:
                 figures += [(path, marked.category, caption, task)
-                            for path in expand(pattern, name=list(RUNS), task=[task])]
+                            for path in expand(pattern, name=rule_runs(step.name), task=[task])]
     return figures
 
 
