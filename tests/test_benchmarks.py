@@ -182,3 +182,22 @@ def test_the_shared_untrained_benchmark_gives_every_seeds_tables_with_one_untrai
     # raw attention's passes do not depend on the weights: every comparison runs the same
     # rows, 6 of them (3 seeds x 2 models) before, 4 now (3 trained, 1 untrained)
     assert report["layer_rows_old"] * 4 == report["layer_rows_new"] * 6
+
+
+@pytest.mark.slow
+def test_the_stage_peaks_benchmark_counts_every_loops_flops_against_one_peak(tmp_path):
+    # the packaged MiniLM on 2 sentences, one adversarial step a layer
+    out = tmp_path / "peaks.json"
+    subprocess.run([sys.executable, "benchmarks/stage_peaks.py", "--examples", "2",
+                    "--search-steps", "1", "--out", str(out)],
+                   cwd=ROOT, check=True, capture_output=True)
+    report = json.loads(out.read_text())
+    loops = report["loops"]
+    assert {"taylor_gradients", "adversarial_attention_search", "ranking_table",
+            "token_mixing_probes", "occlusion", "finetune_step"} <= set(loops)
+    for loop in loops.values():
+        # matrix products counted (forward-mode and backward ones too), and the share is the
+        # loop's rate over the one peak (to the rounding of the report)
+        assert loop["gflop"] > 0 and loop["seconds"] > 0
+        assert loop["share_of_peak"] == pytest.approx(
+            loop["gflops"] / report["matmul_peak_gflops"], abs=2e-3)
