@@ -3,6 +3,7 @@
 # deletion and token erasure on the trained and an untrained model, with bootstrap intervals, a
 # leaderboard, three figures and the claims judged on them.
 
+
 rule interaction_methods:
     input:
         unpack(first_seed_untrained),
