@@ -11,13 +11,18 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def run_script(script: str, out: Path, *options: str) -> dict:
+    """Run benchmarks/`script` with `options`; its JSON report, written to `out`."""
+    subprocess.run([sys.executable, f"benchmarks/{script}", *options, "--out", str(out)],
+                   cwd=ROOT, check=True, capture_output=True)
+    return json.loads(out.read_text())
+
+
 def run_benchmark(script: str, out: Path, *options: str) -> dict:
     """Run benchmarks/`script` at a toy shape (one layer of 2 heads, hidden 16, 8 tokens, one
     thread) with `options`; its JSON report."""
-    subprocess.run([sys.executable, f"benchmarks/{script}", "--layers", "1", "--heads", "2",
-                    "--hidden", "16", "--tokens", "8", "--threads", "1", *options,
-                    "--out", str(out)], cwd=ROOT, check=True, capture_output=True)
-    return json.loads(out.read_text())
+    return run_script(script, out, "--layers", "1", "--heads", "2", "--hidden", "16",
+                      "--tokens", "8", "--threads", "1", *options)
 
 
 @pytest.mark.slow
@@ -104,12 +109,10 @@ def test_the_real_shape_benchmark_agrees_with_the_naive_loop_and_captum(tmp_path
     tokenizer.save_pretrained(tmp_path / "model")
     pd.DataFrame({"text": [" ".join(words[:n]) for n in (3, 11, 6)],
                   "label": [0, 1, 1]}).to_parquet(tmp_path / "dev.parquet")
-    out = tmp_path / "real_shape.json"
-    subprocess.run([sys.executable, "benchmarks/real_shape.py", "--model", str(tmp_path / "model"),
-                    "--data", str(tmp_path / "dev.parquet"), "--examples", "3", "--rounds", "1",
-                    "--profile-examples", "2", "--threads", "1", "--out", str(out)],
-                   cwd=ROOT, check=True, capture_output=True)
-    report = json.loads(out.read_text())
+    report = run_script("real_shape.py", tmp_path / "real_shape.json",
+                        "--model", str(tmp_path / "model"), "--data", str(tmp_path / "dev.parquet"),
+                        "--examples", "3", "--rounds", "1", "--profile-examples", "2",
+                        "--threads", "1")
     variants = report["variants"]
     assert set(variants) == {"engine_adaptive", "engine_riemann_right_20",
                              "naive_riemann_right_20", "captum_riemann_right_20"}
@@ -133,11 +136,8 @@ def test_the_real_shape_benchmark_agrees_with_the_naive_loop_and_captum(tmp_path
 @pytest.mark.slow
 def test_the_pruning_benchmark_gives_the_old_codes_outputs_with_less_work(tmp_path):
     # the packaged MiniLM (make test installs it) on 4 sentences, the old code read from git
-    out = tmp_path / "pruning.json"
-    subprocess.run([sys.executable, "benchmarks/pruning.py", "--examples", "4",
-                    "--importance-examples", "4", "--rounds", "1", "--out", str(out)],
-                   cwd=ROOT, check=True, capture_output=True)
-    report = json.loads(out.read_text())
+    report = run_script("pruning.py", tmp_path / "pruning.json", "--examples", "4",
+                        "--importance-examples", "4", "--rounds", "1")
     loops = report["loops"]
     assert set(loops) == {"per_layer_curves", "global_curves", "accuracy_difference"}
     for loop in loops.values():
@@ -151,11 +151,8 @@ def test_the_pruning_benchmark_gives_the_old_codes_outputs_with_less_work(tmp_pa
 def test_the_adversarial_attention_benchmark_gives_the_old_codes_tables_with_less_work(
         tmp_path):
     # the packaged MiniLM on 2 sentences at 5 steps a layer, the old code read from git
-    out = tmp_path / "adversarial.json"
-    subprocess.run([sys.executable, "benchmarks/adversarial_attention.py", "--examples", "2",
-                    "--rounds", "1", "--steps", "5", "--out", str(out)],
-                   cwd=ROOT, check=True, capture_output=True)
-    report = json.loads(out.read_text())
+    report = run_script("adversarial_attention.py", tmp_path / "adversarial.json",
+                        "--examples", "2", "--rounds", "1", "--steps", "5")
     # the same search: equal outcomes, JSD and TVD to float rounding
     assert report["outcome_changes"] == 0 and report["max_abs_difference"] <= 1e-6
     # layer passes of the one batch (2 rows), per attacked layer l of 6: the old code runs the
@@ -173,11 +170,8 @@ def test_the_adversarial_attention_benchmark_gives_the_old_codes_tables_with_les
 def test_the_shared_untrained_benchmark_gives_every_seeds_tables_with_one_untrained_model(
         tmp_path):
     # the packaged MiniLM on 2 sentences, raw attention alone, over 3 seeds
-    out = tmp_path / "shared.json"
-    subprocess.run([sys.executable, "benchmarks/shared_untrained.py", "--examples", "2",
-                    "--seeds", "3", "--methods", "attention", "--out", str(out)],
-                   cwd=ROOT, check=True, capture_output=True)
-    report = json.loads(out.read_text())
+    report = run_script("shared_untrained.py", tmp_path / "shared.json", "--examples", "2",
+                        "--seeds", "3", "--methods", "attention")
     assert report["differing_tables"] == 0  # every seed's summary equal to the bit
     # raw attention's passes do not depend on the weights: every comparison runs the same
     # rows, 6 of them (3 seeds x 2 models) before, 4 now (3 trained, 1 untrained)
@@ -187,11 +181,8 @@ def test_the_shared_untrained_benchmark_gives_every_seeds_tables_with_one_untrai
 @pytest.mark.slow
 def test_the_stage_peaks_benchmark_counts_every_loops_flops_against_one_peak(tmp_path):
     # the packaged MiniLM on 2 sentences, one adversarial step a layer
-    out = tmp_path / "peaks.json"
-    subprocess.run([sys.executable, "benchmarks/stage_peaks.py", "--examples", "2",
-                    "--search-steps", "1", "--out", str(out)],
-                   cwd=ROOT, check=True, capture_output=True)
-    report = json.loads(out.read_text())
+    report = run_script("stage_peaks.py", tmp_path / "peaks.json", "--examples", "2",
+                        "--search-steps", "1")
     loops = report["loops"]
     assert {"taylor_gradients", "adversarial_attention_search", "ranking_table",
             "token_mixing_probes", "occlusion", "finetune_step"} <= set(loops)
