@@ -15,9 +15,17 @@ their code patches the model), not through attnlab's intervention point.
                                                         compute_joint_attention)
     globenc             mohsenfayyaz/GlobEnc            (post_ln2_norm, AttentionRollout)
     value_zeroing       hmohebbi/ValueZeroing           (scoring/value_zeroing.py)
+    attattr             YRdddream/attattr               (examples/generate_attrscore.py and
+                                                        examples/prune_head_with_attr.py:
+                                                        scaled_input and the per-layer loop;
+                                                        pytorch_pretrained_bert/model_attr.py:
+                                                        BertSelfAttention's tmp_score,
+                                                        BertForSequenceClassification.forward;
+                                                        model_prune_head.py's are alike)
 
 Float64 throughout, so the only differences left are rounding: ≤ 1e-6 is asserted (flow: the
-compiled maximum flow's integer scaling is bounded in attnlab.methods.flow, far below that).
+compiled maximum flow's integer scaling is bounded in attnlab.methods.flow, far below that;
+attattr: sums of at most 64 gradients in another order, about 1e-16 apart).
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from tiny_models import tiny_batch, tiny_classifier
 from torch import nn
 
 from attnlab.engine import models
+from attnlab.engine.attribution import attribute
 from attnlab.engine.capture import capture
 from attnlab.methods import alti, attention_graph, globenc
 from attnlab.methods.attention_norm import attention_norm
@@ -245,6 +254,71 @@ def reference_value_zeroing(rec: Recorded) -> np.ndarray:
     return scores / scores.sum(axis=-1, keepdims=True)
 
 
+def reference_scaled_input(emb: torch.Tensor, batch_size: int,
+                           num_batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """attattr's scaled_input with its zero baseline: the points i/m · A for i = 0..m−1 (a left
+    Riemann sum), m = batch_size · num_batch, and the step A/m."""
+    baseline = torch.zeros_like(emb)
+    num_points = batch_size * num_batch
+    scale = 1.0 / num_points
+    step = (emb.unsqueeze(0) - baseline.unsqueeze(0)) * scale
+    res = torch.cat([torch.add(baseline.unsqueeze(0), step * i) for i in range(num_points)],
+                    dim=0)
+    return res, step[0]
+
+
+def reference_gradient(model: nn.Module, inputs: dict[str, torch.Tensor], tar_layer: int,
+                       tmp_score: torch.Tensor, pred_label: int) -> torch.Tensor:
+    """attattr's model_attr BertForSequenceClassification.forward given tmp_score: layer
+    tar_layer's BertSelfAttention uses tmp_score (b, H, S, S) as its probabilities (here a
+    forward hook on the unmodified module replaces its output by their context_layer), the
+    other layers run as they are; the gradient of the label's softmax probability."""
+    def use_tmp_score(module, args, _output):
+        value_layer = module.value(args[0])
+        value_layer = value_layer.view(*value_layer.shape[:-1], module.num_attention_heads,
+                                       module.attention_head_size).permute(0, 2, 1, 3)
+        # their batch of one example broadcasts against the b scaled copies from here on
+        context_layer = torch.matmul(tmp_score, value_layer).permute(0, 2, 1, 3).contiguous()
+        return context_layer.view(*context_layer.shape[:-2], -1), None
+
+    hook = model.bert.encoder.layer[tar_layer].attention.self.register_forward_hook(
+        use_tmp_score)
+    try:
+        logits = model(**inputs).logits
+    finally:
+        hook.remove()
+    prob = torch.nn.functional.softmax(logits, dim=1)  # their softmax(logits): dim 1 of 2-D
+    return torch.autograd.grad(torch.unbind(prob[:, pred_label]), tmp_score)[0]
+
+
+def reference_attattr(model: nn.Module, inputs: dict[str, torch.Tensor], *, batch_size: int,
+                      num_batch: int, label: int | None = None) -> torch.Tensor:
+    """attattr's attribution loop for one example (batch of one, padded), per layer: the
+    unmodified pass's attention and prediction, m scaled copies of that layer's attention in
+    num_batch batches, the gradients summed, times the step, cut to the real tokens.
+    generate_attrscore attributes the predicted label (label None), prune_head_with_attr the
+    gold one. Their model's own layer-norm eps (1e-5) and −10000 padding mask belong to the
+    model, not the method: both sides run one Hugging Face model. Returns (L, H, n, n)."""
+    input_len = int(inputs["attention_mask"][0].sum())
+    res_attr = []
+    for tar_layer in range(model.config.num_hidden_layers):
+        with torch.no_grad():
+            out = model(**inputs, output_attentions=True)
+        att, baseline_logits = out.attentions[tar_layer][0], out.logits
+        pred_label = int(torch.argmax(baseline_logits)) if label is None else label
+        scale_att, step = reference_scaled_input(att.data, batch_size, num_batch)
+        scale_att.requires_grad_(True)
+        attr_all = None
+        for j_batch in range(num_batch):
+            one_batch_att = scale_att[j_batch * batch_size:(j_batch + 1) * batch_size]
+            grad = reference_gradient(model, inputs, tar_layer, one_batch_att, pred_label)
+            grad = grad.sum(dim=0)
+            attr_all = grad if attr_all is None else torch.add(attr_all, grad)
+        attr_all = attr_all[:, 0:input_len, 0:input_len] * step[:, 0:input_len, 0:input_len]
+        res_attr.append(attr_all.data)
+    return torch.stack(res_attr)
+
+
 # ---- the comparisons ----------------------------------------------------------------------
 
 @pytest.fixture(scope="module", params=CASES, ids=[f"{f}-{s}" for f, s in CASES])
@@ -316,3 +390,38 @@ def test_value_zeroing_as_mohebbi_et_al_compute_it(case):
     rec, model, example = case
     ours = normalise_rows(value_zeroing(model, example.states)).numpy()
     assert np.abs(ours - reference_value_zeroing(rec)).max() < TOLERANCE
+
+
+# attattr's two attribution paths: (batch_size, num_batch, target) — generate_attrscore's
+# defaults and the predicted label; prune_head_with_attr's defaults and the gold label
+ATTATTR_SCRIPTS = {"generate_attrscore": (16, 4, "pred"), "prune_head_with_attr": (20, 1, "gold")}
+REAL, MAX_SEQ_LENGTH = 7, 10  # their examples are padded to max_seq_length
+
+
+@pytest.mark.parametrize("script", ATTATTR_SCRIPTS)
+@pytest.mark.parametrize("seed", (0, 1, 2))
+def test_attattr_as_hao_et_al_compute_it(seed, script):
+    batch_size, num_batch, target = ATTATTR_SCRIPTS[script]
+    steps = batch_size * num_batch
+    reference = random_biased("bert", seed)
+    ours = models.prepare_model(copy.deepcopy(reference))
+    batch = tiny_batch("bert", lengths=(REAL,), seed=seed)
+    padding = (0, MAX_SEQ_LENGTH - REAL)
+    inputs = {"input_ids": nn.functional.pad(batch["input_ids"], padding),
+              "attention_mask": nn.functional.pad(batch["attention_mask"], padding)}
+    inputs["token_type_ids"] = torch.zeros_like(inputs["input_ids"])
+    with torch.no_grad():
+        predicted = int(reference(**inputs).logits.argmax())
+    # a gold label other than the prediction, so that attributing the wrong one would show
+    label = None if target == "pred" else (predicted + 1) % 3
+    theirs = reference_attattr(reference, inputs, batch_size=batch_size, num_batch=num_batch,
+                               label=label)
+    if label is not None:
+        inputs["labels"] = torch.tensor([label])
+    result = attribute(ours, inputs, target, "riemann_left", steps, batch_size)
+    assert (result.attr[0, :, :, :REAL, :REAL] - theirs).abs().max() < TOLERANCE
+    # what their cut leaves out is padding, where attnlab's attributions are zero
+    assert not result.attr[0, :, :, REAL:].any() and not result.attr[0, ..., REAL:].any()
+    # the paper's right Riemann sum is another rule here: ∂F/∂(αA) changes along the path
+    right = attribute(ours, inputs, target, "riemann_right", steps, batch_size)
+    assert (right.attr[0, :, :, :REAL, :REAL] - theirs).abs().max() > 1e-3
