@@ -517,32 +517,50 @@ def test_contributions_by_distance_average_the_inputs_next_to_and_far_from_each_
     assert near.tolist() == [[1, 1]] and np.isnan(far).all()
 
 
-def _mixing(examples, not_self, self_first, self_last, local):
-    """A made-up per-token table: 4 tokens per example, layers 1 and 2; at layer 2 `not_self`
-    of them led by another input, self-contributions `self_first` and `self_last` and
-    neighbours ahead of distant inputs by `local(example)`."""
+def _mixing(examples, not_self, self_first, self_last, local, tokens=10):
+    """A made-up per-token table: `tokens` tokens per example, layers 1 and 2; at layer 2
+    `not_self(example)` of them led by another input, self-contributions `self_first` and
+    `self_last` and neighbours ahead of distant inputs by `local(example)`."""
     rows = []
     for example in range(examples):
         for layer, own in ((1, self_first), (2, self_last)):
-            for token in range(4):
+            for token in range(tokens):
                 rows.append({"example": example, "layer": layer, "token": token,
-                             "top_is_self": not (layer == 2 and token < not_self),
+                             "top_is_self": not (layer == 2 and token < not_self(example)),
                              "self_contribution": own, "neighbour_contribution": 0.2,
                              "distant_contribution": 0.2 - local(example)})
     return pd.DataFrame(rows)
 
 
 def test_token_mixing_findings_are_judged_over_examples():
-    """One token in four led by another input in every example (0.25), self-contribution 0.6
-    falling to 0.4, neighbours ahead by 0.05: all hold on every resample; neighbours ahead in
-    one example and behind in the others: the estimate is negative and its interval too."""
-    rows = tm.claims(_mixing(8, 1, 0.6, 0.4, lambda _: 0.05))
+    """Three tokens in ten led by another input in every example (the printed 30 %),
+    self-contribution 0.6 falling to 0.4, neighbours ahead by 0.05: all hold on every
+    resample; neighbours ahead in one example and behind in the others: the estimate is
+    negative and its interval too."""
+    rows = tm.claims(_mixing(8, lambda _: 3, 0.6, 0.4, lambda _: 0.05))
     assert [r["kind"] for r in rows] == ["finding"] * 3
     assert [r["verdict"] for r in rows] == ["holds"] * 3
-    assert [r["value"] for r in rows] == pytest.approx([0.25, 0.2, 0.05])
-    assert rows[0]["bar"] == tm.SIZEABLE and rows[0]["n"] == 8
-    behind = tm.claims(_mixing(8, 1, 0.6, 0.4, lambda e: 0.05 if e == 0 else -0.05))[2]
+    # the first: the mean share's distance from the printed 0.30
+    assert [r["value"] for r in rows] == pytest.approx([0, 0.2, 0.05])
+    assert rows[0]["bar"] == tm.ROUNDING and rows[0]["side"] == "below" and rows[0]["n"] == 8
+    assert "Brunner" in rows[0]["source"]
+    behind = tm.claims(_mixing(8, lambda _: 3, 0.6, 0.4,
+                               lambda e: 0.05 if e == 0 else -0.05))[2]
     assert behind["value"] == pytest.approx(-0.0375) and behind["verdict"] == "does not hold"
+
+
+@pytest.mark.parametrize(("not_self", "distance", "verdict"), [
+    (lambda _: 2, 0.1, "does not hold"),  # 20 %: mixing, but not the printed 30 %
+    (lambda _: 5, 0.2, "does not hold"),  # 50 %: more mixing than printed, not 'about' it
+    # 20 % and 40 % in turn: a mean of 30 %, but over 8 examples its interval reaches past
+    # the rounding band on both sides (a resample of mostly one kind)
+    (lambda e: 2 if e % 2 else 4, 0.0, "inconclusive"),
+    (lambda _: 0, 0.3, "does not hold"),  # no mixing at all
+])
+def test_token_mixing_is_judged_against_the_printed_share_within_its_rounding(
+        not_self, distance, verdict):
+    row = tm.claims(_mixing(8, not_self, 0.6, 0.4, lambda _: 0.05))[0]
+    assert row["value"] == pytest.approx(distance) and row["verdict"] == verdict
 
 
 def test_token_mixing_tables_pick_the_estimator_by_length():

@@ -170,8 +170,8 @@ def test_permuting_uniform_attention_changes_nothing_and_the_other_layer_somethi
     claims = tables["attention_permutation"]["claims"]
     costs = claims.set_index("claim")["value"]
     assert costs.iloc[0] == pytest.approx(0, abs=1e-12)  # layer 0's permutation costs nothing
-    # which cannot clear the poster's bar, whatever the interval
-    assert claims["verdict"].iloc[0] == "does not hold"
+    # which lies below the poster's "only 6 percent", whatever the interval
+    assert claims["verdict"].iloc[0] == "holds"
 
 
 def test_attention_ranking_covers_each_examples_words(stages):

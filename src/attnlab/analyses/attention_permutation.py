@@ -29,8 +29,8 @@ from attnlab.engine.intervention import Intervention
 
 STAGE = "attention_permutation"
 ALL_LAYERS = "all"
-# Drozdyuk et al.: permuting the first layer costs about 6 accuracy points; the finding's bar is
-# half of that (ours).
+# Drozdyuk et al.'s poster: "Permuting k drops the accuracy of the model by only 6 percent", a
+# statement that the drop is small: the bar, the drop must lie below it.
 POSTER_FIRST_LAYER_DROP = 0.06
 # "Barely matters": at most one accuracy point (verdicts.ONE_POINT), the noise of one model on a
 # few hundred examples.
@@ -155,12 +155,12 @@ def claims(table: pd.DataFrame) -> list[dict[str, Any]]:
     others = drops.drop(columns="0")
     n = len(drops)
     return [
-        finding(STAGE, "permuting the first layer's attention costs accuracy",
+        finding(STAGE, "permuting the first layer's attention drops accuracy by only about "
+                f"{POSTER_FIRST_LAYER_DROP:.0%}",
                 f"accuracy drop with layer 0 permuted, 95 % interval over {n} examples (holds "
-                f"above {POSTER_FIRST_LAYER_DROP / 2}: our choice, half the poster's about "
-                f"{POSTER_FIRST_LAYER_DROP:.0%})",
+                f"below {POSTER_FIRST_LAYER_DROP}: the poster's 'only 6 percent')",
                 verdicts.bootstrap(drops["0"].to_numpy(), scale=verdicts.SIGNED_UNIT),
-                Bar(POSTER_FIRST_LAYER_DROP / 2),
+                Bar(POSTER_FIRST_LAYER_DROP, "below"),
                 source("drozdyuk", "first_layer")),
         finding(STAGE, "permuting any other single layer's attention barely changes accuracy",
                 f"largest accuracy drop over layers >= 1, each permuted alone, 95 % interval "
