@@ -198,9 +198,9 @@ def test_every_paper_file_names_its_statements_and_an_unknown_key_is_refused():
         assert entries["title"] and entries["cite"]
         assert isinstance(entries["learned"], bool), name
         for key, entry in entries["statements"].items():
-            # `untested`: why no run can test it
-            assert {"where", "statement"} <= set(entry) <= {"where", "statement", "untested"}, (
-                name, key)
+            # `untested`: why no run can test it; `bar`: where its findings' bar comes from
+            assert {"where", "statement"} <= set(entry) <= {"where", "statement", "untested",
+                                                            "bar"}, (name, key)
             assert str(source(name, key)) == (f"{entries['cite']}, {entry['where']}: "
                                               f"{entry['statement']}")
     with pytest.raises(KeyError, match="no statement 'fig99'"):
