@@ -13,7 +13,8 @@ of the input, and attention to them is large whatever the input; Clark et al. 20
   per token as Jain & Wallace's code takes it (BART: through its encoder's word embeddings).
   `gradient`: DETACHED (theirs: their code detaches the attention weights for it; here every
   attention of the model is held at its value, so the gradient is the output's change with the
-  input through the values alone) or THROUGH_ATTENTION (through the attention too).
+  input with every attention distribution fixed) or THROUGH_ATTENTION (through the attention
+  too).
 * leave-one-out: TVD(ŷ(x), ŷ(x without t)), the output distribution's change when token t is
   removed from the input.
 
