@@ -19,6 +19,7 @@ from tiny_models import FAMILIES, tiny_batch, tiny_classifier
 from attnlab.analyses import adversarial_attention as aa
 from attnlab.analyses import attention_permutation as ap
 from attnlab.analyses import attention_ranking as ar
+from attnlab.analyses import verdicts
 from attnlab.analyses.divergences import jensen_shannon, total_variation
 from attnlab.engine import models
 from attnlab.engine.intervention import Intervention
@@ -163,22 +164,41 @@ def test_kendall_tau_of_known_rankings():
     assert np.isnan(ar.kendall(np.array([1, 2, 3]), np.array([5, 5, 5])))
 
 
-def test_attention_gradient_and_leave_one_out_are_what_they_say(tokenizer):
+def _detached_softmax(*args, **kwargs):
+    """Attention probabilities that are constants for autograd: every softmax inside these
+    classifiers is an attention's (their heads have none; the output's is torch.softmax)."""
+    return SOFTMAX(*args, **kwargs).detach()
+
+
+SOFTMAX = torch.nn.functional.softmax
+
+
+def test_attention_gradient_and_leave_one_out_are_what_they_say(tokenizer, monkeypatch):
     """On a float64 BERT: the attention is the last layer's [CLS] row as the model returns it,
     averaged over heads; the gradient score |grad . input| of the word embeddings, as the
-    model's own inputs_embeds give it; leave-one-out the TVD with the token cut out of the
+    model's own inputs_embeds give it, through the attention and (Jain & Wallace's) with every
+    attention probability a constant; leave-one-out the TVD with the token cut out of the
     example alone; and the table is the same in batches of any size."""
     model = models.prepare_model(tiny_classifier("bert", init=0.5, dtype=torch.float64))
     batch = _inputs(tiny_batch("bert", LENGTHS))
-    attention, gradient, probs = ar._attention_and_gradient(model, batch)
-    words = model.get_input_embeddings()(batch["input_ids"]).detach().requires_grad_()
-    out = model(inputs_embeds=words, attention_mask=batch["attention_mask"],
-                output_attentions=True)
-    expected = torch.softmax(out.logits, -1)
+
+    def by_hand():
+        words = model.get_input_embeddings()(batch["input_ids"]).detach().requires_grad_()
+        out = model(inputs_embeds=words, attention_mask=batch["attention_mask"],
+                    output_attentions=True)
+        probs = torch.softmax(out.logits, -1)
+        (grad,) = torch.autograd.grad(probs.max(-1).values.sum(), words)
+        return out.attentions[-1][:, :, 0].mean(1).detach(), (grad * words).sum(-1).abs(), probs
+
+    attention, through, probs = ar._attention_and_gradient(model, batch, ar.THROUGH_ATTENTION)
+    expected_attention, expected_through, expected = by_hand()
     torch.testing.assert_close(probs, expected.detach())
-    (grad,) = torch.autograd.grad(expected.max(-1).values.sum(), words)
-    torch.testing.assert_close(gradient, (grad * words).sum(-1).abs())
-    torch.testing.assert_close(attention, out.attentions[-1][:, :, 0].mean(1).detach())
+    torch.testing.assert_close(through, expected_through)
+    torch.testing.assert_close(attention, expected_attention)
+    detached = ar._attention_and_gradient(model, batch, ar.DETACHED)[1]
+    with monkeypatch.context() as patch:
+        patch.setattr(torch.nn.functional, "softmax", _detached_softmax)
+        torch.testing.assert_close(detached, by_hand()[1])
     content = ar._content(batch, tokenizer)
     assert content.sum(1).tolist() == [n - 2 for n in LENGTHS]  # [CLS] and [SEP] left out
     loo = ar._leave_one_out(model, batch, content, probs, batch_size=4)
@@ -197,24 +217,67 @@ def test_attention_gradient_and_leave_one_out_are_what_they_say(tokenizer):
         check_exact=False, atol=1e-9, rtol=0)
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_detached_gradient_holds_every_attention_of_the_model_fixed(family, monkeypatch):
+    """Every family: the detached gradient is the through-attention one of the same model with
+    every attention probability made a constant (BART's decoder and cross-attention too), and
+    on these random models, whose attention is far from uniform, it is another gradient: the
+    two differ by most of their norm (0.92 to 0.97 of it at init 0.5; 0.3 leaves room)."""
+    model = models.prepare_model(tiny_classifier(family, init=0.5, dtype=torch.float64))
+    batch = _inputs(tiny_batch(family, LENGTHS))
+    detached = ar._attention_and_gradient(model, batch, ar.DETACHED)[1]
+    through = ar._attention_and_gradient(model, batch, ar.THROUGH_ATTENTION)[1]
+    with monkeypatch.context() as patch:
+        patch.setattr(torch.nn.functional, "softmax", _detached_softmax)
+        constant = ar._attention_and_gradient(model, batch, ar.THROUGH_ATTENTION)[1]
+    torch.testing.assert_close(detached, constant, rtol=1e-12, atol=1e-12)
+    real = batch["attention_mask"].bool()
+    assert (detached - through)[real].norm() > 0.3 * through[real].norm()
+
+
+def _taus(gradient_loo: np.ndarray, *, n: int = 30, seed: int = 0) -> pd.DataFrame:
+    """A made-up ranking table of n examples (and two whose tau is undefined): attention's tau
+    with either importance uniform on [-0.3, 0.3], the importances' with each other given."""
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({"example": range(n + 2), "tokens": 5,
+                         "tau_gradient": [*rng.uniform(-0.3, 0.3, n), np.nan, np.nan],
+                         "tau_loo": [*rng.uniform(-0.3, 0.3, n), np.nan, np.nan],
+                         "tau_gradient_loo": [*gradient_loo, np.nan, 0.1]})
+
+
 def test_ranking_findings_leave_out_examples_without_a_ranking():
     """tau near 0 on 30 examples: attention ranks unlike both importances (holds below 0.5);
-    gradient and leave-one-out agree more (paired, 0.4 against 0): holds. Examples whose tau is
-    undefined are left out of n; none defined: not testable."""
-    rng = np.random.default_rng(0)
-    table = pd.DataFrame({"example": range(32), "tokens": 5,
-                          "tau_gradient": [*rng.uniform(-0.3, 0.3, 30), np.nan, np.nan],
-                          "tau_loo": [*rng.uniform(-0.3, 0.3, 30), np.nan, np.nan],
-                          "tau_gradient_loo": [*rng.uniform(0.2, 0.6, 30), np.nan, 0.1]})
-    rows = ar.claims(table)
-    assert [r["verdict"] for r in rows] == ["holds"] * 3
-    assert [r["n"] for r in rows] == [30] * 3
+    gradient and leave-one-out agree more than attention and either (paired, 0.4 against
+    about 0): both hold. Examples whose tau is undefined are left out of n; none defined: not
+    testable."""
+    table = _taus(np.random.default_rng(1).uniform(0.2, 0.6, 30))
+    rows = ar.claims(table, gradient=ar.DETACHED)
+    assert [r["verdict"] for r in rows] == ["holds"] * 4
+    assert [r["n"] for r in rows] == [30] * 4
     assert rows[0]["bar"] == ar.WEAK_TAU and rows[0]["side"] == "below"
-    assert rows[2]["value"] == pytest.approx(
-        (table["tau_gradient_loo"] - table["tau_loo"]).dropna().mean())
+    for row, attention in zip(rows[2:], ["tau_loo", "tau_gradient"], strict=True):
+        assert row["value"] == pytest.approx(
+            (table["tau_gradient_loo"] - table[attention]).dropna().mean())
+        assert row["bar"] == verdicts.ONE_POINT and row["side"] == "above"
     assert all("Jain & Wallace 2019, " in r["source"] for r in rows)
-    undefined = ar.claims(table.assign(tau_gradient=np.nan))[0]
-    assert undefined["verdict"] == "not testable"
+    assert "attention detached" in rows[0]["metric"]
+    assert "through the attention" in ar.claims(table, gradient=ar.THROUGH_ATTENTION)[0]["metric"]
+    undefined = ar.claims(table.assign(tau_gradient=np.nan), gradient=ar.DETACHED)
+    assert [r["verdict"] for r in undefined] == ["not testable", "holds", "holds",
+                                                 "not testable"]
+
+
+def test_attention_ranks_unlike_the_importances_only_where_they_agree_more():
+    """The comparison, not the threshold: with the importances' tau with each other as low as
+    attention's (the same uniform draws on [-0.3, 0.3]), tau below 0.5 still holds, but the
+    paired comparisons do not (their intervals lie about 0, around the one-point bar); with
+    the importances agreeing less than attention does (tau 0.5 below), they do not hold."""
+    rng = np.random.default_rng(2)
+    alike = ar.claims(_taus(rng.uniform(-0.3, 0.3, 30)), gradient=ar.DETACHED)
+    assert [r["verdict"] for r in alike[:2]] == ["holds"] * 2
+    assert [r["verdict"] for r in alike[2:]] == ["inconclusive"] * 2
+    less = ar.claims(_taus(rng.uniform(-0.8, -0.5, 30)), gradient=ar.DETACHED)
+    assert [r["verdict"] for r in less[2:]] == ["does not hold"] * 2
 
 
 def test_divergences():

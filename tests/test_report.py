@@ -402,7 +402,8 @@ def library_claims(tasks: list[str], similar: list[list[str]], dissimilar: list[
               + attack.attack_claims(drops, None, top=3)
               + effective_attention.claims(per_head, mass, BERT_BASE_D_V)
               + token_identifiability.claims(sentences) + token_mixing.claims(tokens)
-              + attention_permutation.claims(permuted) + attention_ranking.claims(ranking)
+              + attention_permutation.claims(permuted)
+              + attention_ranking.claims(ranking, gradient=attention_ranking.DETACHED)
               + adversarial_attention.claims(keys, adversarial, epsilon=0.01,
                                              distance_cap=1.0))
     return {(c["stage"], c["claim"]) for c in claims}

@@ -184,9 +184,10 @@ def test_attention_ranking_covers_each_examples_words(stages):
     claims = tables["attention_permutation"]["claims"]
     ranked = claims[claims["source"].str.startswith("Jain & Wallace 2019")]
     # each over the examples whose tau is defined (a constant score has none)
-    assert list(ranked["n"]) == [taus["tau_gradient"].notna().sum(),
-                                 taus["tau_loo"].notna().sum(),
-                                 taus[["tau_gradient_loo", "tau_loo"]].notna().all(axis=1).sum()]
+    assert list(ranked["n"]) == [
+        taus["tau_gradient"].notna().sum(), taus["tau_loo"].notna().sum(),
+        *(taus[["tau_gradient_loo", attention]].notna().all(axis=1).sum()
+          for attention in ("tau_loo", "tau_gradient"))]
 
 
 def test_adversarial_keys_cannot_move_uniform_attention_and_attention_keeps_its_bound(stages):

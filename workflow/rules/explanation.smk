@@ -22,7 +22,7 @@ rule attention_permutation:
         ),
     params:
         **config_paths("explanation.attention_permutation", "explanation.batch_size",
-                       *MODEL_JOB),
+                       "explanation.gradient", *MODEL_JOB),
         task=task_spec,
         seed=run_seed,
         code=code_version("stages.attention_permutation"),

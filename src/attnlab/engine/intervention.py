@@ -2,7 +2,8 @@
 
 Every analysis that needs to see or change attention (capture the probabilities or the value
 vectors, scale one layer's probabilities by per-row factors for attribution, mask heads or
-single edges, permute or replace a layer's probabilities, map the keys) passes an
+single edges, permute or replace a layer's probabilities, map the keys, hold the probabilities
+out of a gradient) passes an
 `Intervention` to the model call as the keyword argument `attnlab=`. transformers hands extra
 keyword arguments down to the attention function, so no module is patched and no global state
 is kept: a call without `attnlab=` is the stock eager computation.
@@ -30,6 +31,10 @@ class Intervention:
 
     Tensors of shape (B, H, Q, K) are per batch row, head, query and key position.
 
+    detach:         cut the graph at every attention's probabilities, analysed layer or not
+                    (BART's decoder and cross-attention too): a gradient of the output flows
+                    through the values, with every attention distribution held at its value
+                    (Jain & Wallace's gradient importance). The changes below apply after it.
     capture:        record the probabilities of every analysed layer as used (after every
                     change below), in `probs`.
     capture_values: record the value vectors (B, H, K, d_v) of every analysed layer in `values`.
@@ -51,6 +56,7 @@ class Intervention:
                     `keys` (with their graph, for a loss on the distance).
     """
 
+    detach: bool = False
     capture: bool = False
     capture_values: bool = False
     scale_layer: int | None = None
@@ -137,6 +143,8 @@ def attention_forward(
         weights = weights + attention_mask
     weights = nn.functional.softmax(weights, dim=-1)
     weights = nn.functional.dropout(weights, p=dropout, training=module.training)
+    if attnlab is not None and attnlab.detach:
+        weights = weights.detach()
     if active:
         weights = attnlab.apply(layer, weights)
     output = torch.matmul(weights, value)

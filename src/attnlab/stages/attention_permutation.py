@@ -28,9 +28,10 @@ def run(job: ModelJob) -> None:
                                                     cfg.permutations, job.settings.seed,
                                                     settings.batch_size)
     ranking = attention_ranking.ranking_table(job.model, job.tokenizer, inputs,
-                                              settings.batch_size)
+                                              settings.batch_size, gradient=settings.gradient)
     claims = on_models(pd.DataFrame(attention_permutation.claims(table)
-                                    + attention_ranking.claims(ranking)),
+                                    + attention_ranking.claims(ranking,
+                                                               gradient=settings.gradient)),
                        job.finetune_metrics)
     job.write_tables({"table": table, "ranking": ranking, "claims": claims})
     plot_attention_permutation(table, attention_permutation.summary(table),
