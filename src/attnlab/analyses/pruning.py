@@ -3,13 +3,13 @@ statements as findings judged by the verdict rules (`attnlab.analyses.verdicts`)
 
 * Per-layer effectiveness (paper Fig. 3): rank the heads within each layer by each example's
   own scores and mask k of them in every layer at once, lowest or highest first. Attribution
-  ranks by the example's attributions to its gold label, as Hao et al. do (their slides prune
-  "according to their attribution scores with respect to the golden label"; their pruning
-  script passes the gold label too), and the paper's statements are judged on that ranking.
-  It tells the mask what the answer is: pruning the heads that speak least for the right
-  answer can only help it. How much that raises accuracy (the leak) and the same statements
-  judged on the ranking by the predicted label, which does not know the answer, are this
-  project's findings. Attention (a decoder's at its query, `heads.ranking_scores`) and a
+  ranks by the example's attributions to its gold label, as Hao et al. do (slides presenting
+  the paper prune "according to their attribution scores with respect to the golden label";
+  the official pruning script passes the gold label too), and the paper's statements are
+  judged on that ranking. It tells the mask what the answer is: pruning the heads that speak
+  least for the right answer favours it. How much that raises accuracy (the leak) and the
+  same statements judged on the ranking by the predicted label, which does not know the
+  answer, are this project's findings. Attention (a decoder's at its query, `heads.ranking_scores`) and a
   random order in every layer (draws of a fixed seed, their mean) are the baselines.
 * Global pruning (Fig. 4): rank all L·H heads by dataset-level importance and mask the lowest
   p %, evaluated on the dev examples that did not score the heads (`heads.evaluation_split`).
