@@ -9,8 +9,9 @@ statements as findings judged by the verdict rules (`attnlab.analyses.verdicts`)
   judged on that ranking. It tells the mask what the answer is: pruning the heads that speak
   least for the right answer favours it. How much that raises accuracy (the leak) and the
   same statements judged on the ranking by the predicted label, which does not know the
-  answer, are this project's findings. Attention (a decoder's at its query, `heads.ranking_scores`) and a
-  random order in every layer (draws of a fixed seed, their mean) are the baselines.
+  answer, are this project's findings. Attention (a decoder's at its query,
+  `heads.ranking_scores`) and a random order in every layer (draws of a fixed seed, their
+  mean) are the baselines.
 * Global pruning (Fig. 4): rank all L·H heads by dataset-level importance and mask the lowest
   p %, evaluated on the dev examples that did not score the heads (`heads.evaluation_split`).
 * Retention above chance: (acc − chance) / (full − chance), chance the majority-class rate of
