@@ -17,9 +17,9 @@ from matplotlib.collections import LineCollection
 from matplotlib.colors import to_rgb
 from PIL import Image
 
-from attnlab.analyses import pruning
 from attnlab.analyses.claims import NotTestable, claim
 from attnlab.analyses.interaction_eval import ALL, MEASURES, RANDOM
+from attnlab.analyses.pruning_labels import LEAK
 from attnlab.report import (
     explanation_figures,
     figures,
@@ -352,9 +352,9 @@ def test_pruning_a_model_whose_accuracy_never_moves_says_so_and_the_leak_is_draw
                              for task in ("pairs", "single") for k in range(5)])
     # the leak of task single (its gold-ranked curve at k = 2 is 0.7: 0.2 below the unpruned
     # 0.9); task pairs has no leak estimate (a model at chance has it, NaN stands in for none)
-    claims = pd.DataFrame([{"task": "single", "claim": pruning.LEAK, "value": -0.2,
+    claims = pd.DataFrame([{"task": "single", "claim": LEAK, "value": -0.2,
                             "low": -0.25, "high": -0.15},
-                           {"task": "pairs", "claim": pruning.LEAK, "value": np.nan,
+                           {"task": "pairs", "claim": LEAK, "value": np.nan,
                             "low": np.nan, "high": np.nan},
                            {"task": "single", "claim": "another", "value": 0.5, "low": 0.4,
                             "high": 0.6}])

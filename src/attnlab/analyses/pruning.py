@@ -37,6 +37,7 @@ from transformers import PreTrainedModel
 
 from attnlab.analyses import verdicts
 from attnlab.analyses.claims import NotTestable, Source, finding, source
+from attnlab.analyses.pruning_labels import LABEL_STAGE, LEAK, pruned_half
 from attnlab.analyses.verdicts import ONE_POINT, Bar
 from attnlab.engine import examples
 from attnlab.engine.attribution import attribute, head_maxima
@@ -48,10 +49,6 @@ ORDERS = ("lowest", "highest")
 GOLD, PREDICTED = ("attribution", "gold"), ("attribution", "predicted")
 ATTENTION, RANDOM = ("attention", ""), ("random", "")
 RANKINGS = (GOLD, PREDICTED, ATTENTION, RANDOM)
-# The stage of this project's per-layer findings (the gold label's leak, the paper's
-# statements on the predicted label's ranking), apart from the paper's stage "per_layer".
-LABEL_STAGE = "per_layer_label"
-LEAK = "ranking by the gold label leaks the answer"
 
 # Our choice (the paper prints no number for Fig. 3, only curves that stay within a few points
 # up to half the heads): pruning half the heads of every layer, lowest attribution first, may
@@ -209,11 +206,6 @@ def global_curves(
                   "accuracy": c[i].mean()}
                  for i, (percent, mask) in enumerate(zip(percents, masks, strict=True))]
     return Curves(pd.DataFrame(rows).astype({"seed": "Int64"}), correct)
-
-
-def pruned_half(n_heads: int) -> int:
-    """The k of "barely hurts" and of the gold label's leak: half the heads of every layer."""
-    return n_heads // 2
 
 
 def _fig3_findings(curves: Curves, attribution: tuple[str, str], *, stage: str, suffix: str,

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from attnlab.analyses import pruning
+from attnlab.analyses.pruning_labels import LEAK, pruned_half
 from attnlab.report.figures import mark_not_testable, note_if_flat, save_figure
 
 
@@ -35,7 +35,7 @@ def _draw_leak(ax: plt.Axes, curves: pd.DataFrame, leak: pd.DataFrame) -> None:
     if leak.empty:
         return
     row = leak.iloc[0]
-    half = pruning.pruned_half(int(curves["k"].max()))
+    half = pruned_half(int(curves["k"].max()))
     unpruned = curves.loc[curves["k"] == 0, "accuracy"].iloc[0]
     ax.axhline(unpruned, color="0.5", linestyle=":", linewidth=1)
     ax.errorbar([half], [unpruned + row["value"]], fmt="none", ecolor="black", capsize=4,
@@ -59,7 +59,7 @@ def plot_per_layer(curves: pd.DataFrame, path: str | os.PathLike, *,
                        marker="o", height=3.2, facet_kws={"sharey": False})
     grid.set_axis_labels("heads pruned in every layer (k)", "accuracy")
     _note_flat_tasks(grid, curves)
-    leaks = claims[claims["claim"] == pruning.LEAK]
+    leaks = claims[claims["claim"] == LEAK]
     for task, ax in grid.axes_dict.items():
         _draw_leak(ax, curves[curves["task"] == task], leaks[leaks["task"] == task])
     save_figure(grid.figure, path)
