@@ -209,10 +209,12 @@ def global_curves(
 
 
 def _fig3_findings(curves: Curves, attribution: tuple[str, str], *, stage: str, suffix: str,
-                   cited: Callable[[str], Source]) -> list[dict[str, Any]]:
+                   sources: tuple[Source, Source, Source, Source]) -> list[dict[str, Any]]:
     """The paper's four Fig. 3 statements on one task's per-layer curves, attribution ranked by
     `attribution` (GOLD or PREDICTED), under `stage`, each claim's name followed by `suffix`
-    and its source `cited(<the paper's statement key>)`."""
+    and its source the one of `sources` in its place (low pruning, the random control, high
+    pruning, attention)."""
+    low_pruning, random_control, high_pruning, attention = sources
     label = f"attribution to the {attribution[1]} label"
     low = curves.correct[(*attribution, "lowest")]
     n_heads = len(low) - 1
@@ -237,26 +239,26 @@ def _fig3_findings(curves: Curves, attribution: tuple[str, str], *, stage: str, 
             f"first, paired 95 % interval over examples (holds below {LOW_PRUNE_TOLERANCE}; "
             f"bar: our choice, the paper prints no number)",
             verdicts.difference(low[0], low[half], paired=True, scale=verdicts.SIGNED_UNIT),
-            Bar(LOW_PRUNE_TOLERANCE, "below"), cited("fig3_low_pruning")),
+            Bar(LOW_PRUNE_TOLERANCE, "below"), low_pruning),
         finding(
             stage, f"pruning low-attribution heads hurts less than pruning random ones{suffix}",
             f"{interval}, lowest {label} first minus a random order (holds above {ONE_POINT}; "
             f"{ours}; our control, not the paper's)",
             compare((*attribution, "lowest"), (*RANDOM, "lowest")), Bar(ONE_POINT),
-            cited("fig3_random_control")),
+            random_control),
         finding(
             stage, f"pruning high-attribution heads hurts more than low-attribution "
             f"ones{suffix}",
             f"{interval}, lowest-first minus highest-first, {label} (holds above {ONE_POINT}; "
             f"{ours})",
             compare((*attribution, "lowest"), (*attribution, "highest")), Bar(ONE_POINT),
-            cited("fig3_high_pruning")),
+            high_pruning),
         finding(
             stage, f"pruning high-attribution heads hurts more than high-attention ones{suffix}",
             f"{interval}, highest attention first minus highest {label} first (holds above "
             f"{ONE_POINT}; {ours})",
             compare((*ATTENTION, "highest"), (*attribution, "highest")), Bar(ONE_POINT),
-            cited("fig3_attention")),
+            attention),
     ]
 
 
@@ -276,12 +278,13 @@ def per_layer_claims(curves: Curves) -> list[dict[str, Any]]:
         f"gap of one accuracy point)",
         verdicts.difference(gold[half], gold[0], paired=True, scale=verdicts.SIGNED_UNIT),
         Bar(ONE_POINT), source("attnlab", "fig3_gold_leak"))
-    return [*_fig3_findings(curves, GOLD, stage="per_layer", suffix="",
-                            cited=lambda key: source("hao2021", key)),
+    paper = (source("hao2021", "fig3_low_pruning"), source("hao2021", "fig3_random_control"),
+             source("hao2021", "fig3_high_pruning"), source("hao2021", "fig3_attention"))
+    return [*_fig3_findings(curves, GOLD, stage="per_layer", suffix="", sources=paper),
             leak,
             *_fig3_findings(curves, PREDICTED, stage=LABEL_STAGE,
                             suffix=", ranked by the predicted label",
-                            cited=lambda _: source("attnlab", "fig3_predicted_label"))]
+                            sources=(source("attnlab", "fig3_predicted_label"),) * 4)]
 
 
 def global_claims(curves: Curves, percents: list[float], labels: torch.Tensor
