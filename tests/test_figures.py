@@ -13,11 +13,13 @@ import pandas as pd
 import pytest
 import seaborn as sns
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.collections import LineCollection
 from matplotlib.colors import to_rgb
 from PIL import Image
 
 from attnlab.analyses.claims import NotTestable, claim
 from attnlab.analyses.interaction_eval import ALL, MEASURES, RANDOM
+from attnlab.analyses.pruning_labels import LEAK
 from attnlab.report import (
     explanation_figures,
     figures,
@@ -332,7 +334,8 @@ def test_token_identifiability_keeps_its_legend_off_the_lines(tmp_path, drawn):
     assert drawn[0].warnings == [] and within_bounds(tmp_path / "ti.png")
 
 
-def test_pruning_a_model_whose_accuracy_never_moves_says_so(tmp_path, monkeypatch, caplog):
+def test_pruning_a_model_whose_accuracy_never_moves_says_so_and_the_leak_is_drawn(
+        tmp_path, monkeypatch, caplog):
     kept = {}
     monkeypatch.setattr(head_figures, "save_figure",
                         lambda figure, path: (kept.setdefault(path.name, figure),
@@ -341,21 +344,38 @@ def test_pruning_a_model_whose_accuracy_never_moves_says_so(tmp_path, monkeypatc
     curves = pd.DataFrame([{"task": task, "ranking": ranking, "label": label, "order": order,
                             "k": k, "accuracy": 0.5 if task == "pairs" else 0.9 - 0.1 * k}
                            for task in ("pairs", "single")
-                           for ranking, label in (("attribution", "predicted"), ("attention", ""))
-                           for order in ("lowest", "highest") for k in range(3)]
+                           for ranking, label in (("attribution", "gold"),
+                                                  ("attribution", "predicted"), ("attention", ""))
+                           for order in ("lowest", "highest") for k in range(5)]
                           + [{"task": task, "ranking": "random", "label": "", "order": "lowest",
                               "k": k, "accuracy": 0.5 if task == "pairs" else 0.9 - 0.05 * k}
-                             for task in ("pairs", "single") for k in range(3)])
-    head_figures.plot_per_layer(curves, tmp_path / "per_layer.png")
+                             for task in ("pairs", "single") for k in range(5)])
+    # the leak of task single (its gold-ranked curve at k = 2 is 0.7: 0.2 below the unpruned
+    # 0.9); task pairs has no leak estimate (a model at chance has it, NaN stands in for none)
+    claims = pd.DataFrame([{"task": "single", "claim": LEAK, "value": -0.2,
+                            "low": -0.25, "high": -0.15},
+                           {"task": "pairs", "claim": LEAK, "value": np.nan,
+                            "low": np.nan, "high": np.nan},
+                           {"task": "single", "claim": "another", "value": 0.5, "low": 0.4,
+                            "high": 0.6}])
+    head_figures.plot_per_layer(curves, tmp_path / "per_layer.png", claims=claims)
     flat, moving = kept["per_layer.png"].axes
-    # a random order has no lowest heads to prune first: its line is named "random"
+    # a random order has no lowest heads to prune first: its line is named "random"; each
+    # label's ranking says whose protocol it is
     assert sorted(t.get_text() for t in kept["per_layer.png"].legends[0].get_texts()) == [
         "attention, highest first", "attention, lowest first",
-        "attribution (predicted label), highest first",
-        "attribution (predicted label), lowest first", "random"]
-    assert [t.get_text() for t in flat.texts if t.get_gid() == figures.NOTE] == [
-        "accuracy, whatever is pruned: 0.5 everywhere"]
-    assert not moving.texts
+        "attribution (gold label: the paper's), highest first",
+        "attribution (gold label: the paper's), lowest first",
+        "attribution (predicted label: ours), highest first",
+        "attribution (predicted label: ours), lowest first", "random"]
+    assert [t.get_text() for t in flat.texts] == ["accuracy, whatever is pruned: 0.5 everywhere"]
+    assert not moving.texts and flat.get_title() == "task = pairs"
+    assert moving.get_title() == "task = single\ngold-label leak at k=2:\n-0.2 [-0.25, -0.15]"
+    # the unpruned accuracy dotted, and the leak's interval about it at k = 2: 0.65 to 0.75
+    (bar,) = [c for c in moving.collections if isinstance(c, LineCollection)]
+    np.testing.assert_allclose(bar.get_segments()[0], [[2, 0.65], [2, 0.75]])
+    assert [line.get_ydata()[0] for line in moving.get_lines()
+            if line.get_linestyle() == ":"] == [pytest.approx(0.9)]
     assert not [r for r in caplog.records if r.name == CHECKS]
 
 

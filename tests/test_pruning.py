@@ -178,18 +178,19 @@ def test_the_predicted_label_ranks_where_the_model_is_wrong():
 
 
 def _correct(accuracies: list[float], n: int = 200) -> np.ndarray:
-    """Per-example correctness (points, n) with the given accuracies, the examples right at a
-    point a subset of those right at the one before (pruning more never makes one right)."""
+    """Per-example correctness (points, n) with the given accuracies, the examples right at
+    each point the first ones (so that two points differ on as few examples as they can)."""
     return np.array([[1.0] * round(a * n) + [0.0] * (n - round(a * n)) for a in accuracies])
 
 
-def _per_layer(low, high, attention_high, random=None, gold_low=None) -> pruning.Curves:
-    """Per-layer curves for H = 4 (k = 0..4) by their accuracies; the gold-label ranking's
-    lowest-first curve is `gold_low` (default: the predicted label's)."""
-    correct = {(*pruning.PREDICTED, "lowest"): _correct(low),
-               (*pruning.PREDICTED, "highest"): _correct(high),
-               (*pruning.GOLD, "lowest"): _correct(gold_low or low),
+def _per_layer(low, high, attention_high, random=None, predicted_low=None) -> pruning.Curves:
+    """Per-layer curves for H = 4 (k = 0..4) by their accuracies, attribution ranked by the
+    gold label (the paper's ranking); the predicted label's lowest-first curve is
+    `predicted_low` (default: the gold label's)."""
+    correct = {(*pruning.GOLD, "lowest"): _correct(low),
                (*pruning.GOLD, "highest"): _correct(high),
+               (*pruning.PREDICTED, "lowest"): _correct(predicted_low or low),
+               (*pruning.PREDICTED, "highest"): _correct(high),
                (*pruning.ATTENTION, "lowest"): _correct(low),
                (*pruning.ATTENTION, "highest"): _correct(attention_high),
                (*pruning.RANDOM, "lowest"): _correct(random or high)}
@@ -201,19 +202,31 @@ def _verdicts(claims: list[dict]) -> list[str]:
 
 
 def _follow_from_intervals(claims: list[dict]) -> None:
-    """Every verdict is the one its interval and bar give (verdicts.verdict)."""
+    """Every verdict is the one its interval and bar give (verdicts.verdict), and every
+    finding cites the paper, or this project where it is the project's own."""
     for c in claims:
         if c["verdict"] != "not testable":
             interval = verdicts.Interval(c["value"], c["low"], c["high"], c["n"])
             assert verdicts.verdict(interval, verdicts.Bar(c["bar"], c["side"])) == c["verdict"]
-            assert c["low"] <= c["value"] <= c["high"] and c["source"].startswith("Hao")
+            assert c["low"] <= c["value"] <= c["high"]
+        ours = c["stage"] == pruning.LABEL_STAGE
+        assert c["source"].startswith("attnlab (this project)" if ours else "Hao"), c
+
+
+def _paper(claims: list[dict]) -> list[dict]:
+    """The paper's per-layer findings (Fig. 3), this project's left out."""
+    return [c for c in claims if c["stage"] == "per_layer"]
 
 
 def test_per_layer_findings_hold_on_paper_like_curves_and_flip_on_violating_ones():
     paper = _per_layer(low=[0.9, 0.9, 0.88, 0.7, 0.3], high=[0.9, 0.5, 0.4, 0.35, 0.3],
                        attention_high=[0.9, 0.8, 0.6, 0.5, 0.3])
     claims = pruning.per_layer_claims(paper)
-    assert _verdicts(claims) == ["holds"] * 4
+    # the paper's four, the gold label's leak, the paper's four on the predicted label's ranking
+    assert [c["stage"] for c in claims] == ["per_layer"] * 4 + [pruning.LABEL_STAGE] * 5
+    assert _verdicts(_paper(claims)) == ["holds"] * 4
+    # the same curves for both labels: the same verdicts on the predicted label's ranking
+    assert _verdicts(claims[5:]) == ["holds"] * 4
     # the drop at half: 0.02 over 200 examples, interval about [0.005, 0.04], below 0.05
     assert claims[0]["value"] == pytest.approx(0.02) and claims[0]["high"] < 0.05
     _follow_from_intervals(claims)
@@ -221,7 +234,7 @@ def test_per_layer_findings_hold_on_paper_like_curves_and_flip_on_violating_ones
     violated = _per_layer(low=[0.9, 0.6, 0.5, 0.4, 0.3], high=[0.9, 0.9, 0.88, 0.7, 0.3],
                           attention_high=[0.9, 0.5, 0.4, 0.35, 0.3])
     claims = pruning.per_layer_claims(violated)
-    assert _verdicts(claims) == ["does not hold"] * 4
+    assert _verdicts(_paper(claims)) == ["does not hold"] * 4
     _follow_from_intervals(claims)
     # a drop of 0.05 exactly: its interval holds the bar, inconclusive whatever the estimate
     edge = pruning.per_layer_claims(_per_layer(
@@ -230,16 +243,40 @@ def test_per_layer_findings_hold_on_paper_like_curves_and_flip_on_violating_ones
     assert edge[0]["verdict"] == "inconclusive" and edge[0]["low"] < 0.05 < edge[0]["high"]
 
 
-def test_per_layer_findings_are_judged_on_the_predicted_label():
-    # ranked by the gold label, pruning the lowest heads even helps (an oracle mask); ranked
-    # by the predicted label it costs 30 points: the finding follows the predicted label
-    curves = _per_layer(low=[0.9, 0.8, 0.6, 0.5, 0.3], high=[0.9, 0.5, 0.4, 0.35, 0.3],
-                        attention_high=[0.9, 0.8, 0.6, 0.5, 0.3],
-                        gold_low=[0.9, 0.95, 0.95, 0.9, 0.3])
-    low = pruning.per_layer_claims(curves)[0]
-    assert low["claim"] == "pruning low-attribution heads barely hurts"
-    assert low["value"] == pytest.approx(0.3) and low["verdict"] == "does not hold"
-    assert "predicted label" in low["metric"]
+def test_the_paper_is_judged_on_the_gold_label_its_leak_and_the_predicted_label_are_ours():
+    # ranked by the gold label, pruning the lowest heads even helps (the mask knows the
+    # answer: 10 of 200 examples turn right at k = 2); ranked by the predicted label it costs
+    # 30 points
+    claims = pruning.per_layer_claims(_per_layer(
+        low=[0.9, 0.95, 0.95, 0.9, 0.3], high=[0.9, 0.5, 0.4, 0.35, 0.3],
+        attention_high=[0.9, 0.8, 0.6, 0.5, 0.3], predicted_low=[0.9, 0.8, 0.6, 0.5, 0.3]))
+    _follow_from_intervals(claims)
+    by_name = {c["claim"]: c for c in claims}
+    paper = by_name["pruning low-attribution heads barely hurts"]
+    assert paper["stage"] == "per_layer" and "to the gold label" in paper["metric"]
+    assert paper["value"] == pytest.approx(-0.05) and paper["verdict"] == "holds"
+    assert paper["source"].startswith("Hao et al. 2021, §4, Fig. 3")
+    # the leak: accuracy with 2 of 4 heads pruned by the gold label, minus the unpruned
+    # model's, with the paired interval of those two curves' points (10 examples of 200 gain 1,
+    # none lose: about [0.02, 0.08], above one point)
+    leak = by_name[pruning.LEAK]
+    gold = _correct([0.9, 0.95, 0.95, 0.9, 0.3])
+    expected = verdicts.difference(gold[2], gold[0], paired=True, scale=verdicts.SIGNED_UNIT)
+    assert (leak["value"], leak["low"], leak["high"], leak["n"]) == pytest.approx(
+        (0.05, expected.low, expected.high, 200))
+    assert leak["low"] > verdicts.ONE_POINT and leak["verdict"] == "holds"
+    assert leak["stage"] == pruning.LABEL_STAGE
+    assert leak["source"].startswith("attnlab (this project), per-layer pruning")
+    ours = by_name["pruning low-attribution heads barely hurts, ranked by the predicted label"]
+    assert ours["stage"] == pruning.LABEL_STAGE and "to the predicted label" in ours["metric"]
+    assert ours["value"] == pytest.approx(0.3) and ours["verdict"] == "does not hold"
+    assert ours["source"].startswith("attnlab (this project)")
+    # a gold ranking that costs accuracy has a negative leak, which does not hold
+    costly = pruning.per_layer_claims(_per_layer(
+        low=[0.9, 0.85, 0.8, 0.5, 0.3], high=[0.9, 0.5, 0.4, 0.35, 0.3],
+        attention_high=[0.9, 0.8, 0.6, 0.5, 0.3]))
+    leak = next(c for c in costly if c["claim"] == pruning.LEAK)
+    assert leak["value"] == pytest.approx(-0.1) and leak["verdict"] == "does not hold"
 
 
 def _global(curves: dict[str, list[float]]) -> pruning.Curves:
@@ -368,7 +405,16 @@ def test_the_head_stages_score_and_prune_the_attributed_examples(head_task, tmp_
         ("random", ""): 5}
     assert len(global_) == (3 + 2) * 3
     claims = pd.read_parquet(out["claims"])
-    assert set(claims["stage"]) == {"per_layer", "global"} and (claims["kind"] == "finding").all()
+    assert set(claims["stage"]) == {"per_layer", pruning.LABEL_STAGE, "global"}
+    assert (claims["kind"] == "finding").all()
+    # the paper's per-layer findings are judged on the gold label's ranking, this project's
+    # (the leak, the predicted label's) cite the project
+    stages = claims.set_index("claim")["stage"]
+    assert stages[pruning.LEAK] == pruning.LABEL_STAGE
+    paper = claims[claims["stage"] == "per_layer"]
+    assert len(paper) == 4 and paper["metric"].str.contains("to the gold label").all()
+    assert claims.loc[claims["stage"] == pruning.LABEL_STAGE, "source"].str.startswith(
+        "attnlab (this project)").all()
 
     # the random model is wrong on some attributed examples: those are ranked by their
     # attributions to the predicted label, computed as rule attribute would with target pred

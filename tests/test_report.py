@@ -417,8 +417,9 @@ def test_every_stage_the_library_judges_has_its_group_on_the_first_page():
                 for match in re.findall(r'^STAGE = "(\w+)"', path.read_text(), re.M)}
     stages = {stage for stage, _ in stated} | declared | {"ground_truth", "trees", "triggers",
                                                           "interaction_methods"}
-    # every stage that judges claims (induction and induction_heads: next-token tasks)
-    assert len(stages) == 17
+    # every stage that judges claims (induction and induction_heads: next-token tasks;
+    # per_layer_label: this project's own)
+    assert len(stages) == 18
     assert {stage: landing.group_of(stage) for stage in stages if
             landing.group_of(stage) == landing.OTHER or stage not in landing.STAGES} == {}
 

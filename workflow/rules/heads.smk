@@ -70,6 +70,9 @@ rule pruning_figures:
                          allow_missing=True),
         global_=expand(rules.prune_eval.output.global_, task=EVERY_STAGE_TASKS,
                        allow_missing=True),
+        # the gold label's leak, drawn on the per-layer curves
+        claims=expand(rules.prune_eval.output.claims, task=EVERY_STAGE_TASKS,
+                      allow_missing=True),
     output:
         per_layer=report(
             "results/{name}/heads/pruning_per_layer.png",

@@ -38,6 +38,8 @@ GROUPS: list[tuple[str, str, tuple[str, ...]]] = [
     ("Interaction methods compared", "Interaction methods", ("interaction_methods",)),
     ("Induction heads in a decoder (Olsson et al. 2022)", "Induction heads",
      ("induction", "induction_heads")),
+    # statements no paper makes (papers/attnlab.yaml)
+    ("This project's own findings", "attnlab", ("per_layer_label",)),
 ]
 # A stage no group names (a new one) is shown last, under this heading.
 OTHER = "Other stages"
@@ -45,6 +47,8 @@ OTHER = "Other stages"
 STAGES = {
     "ground_truth": "attribution finds the planted token pairs (synthetic tasks)",
     "per_layer": "pruning heads within each layer (Fig. 3)",
+    "per_layer_label": "pruning heads within each layer: the label that ranks them (beside "
+                       "Hao et al. 2021 Fig. 3)",
     "global": "pruning heads over the whole model (Fig. 4)",
     "task_correlation": "head importance across tasks (Fig. 5)",
     "trees": "attribution trees",

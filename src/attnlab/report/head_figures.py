@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
+from attnlab.analyses.pruning_labels import LEAK, pruned_half
 from attnlab.report.figures import mark_not_testable, note_if_flat, save_figure
 
 
@@ -20,10 +21,37 @@ def _note_flat_tasks(grid: sns.FacetGrid, curves: pd.DataFrame) -> None:
                      "accuracy, whatever is pruned")
 
 
-def plot_per_layer(curves: pd.DataFrame, path: str | os.PathLike) -> None:
+# The legend's name of each label's attribution ranking, saying whose protocol it is.
+RANKED_BY = {"gold": " (gold label: the paper's)", "predicted": " (predicted label: ours)",
+             "": ""}
+
+
+def _draw_leak(ax: plt.Axes, curves: pd.DataFrame, leak: pd.DataFrame) -> None:
+    """The gold label's leak on one task's panel (`leak`: its row of the claims table, none
+    where the task has no estimate): the unpruned accuracy dotted, the leak's 95 % interval
+    an error bar about it at the k it is measured at, on the gold-ranked lowest-first curve,
+    and its number in the panel's title."""
+    leak = leak[leak["value"].notna()]
+    if leak.empty:
+        return
+    row = leak.iloc[0]
+    half = pruned_half(int(curves["k"].max()))
+    unpruned = curves.loc[curves["k"] == 0, "accuracy"].iloc[0]
+    ax.axhline(unpruned, color="0.5", linestyle=":", linewidth=1)
+    ax.errorbar([half], [unpruned + row["value"]], fmt="none", ecolor="black", capsize=4,
+                yerr=[[row["value"] - row["low"]], [row["high"] - row["value"]]])
+    # in the panel's title, where no curve runs
+    ax.set_title(f"{ax.get_title()}\ngold-label leak at k={half}:\n{row['value']:+.3g} "
+                 f"[{row['low']:+.3g}, {row['high']:+.3g}]", fontsize=10)
+
+
+def plot_per_layer(curves: pd.DataFrame, path: str | os.PathLike, *,
+                   claims: pd.DataFrame) -> None:
     """Paper Fig. 3: accuracy against heads pruned per layer, one panel per task (attribution
-    ranked by the predicted and by the gold label)."""
-    label = curves["label"].where(curves["label"] == "", " (" + curves["label"] + " label)")
+    ranked by the gold label, the paper's, and by the predicted label, ours), with the gold
+    label's leak from each task's claims (`claims`, prune_eval's tables of every task) on its
+    panel (`_draw_leak`)."""
+    label = curves["label"].map(RANKED_BY)
     # a random order has no lowest or highest heads: its line is named by the ranking alone
     order = (", " + curves["order"] + " first").where(curves["ranking"] != "random", "")
     curves = curves.assign(pruned=curves["ranking"] + label + order)
@@ -31,6 +59,9 @@ def plot_per_layer(curves: pd.DataFrame, path: str | os.PathLike) -> None:
                        marker="o", height=3.2, facet_kws={"sharey": False})
     grid.set_axis_labels("heads pruned in every layer (k)", "accuracy")
     _note_flat_tasks(grid, curves)
+    leaks = claims[claims["claim"] == LEAK]
+    for task, ax in grid.axes_dict.items():
+        _draw_leak(ax, curves[curves["task"] == task], leaks[leaks["task"] == task])
     save_figure(grid.figure, path)
 
 

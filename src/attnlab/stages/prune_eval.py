@@ -1,5 +1,6 @@
 """Rule prune_eval (Hao et al. 2021 §4): a task's heads pruned without re-training, per layer
-and globally, and the paper's statements judged on the curves as findings."""
+and globally, and the paper's statements judged on the curves as findings (with this
+project's own on the per-layer curves: `pruning.per_layer_claims`)."""
 
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ def run(job: ModelJob) -> None:
     scores = heads.ranking_scores(job.model, attributed, scores, cfg.batch_size)
     by_label = _label_rankings(job, attributed, scores["attribution"])
     rankings = {
-        pruning.PREDICTED: [by_label["predicted"]], pruning.GOLD: [by_label["gold"]],
+        pruning.GOLD: [by_label["gold"]], pruning.PREDICTED: [by_label["predicted"]],
         pruning.ATTENTION: [scores["attention"]],
         pruning.RANDOM: pruning.random_scores(scores["attention"].shape, seed=job.settings.seed,
                                               draws=cfg.random_seeds)}

@@ -10,8 +10,10 @@ from attnlab.report.head_figures import plot_global, plot_per_layer
 
 
 def run(job: Job) -> None:
-    """Writes the figures per_layer and global_ from every task's curve tables."""
+    """Writes the figures per_layer and global_ from every task's curve tables (per_layer with
+    the gold label's leak from every task's claims)."""
     plot_per_layer(pd.concat([pd.read_parquet(p) for p in job.paths("per_layer")]),
-                   job.outputs["per_layer"])
+                   job.outputs["per_layer"],
+                   claims=pd.concat([pd.read_parquet(p) for p in job.paths("claims")]))
     plot_global(pd.concat([pd.read_parquet(p) for p in job.paths("global_")]),
                 job.outputs["global_"])
