@@ -10,7 +10,8 @@ Side by side in one run, on the same captured sentences:
     from the classified row are run (the others change nothing the head reads: exactly 0).
 What is timed: `occlusion` of each of --examples sentences, one after another as the stage
 runs them, at the schema's interaction_methods.batch_size (512; config/real.yaml keeps it),
-F the probability of the sentence's gold label. The model is the packaged
+F the probability of the sentence's gold label (--tokens cuts the sentences shorter for a
+quick check). The model is the packaged
 sentence-transformers/all-MiniLM-L6-v2 (6 layers x 12 heads; make test installs it) with a
 seeded classification head of std 0.5 (`length_order.minilm`); the sentences are Rotten
 Tomatoes' train split in a seeded shuffle, truncated to 64 tokens as config/real.yaml does
@@ -23,7 +24,7 @@ counts them at the quarter of a MiniLM layer's products that they run: the query
 value projections, 3 d² of 12 d² a token), the largest difference of the two variants' scores,
 and the largest |score| the old code gives the last layer's edges off the classified row
 (float noise: the new code's are 0). Prints one JSON object and writes it with --out.
-Usage: python benchmarks/occlusion.py [--examples 2] [--rounds 2] [--out FILE]
+Usage: python benchmarks/occlusion.py [--examples 2] [--rounds 2] [--tokens 64] [--out FILE]
 """
 
 from __future__ import annotations
@@ -52,11 +53,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--examples", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--tokens", type=int, default=64,
+                        help="cut each sentence to its first this many tokens (smoke tests)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks/results/occlusion-cpu.json"))
     args = parser.parse_args()
     model, tokenizer = one_thread_minilm()
     encoded = sentences(tokenizer, args.examples)
-    lengths = encoded["attention_mask"].sum(dim=1)
+    lengths = encoded["attention_mask"].sum(dim=1).clamp_max(args.tokens)
     captured = [capture(model, {key: encoded[key][row:row + 1, :n] for key in
                                 ("input_ids", "token_type_ids", "attention_mask")},
                         int(encoded["labels"][row]))
