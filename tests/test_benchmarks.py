@@ -192,3 +192,34 @@ def test_the_stage_peaks_benchmark_counts_every_loops_flops_against_one_peak(tmp
         assert loop["gflop"] > 0 and loop["seconds"] > 0
         assert loop["share_of_peak"] == pytest.approx(
             loop["gflops"] / report["matmul_peak_gflops"], abs=2e-3)
+
+
+@pytest.mark.slow
+def test_the_occlusion_benchmark_gives_the_old_codes_scores_with_less_work(tmp_path):
+    # the packaged MiniLM on one sentence cut to 8 tokens, the old code read from git
+    report = run_script("occlusion.py", tmp_path / "occlusion.json", "--examples", "1",
+                        "--rounds", "1", "--tokens", "8")
+    # F is float32: the scores equal to its rounding carried through 6 layers
+    assert report["max_abs_difference"] <= 1e-6 < report["largest_abs_score"]
+    # token-layers: the old code runs the n(n − 1) = 56 copies of each layer l from l up, all
+    # 8 rows; the new one, for l below the last, the occluded row at l, all rows of the layers
+    # between and the projections of the last (a stopped pass, 8 rows), then its [CLS] row,
+    # and one stopped pass at l (8 rows); of the last layer only [CLS]'s 7 edges, one row each
+    assert report["layer_tokens_old"] == 56 * 8 * sum(6 - layer for layer in range(6))
+    below = sum(56 * (1 + 8 * (4 - layer) + 8 + 1) + 8 for layer in range(5))
+    assert report["layer_tokens_new"] == below + 7 + 8
+    assert report["layer_tokens_stopped_new"] == 5 * 56 * 8 + 6 * 8
+
+
+@pytest.mark.slow
+def test_the_correlation_attribution_benchmark_attributes_only_what_head_importance_reads(
+        tmp_path):
+    # the packaged MiniLM on 2 dev examples, the first of them scoring the heads
+    report = run_script("correlation_attribution.py", tmp_path / "correlation.json",
+                        "--examples", "2", "--importance-examples", "1", "--rounds", "1")
+    assert (report["attributed_old"], report["attributed_new"]) == (2, 1)
+    # the head scores head_importance reads: the whole task's to the bit, the old code's to
+    # float rounding (its batches held the other example too)
+    assert report["differing_head_scores_whole"] == 0
+    assert report["max_abs_difference"] <= 1e-6
+    assert report["layer_tokens_new"] < report["layer_tokens_old"]

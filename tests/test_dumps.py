@@ -16,7 +16,13 @@ from transformers import BertConfig, BertForSequenceClassification
 
 from attnlab.analyses.attribution_summary import read_checked_dump, summarise_task
 from attnlab.analyses.claims import COLUMNS
-from attnlab.data.dumps import dump_frame, read_dump, read_task_dump, write_dump
+from attnlab.data.dumps import (
+    attributed_head_scores,
+    dump_frame,
+    read_dump,
+    read_task_dump,
+    write_dump,
+)
 from attnlab.data.tasks import TaskSpec, load_split, prepare_task
 from attnlab.data.tokenization import build_tokenizer, training_words
 from attnlab.engine import dump_rows
@@ -279,11 +285,14 @@ SHARD_CFG = {**DEFAULT_CONFIG["attribution"], "batch_size": "auto", "quadrature"
 MODEL_CFG = {**DEFAULT_CONFIG["model"], "max_length": 64, "truncate": False}
 
 
-def run_shard(tiny_shard, path, cfg=SHARD_CFG) -> dict:
-    """Rule attribute's job for shard 0 of 1 of the tiny task, on the CPU; its summary."""
+def run_shard(tiny_shard, path, cfg=SHARD_CFG, *, role: str = "all",
+              importance_examples: int = DEFAULT_CONFIG["heads"]["importance_examples"]) -> dict:
+    """Rule attribute's job for shard 0 of 1 of the tiny task (of `role`, its heads scored on
+    `importance_examples`), on the CPU; its summary."""
     task, model_dir, dev = tiny_shard
-    config = {**DEFAULT_CONFIG, "tasks": {"syn_mnli": task}, "attribution": cfg,
-              "model": MODEL_CFG, "device": "cpu"}
+    config = {**DEFAULT_CONFIG, "tasks": {"syn_mnli": {**task, "role": role}},
+              "attribution": cfg, "model": MODEL_CFG, "device": "cpu",
+              "heads": {**DEFAULT_CONFIG["heads"], "importance_examples": importance_examples}}
     job = ModelJob.from_config("attribute", config, task="syn_mnli",
                                inputs={"model": model_dir, "dev": dev},
                                outputs={"part": path, "summary": path.with_suffix(".json")})
@@ -299,6 +308,24 @@ def test_shard_with_auto_batch_size_takes_the_cpu_default(tiny_shard, tmp_path):
     auto, _ = read_dump(tmp_path / "auto.parquet")
     five, _ = read_dump(tmp_path / "five.parquet")
     assert np.allclose(np.stack(auto["attr_max"]), np.stack(five["attr_max"]), atol=1e-6)
+
+
+def test_a_correlation_task_attributes_only_what_head_importance_reads_to_the_bit(
+        tiny_shard, tmp_path):
+    # 6 dev examples, the first 4 scoring the heads: in batches of their own, so that a task
+    # attributing only them (role correlation) gives them as a task attributing all 6 does
+    whole = run_shard(tiny_shard, tmp_path / "whole.parquet", importance_examples=4)
+    first = run_shard(tiny_shard, tmp_path / "first.parquet", importance_examples=4,
+                      role="correlation")
+    assert (whole["examples"], first["examples"]) == (6, 4)
+    whole_dump, _ = read_dump(tmp_path / "whole.parquet")
+    first_dump, _ = read_dump(tmp_path / "first.parquet")
+    assert whole_dump.iloc[:4].reset_index(drop=True).equals(first_dump)
+    dev = pd.read_parquet(tiny_shard[2])
+    scores = [attributed_head_scores([tmp_path / f"{name}.parquet"], dev, head_shape=(2, 4),
+                                     target="gold") for name in ("whole", "first")]
+    for name, array in scores[1].items():
+        assert np.array_equal(scores[0][name][:4], array)
 
 
 def test_a_shard_without_examples_writes_an_empty_dump(tiny_shard, tmp_path):

@@ -43,7 +43,7 @@ from attnlab.methods.alti import alti_layer
 from attnlab.methods.attattr import attattr
 from attnlab.methods.attention_norm import attention_norm
 from attnlab.methods.attention_x_gradient import attention_x_gradient
-from attnlab.methods.edge_masking import masked_probabilities
+from attnlab.methods.edge_masking import masked_probabilities, off_diagonal
 from attnlab.methods.flow import flow
 from attnlab.methods.method import GRADIENTS, Variants
 from attnlab.methods.occlusion import occlusion
@@ -51,6 +51,7 @@ from attnlab.methods.rollout import rollout
 from attnlab.methods.value_zeroing import normalise_rows, value_zeroing
 from attnlab.model_job import ModelJob
 from attnlab.plumbing.errors import ConfigError
+from attnlab.plumbing.families import CLASSIFIER, names
 from attnlab.stages import interaction_methods
 
 # the fixture: a random tiny BERT with its tokenizer, and a small synthetic dev split
@@ -169,6 +170,43 @@ def test_occlusion_is_the_drop_of_f_with_one_edge_replaced_in_every_head(bert_ex
     for layer, i, j in [(0, 1, 2), (2, 6, 0)]:
         expected = _drop_without_edge(model, example, layer, i, j)
         assert float(scores[layer, i, j]) == pytest.approx(expected, abs=1e-6)
+
+
+def _every_row_occlusion(model, example, batch_size: int) -> torch.Tensor:
+    """O^l_ij with every copy run through every row from layer l up (as occlusion ran before
+    it ran only the rows that change)."""
+    n, layers = example.n_tokens, example.probs.shape[0]
+    edges = off_diagonal(n, models.family_of(model).causal)
+    keep = torch.ones(len(edges), n * n)
+    keep[torch.arange(len(edges)), edges] = 0
+    scores = torch.zeros(layers, n * n)
+    for layer in range(layers):
+        masked = masked_probabilities(model, example, {layer: keep.view(-1, n, n)}, batch_size)
+        scores[layer, edges] = example.f_full - masked[:, example.target]
+    return scores.view(-1, n, n)
+
+
+# BART's classifier runs every copy whole, as the reference does
+@pytest.mark.parametrize("family", [name for name in names() if name != "bart"])
+def test_occlusion_of_the_rows_that_change_is_that_of_every_row(family):
+    if family in names(CLASSIFIER):
+        model = models.prepare_model(tiny_classifier(family))
+        example = capture(model, tiny_batch(family, lengths=(7,)), target=1)
+    else:  # 6 tokens: past the sliding window (3) of Qwen2's layer 1 and Mistral's
+        model = models.prepare_model(tiny_causal_lm(family))
+        prompt = tiny_prompts(lengths=(6,))
+        example = capture(model, {"input_ids": prompt["input_ids"],
+                                  "attention_mask": prompt["attention_mask"]},
+                          target=int(prompt["labels"][0]))
+    scores = occlusion(model, example, batch_size=8)  # several passes per layer
+    reference = _every_row_occlusion(model, example, batch_size=8)
+    # F is float32 (target_probability) and the rows' products are summed in another order
+    # (one query row against n of them), carried through the layers: 1e-6 (measured 6e-8)
+    assert torch.allclose(scores, reference, rtol=0, atol=1e-6)
+    assert reference.abs().max() > 1e-4  # the edges matter, far beyond that tolerance
+    # of the last layer only the classified row is read: its other edges change nothing
+    read = models.classified_position(model, example.n_tokens)
+    assert (scores[-1, torch.arange(example.n_tokens) != read] == 0).all()
 
 
 def f_scaled(model, example, layer: int, alpha: float) -> float:

@@ -29,6 +29,8 @@ from transformers import BertConfig, BertForSequenceClassification
 from attnlab.analyses.claims import KINDS
 from attnlab.analyses.verdicts import SIDES, UNTESTABLE, VERDICTS, Bar, Interval, verdict
 from attnlab.data.tokenization import build_tokenizer
+from attnlab.job import rule_params
+from attnlab.plumbing.config import validate_config
 from attnlab.report.findings import checks_line, counts, counts_line
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -137,6 +139,10 @@ def test_a_task_for_the_correlation_only_runs_what_fig_5_reads(tmp_path):
     assert {rule for rule, task in planned if task == "pairs"} == single | {"prune_eval",
                                                                             *FROM_MODEL}
     assert {"task_correlation", "quadrature_study", "pruning_figures"} <= {r for r, _ in planned}
+    # and it attributes only the examples head_importance reads (heads.importance_examples)
+    filled = validate_config(copy.deepcopy(config))
+    assert rule_params("attribute", filled, task="single")["head_examples_only"] is True
+    assert rule_params("attribute", filled, task="pairs")["head_examples_only"] is False
 
 
 def test_replicate_config_runs_every_seed_dependent_stage_once_per_seed():

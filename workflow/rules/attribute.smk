@@ -12,8 +12,9 @@ rule attribute:
         **config_paths(*ENGINE, "attribution.target", "attribution.top_pairs",
                        "attribution.keep_full", "attribution.edge_min_fraction",
                        "attribution.max_edges_per_layer", "attribution.shards",
-                       "attribution.max_examples", *MODEL_JOB),
+                       "attribution.max_examples", "heads.importance_examples", *MODEL_JOB),
         task=task_spec,
+        head_examples_only=head_examples_only,
         code=code_version("stages.attribute"),
     log:
         "results/{name}/logs/attribute/{task}/shard={shard}.log",

@@ -69,6 +69,14 @@ ROLE_RULES = {
 EVERY_STAGE_TASKS = [task for task in TASKS if task_role(config["tasks"][task]) == "all"]
 
 
+def head_examples_only(wildcards):
+    """Whether rule attribute attributes only the task's first heads.importance_examples dev
+    examples: of a task whose role runs no rule that reads its attributions but
+    head_importance (and their summary), only those are read (role correlation)."""
+    role = task_role(config["tasks"][wildcards.task])
+    return role in ROLE_RULES and set(ROLE_RULES[role]) <= {*ATTRIBUTED_RULES, "head_importance"}
+
+
 def rule_tasks(name):
     """The tasks the rule `name` runs on."""
     return [task for task in TASKS

@@ -25,6 +25,15 @@ ATTN_IMPLEMENTATION = "attnlab"
 LAYER_ATTRIBUTE = "attnlab_layer"
 
 
+class Stopped(Exception):
+    """What the attention function of `Intervention.stop_at`'s layer raises: the keys and
+    values (B, H, K, d) its queries would attend to."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        super().__init__()
+        self.keys, self.values = keys, values
+
+
 @dataclass
 class Intervention:
     """What one forward pass should do to attention, and what it recorded.
@@ -54,6 +63,11 @@ class Intervention:
     key_map:        f(layer, keys) -> keys, applied to every analysed layer's keys (B, H, K, d)
                     before the scores are computed; each (original, mapped) pair is recorded in
                     `keys` (with their graph, for a loss on the distance).
+    attended:       {layer: (keys, values)}, each broadcastable to (B, H, K, d), used instead of
+                    the layer's own (after the grouped-query repeat): the queries of a few
+                    positions attend to the keys of a whole sequence (`models.attended`).
+    stop_at:        the layer whose attention function stops the pass, raising `Stopped` with
+                    the keys and values it would attend to: a pass run only for them.
     """
 
     detach: bool = False
@@ -67,6 +81,8 @@ class Intervention:
     replace: dict[int, torch.Tensor] = field(default_factory=dict)
     permute: dict[int, torch.Tensor] = field(default_factory=dict)
     key_map: Callable[[int, torch.Tensor], torch.Tensor] | None = None
+    attended: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    stop_at: int | None = None
     probs: dict[int, torch.Tensor] = field(default_factory=dict)
     values: dict[int, torch.Tensor] = field(default_factory=dict)
     keys: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
@@ -134,8 +150,11 @@ def attention_forward(
         key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
     active = attnlab is not None and layer is not None
     if active:
+        key, value = attnlab.attended.get(layer, (key, value))
         key = attnlab.map_keys(layer, key)
         attnlab.see_values(layer, value)
+        if attnlab.stop_at == layer:
+            raise Stopped(key, value)
     if scaling is None:
         scaling = query.size(-1) ** -0.5
     weights = torch.matmul(query, key.transpose(2, 3)) * scaling

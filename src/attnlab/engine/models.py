@@ -39,7 +39,12 @@ from transformers.masking_utils import (
     create_sliding_window_causal_mask,
 )
 
-from attnlab.engine.intervention import ATTN_IMPLEMENTATION, LAYER_ATTRIBUTE, Intervention
+from attnlab.engine.intervention import (
+    ATTN_IMPLEMENTATION,
+    LAYER_ATTRIBUTE,
+    Intervention,
+    Stopped,
+)
 from attnlab.plumbing.errors import AttnlabError, ConfigError
 from attnlab.plumbing.families import FAMILIES, Family
 from attnlab.plumbing.preflight import checkpoint_shape
@@ -326,6 +331,22 @@ class LayerInputs:
         rotary = None if self.rotary is None else tuple(t[rows, :width] for t in self.rotary)
         return LayerInputs(masks, self.types, rotary)
 
+    def at(self, queries: torch.Tensor) -> LayerInputs:
+        """The inputs of query positions `queries` (B, Q) of each batch row, every key kept:
+        for Q rows run through a layer whose keys and values are given (`attended`)."""
+        batch, count = queries.shape
+
+        def rows(tensor: torch.Tensor, dim: int) -> torch.Tensor:
+            tensor = tensor.expand(batch, *tensor.shape[1:])
+            shape = [batch] + [1] * (tensor.dim() - 1)
+            shape[dim] = count
+            index = queries.view(shape).expand(*tensor.shape[:dim], count, *tensor.shape[dim + 1:])
+            return tensor.gather(dim, index)
+
+        masks = {kind: None if mask is None else rows(mask, 2) for kind, mask in self.masks.items()}
+        rotary = None if self.rotary is None else tuple(rows(t, 1) for t in self.rotary)
+        return LayerInputs(masks, self.types, rotary)
+
 
 def layer_inputs(
     model: PreTrainedModel, hidden: torch.Tensor, attention_mask: torch.Tensor
@@ -369,6 +390,19 @@ def run_layers(
         hidden = stack[index](hidden, attention_mask=inputs.masks[inputs.types[index]],
                               attnlab=intervention, **extra)
     return hidden
+
+
+def attended(
+    model: PreTrainedModel, hidden: torch.Tensor, inputs: LayerInputs, layer: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The keys and values (B, H, n, d) that layer `layer`'s queries attend to, for hidden
+    states (B, n, d) entering it, as its attention function receives them (grouped-query
+    heads repeated): the pass stops there, before the layer's scores and feed-forward."""
+    try:
+        run_layers(model, hidden, inputs, layer, layer + 1, Intervention(stop_at=layer))
+    except Stopped as stopped:
+        return stopped.keys, stopped.values
+    raise AssertionError(f"layer {layer}'s attention did not reach the attention function")
 
 
 def hidden_states(
