@@ -44,6 +44,7 @@ report: "workflow/report/workflow.rst"
 
 # Once, in the process that plans the jobs (not in each job a cluster runs).
 if workflow.is_main_process:
+    check_the_samples()
     warn_about_the_plan()
 
 
