@@ -20,8 +20,17 @@ import yaml
 from attnlab.data.tasks import read_local
 from attnlab.plumbing.config import SCHEMA, validate_config
 from attnlab.plumbing.errors import ConfigError
-from attnlab.plumbing.preflight import (SAMPLE_OF, SAMPLES, Rows, check_samples, hub_file,
-                                        local_rows, sample_split, setting, split_rows)
+from attnlab.plumbing.preflight import (
+    SAMPLE_OF,
+    SAMPLES,
+    Rows,
+    check_samples,
+    hub_file,
+    local_rows,
+    sample_split,
+    setting,
+    split_rows,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
