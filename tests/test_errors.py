@@ -59,6 +59,8 @@ def local_config(work: Path, train: list[tuple] = TRAIN_ROWS, dev: list[tuple] =
         "model": {"scratch": {"layers": 1, "heads": 2, "hidden": 8, "intermediate": 8},
                   "max_length": 16},
         "finetune": {"epochs": 1, "batch_size": 2},
+        # of the 2 dev rows, one scores the heads and one evaluates global pruning
+        "heads": {"importance_examples": 1, "min_evaluation_examples": 1},
     }
     config.update(changes)
     return config
@@ -111,9 +113,9 @@ PREPARED = "results/bad/data/reviews/train.parquet"
 
 @pytest.mark.slow
 @pytest.mark.parametrize("change, expected", [
-    pytest.param({"dev": [("a great film", 2)]},
+    pytest.param({"dev": [("a great film", 2), *DEV_ROWS]},
                  ("dev.csv: line 2: column 'sentiment' has label 2",), id="label out of range"),
-    pytest.param({"dev": [("a great film", "x")]},
+    pytest.param({"dev": [("a great film", "x"), *DEV_ROWS]},
                  ("dev.csv: line 2: column 'sentiment' has label 'x'",), id="label not a number"),
     pytest.param({"dev": []}, ("dev.csv", "no rows"), id="a header only"),
     # one row of a 1,000-row file too long: its line (after the header), its length in
@@ -188,7 +190,7 @@ def test_a_results_folder_that_cannot_be_written_is_one_line_before_its_old_log_
 
 @pytest.mark.slow
 def test_the_traceback_of_a_job_error_is_shown_on_request(tmp_path):
-    config = local_config(tmp_path, dev=[("a great film", 2)])
+    config = local_config(tmp_path, dev=[("a great film", 2), *DEV_ROWS])
     shown = run(tmp_path, config, PREPARED, env={TRACEBACK_VARIABLE: "1"})
     assert shown.returncode != 0 and "Traceback" in shown.stderr
     assert "DataError: " in shown.stderr

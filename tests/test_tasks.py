@@ -1,5 +1,8 @@
 import copy
+import gzip
+import importlib
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -23,6 +26,7 @@ from attnlab.data.tasks import (
 from attnlab.data.tokenization import build_tokenizer
 from attnlab.engine.examples import encode
 from attnlab.job import Job
+from attnlab.plumbing import preflight
 from attnlab.plumbing.config import load_config, validate_config
 from attnlab.plumbing.errors import ConfigError
 from attnlab.plumbing.preflight import check_config
@@ -182,7 +186,10 @@ def test_load_split_validates(tmp_path):
     ("nope.csv", None, "nope.csv: no such file"),
     ("empty.csv", "", "empty.csv: empty file"),
     ("broken.json", "{not json", "broken.json: line 1: cannot read as JSON lines (JSONDecodeError"),
-    ("split.txt", "a", "split.txt: unknown file type '.txt'"),
+    ("split.txt", "a", "split.txt is not a file type attnlab reads (.parquet, .csv, .tsv, "
+                       ".json, .jsonl; a CSV, TSV or JSON lines file may be compressed: .gz, "),
+    ("split.parquet.gz", "a", "split.parquet.gz is a compressed Parquet file: Parquet "
+                              "compresses its columns itself"),
     # the header and rows, strictly: pandas would name an empty header cell "Unnamed: 1" and
     # take an extra field as the index (or, later on, stop without the file's name)
     ("blank.tsv", "sentence1\t\tlabel\na\tb\t1\n",
@@ -206,6 +213,57 @@ def test_unreadable_local_file_is_one_line_error(tmp_path, name, content, proble
     message = _error_of(lambda: prepare_task("rte", task, 0, out / "a", out / "b"))
     assert problem in message
     assert not out.exists()
+
+
+# A TSV, CSV and JSON lines text of the same rows, and the module that compresses each
+# rows, and the module that compresses each, with a row of a label out of range
+COMPRESSED = [
+    ("train.tsv.xz", "lzma", "sentence1\tsentence2\tlabel\na b\tc\t1\nd\te f\t0\n",
+     "x\ty\t7"),
+    ("train.csv.gz", "gzip", 'sentence1,sentence2,label\n"a b",c,1\nd,e f,0\n', "x,y,7"),
+    ("train.jsonl.bz2", "bz2", '{"sentence1": "a b", "sentence2": "c", "label": 1}\n'
+                               '{"sentence1": "d", "sentence2": "e f", "label": 0}\n',
+     '{"sentence1": "x", "sentence2": "y", "label": 7}'),
+]
+
+
+@pytest.mark.parametrize("name, module, text, bad", COMPRESSED)
+def test_a_compressed_text_file_is_read_as_its_format(tmp_path, name, module, text, bad):
+    compressed = tmp_path / name
+    with importlib.import_module(module).open(compressed, "wt") as f:
+        f.write(text)
+    plain = tmp_path / name.rsplit(".", 1)[0]
+    plain.write_text(text)
+    (rows, origin), (expected, plain_origin) = (read_local(str(path), "utf-8", "k")
+                                                for path in (compressed, plain))
+    pd.testing.assert_frame_equal(rows, expected)
+    assert origin.lines == plain_origin.lines and len(rows) == 2
+    # a mistake is named by its line in the decompressed text (after a blank line here)
+    with importlib.import_module(module).open(compressed, "wt") as f:
+        f.write(text.replace("\n", "\n\n", 1) + bad + "\n")
+    task = _local_task(compressed, compressed)
+    message = _error_of(lambda: prepare_task("rte", task, 0, tmp_path / "a", tmp_path / "b"))
+    line = len(text.splitlines()) + 2
+    assert message.startswith(f"{compressed}: line {line}: column 'label' has label 7"), message
+
+
+def test_a_damaged_compressed_file_is_one_line(tmp_path):
+    path = tmp_path / "train.csv.gz"
+    with gzip.open(path, "wt") as f:
+        f.write("sentence1,sentence2,label\n" + "a,b,1\n" * 1000)
+    path.write_bytes(path.read_bytes()[:-12])  # cut short, as an interrupted download leaves it
+    with pytest.raises(DataError, match=rf"^{path}: cannot decompress \(EOFError: "):
+        read_local(str(path), "utf-8", "k")
+
+
+def test_a_zstandard_file_needs_its_module(tmp_path, monkeypatch):
+    path = tmp_path / "train.csv.zst"
+    path.write_bytes(b"\x28\xb5\x2f\xfd")
+    monkeypatch.setattr(preflight, "find_spec", lambda name: None)  # as where it is missing
+    with pytest.raises(DataError, match=re.escape(
+            f"{path} is compressed with Zstandard, which needs the module zstandard (pip "
+            "install zstandard), not installed here")):
+        read_local(str(path), "utf-8", "k")
 
 
 def test_a_parquet_file_that_names_a_column_twice_is_one_line(tmp_path):
@@ -489,7 +547,7 @@ MIXED = {"source": "mix", "mix": ["reviews", "imdb"], "text_fields": ["text"],
     pytest.param({"local": {"source": "local", "local": {"train": __file__, "dev": __file__},
                             "text_fields": ["text"], "label_names": ["a", "b"]}},
                  f"tasks.local.local.train: {__file__} is not a file type attnlab reads "
-                 "(.parquet, .csv, .tsv, .json, .jsonl)", id="a file no reader takes"),
+                 "(.parquet, .csv, .tsv, .json, .jsonl;", id="a file no reader takes"),
 ])
 def test_a_real_data_setting_that_cannot_work_is_one_line_naming_the_key(tasks, expected):
     config = validate_config(copy.deepcopy({"name": "x", "tasks": tasks}))

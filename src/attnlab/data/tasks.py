@@ -182,7 +182,7 @@ def read_local(path: str, encoding: str, key: str) -> tuple[pd.DataFrame, Origin
     try:
         file_format, compression = local_format(path)
     except LookupError as err:
-        raise DataError(f"{path}: {err}") from None
+        raise DataError(f"{path} {err}") from None
     if not Path(path).is_file():
         raise DataError(f"{path}: no such file")
     if file_format == "parquet":
