@@ -24,6 +24,7 @@ from attnlab.plumbing.preflight import (
     SAMPLE_OF,
     SAMPLES,
     Rows,
+    check_config,
     check_samples,
     hub_file,
     local_rows,
@@ -344,3 +345,15 @@ def test_what_a_synthetic_kind_fixes_is_checked_in_the_dry_run(tmp_path, task, e
     result = dry_run(config, tmp_path)
     assert result.returncode != 0
     assert expected in result.stdout + result.stderr
+
+
+def test_target_tokens_is_refused_where_a_task_has_no_targets_of_its_own():
+    config = {"name": "x", "model": {"scratch": {"family": "gpt2"}}, "tasks": {"t": {
+        "kind": "next_token", "source": "synthetic", "synthetic": {"kind": "induction"},
+        "text_fields": ["text"], "target_tokens": "first"}}}
+    validate_config(config)
+    with pytest.raises(ConfigError, match=r"^tasks.t.target_tokens: says how a next_token "
+                                          r"task's own targets \(source local"):
+        check_config(config, None)
+    del config["tasks"]["t"]["target_tokens"]
+    check_config(config, None)

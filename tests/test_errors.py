@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 from test_hub import glue_like, write_hub_folder
-from test_workflow import TINY, merged, snakemake, write_config
+from test_workflow import TINY, jobs_of, merged, snakemake, write_config
 from tiny_models import tiny_classifier
 from transformers import GPT2Config, GPT2ForSequenceClassification
 
@@ -238,6 +238,31 @@ def test_a_local_file_s_mistake_is_one_line_naming_its_line(tmp_path, name, data
     # nothing else says it: no second line from the reader under attnlab's
     assert "UnicodeDecodeError" not in result.stdout + result.stderr
     assert written(tmp_path) == []
+
+
+# The case: the default heads settings (200 examples score the heads, at least 50
+# evaluate global pruning) against 12 synthetic dev examples, or the 2 rows of a local file.
+TOO_SMALL = [
+    pytest.param({**TINY, "heads": {}, "attribution": {}},
+                 "config error at heads.importance_examples = 200 takes 12 of the 12 dev examples "
+                 "of task pairs, which leaves 0 to evaluate global pruning, fewer than "
+                 "heads.min_evaluation_examples = 50", id="synthetic"),
+    pytest.param("local", "config error at heads.importance_examples = 200 takes 2 of the 2 dev "
+                 "examples of task reviews, which leaves 0 to evaluate global pruning",
+                 id="local"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config, expected", TOO_SMALL)
+def test_a_dev_split_too_small_for_a_sample_stops_the_run_before_any_job(tmp_path, config,
+                                                                         expected):
+    if config == "local":
+        config = {**local_config(tmp_path), "heads": {}}
+    result = run(tmp_path, config)  # a run, not a dry run: it stops before its first job
+    assert_one_line(result, expected)
+    assert jobs_of(result.stdout + result.stderr) == []
+    assert not (tmp_path / "results").exists()
 
 
 @pytest.mark.slow

@@ -563,3 +563,38 @@ def test_the_real_config_passes_the_checks():
     config = load_config(ROOT / "config" / "real.yaml")
     check_config(config, None)
     assert config["tasks"]["critic_or_user"]["mix"] == ["rotten_tomatoes", "imdb"]
+
+
+def _prompts_task(tmp_path, targets: list[str], **task) -> dict:
+    """A next-token task of local CSV files whose prompts are followed by `targets`."""
+    rows = "".join(f"the capital is,{target}\n" for target in targets)
+    for split in ("train", "dev"):
+        (tmp_path / f"{split}.csv").write_text("text,target\n" + rows)
+    return {"kind": "next_token", "source": "local", "text_fields": ["text"],
+            "local": {"train": str(tmp_path / "train.csv"), "dev": str(tmp_path / "dev.csv")},
+            **task}
+
+
+def test_a_next_token_target_of_several_tokens_is_refused_naming_its_row_and_tokens(tmp_path):
+    task = _prompts_task(tmp_path, ["paris", "rome", "new york city", "oslo"])
+    out = tmp_path / "out"
+    job = _prepare_data(task, out, 16)
+    # the scratch decoder's word-level tokenizer: three words, three tokens
+    message = _error_of(lambda: prepare_data.run(job))
+    assert message == (
+        f"{tmp_path / 'train.csv'}: line 4: target 'new york city' is 3 tokens ['new', 'york', "
+        "'city'], and only a target's first token is predicted (1 such rows); give one-token "
+        "targets, or set tasks.syn_sst2.target_tokens: first to predict the first token of each")
+    assert not out.exists()
+
+
+def test_a_next_token_target_s_first_token_is_taken_when_asked_with_a_warning(tmp_path, caplog):
+    task = _prompts_task(tmp_path, ["paris", "new york city", "los angeles"],
+                         target_tokens="first")
+    with caplog.at_level("WARNING", "attnlab"):
+        prepare_data.run(_prepare_data(task, tmp_path / "out", 16))
+    assert [m for m in caplog.messages if "more than one token" in m] == [
+        f"task syn_sst2: {tmp_path / split}.csv: 2 of 3 targets are more than one token; the "
+        "first token of each is predicted and attributed (tasks.syn_sst2.target_tokens: first)"
+        for split in ("train", "dev")]
+    assert len(pd.read_parquet(tmp_path / "out/dev.parquet")) == 3
