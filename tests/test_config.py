@@ -304,6 +304,17 @@ def test_the_rows_of_local_files_are_counted_as_their_reader_reads_them(tmp_path
     assert split_rows(cut, "t", "train") is None
 
 
+def test_a_sample_of_a_synthetic_split_is_counted_and_a_next_token_task_s_prompts_are_not():
+    config = _sampled_config()
+    config["tasks"]["t"]["rows"] = {"dev": 5, "train": 100}
+    assert split_rows(config, "t", "dev") == Rows(5, exact=True)
+    assert split_rows(config, "t", "train") == Rows(N_TRAIN, exact=True)
+    # a next-token task's prompts are taken as they are (rows does not sample them)
+    config["tasks"]["t"].update(kind="next_token", synthetic={"kind": "induction",
+                                                              "n_train": 9, "n_dev": 7})
+    assert split_rows(config, "t", "dev") == Rows(7, exact=True)
+
+
 def test_a_held_out_dev_split_of_a_downloaded_hub_split_is_counted(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     config = {"name": "x", "tasks": {"t": {

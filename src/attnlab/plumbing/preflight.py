@@ -442,8 +442,8 @@ def split_rows(config: Mapping[str, Any], name: str, split: str) -> Rows | None:
     if "repeat" in task:  # exactly this many prompts, or prepare_data refuses the task
         return Rows(task["repeat"][f"n_{split}"], exact=True)
     if task["source"] == "synthetic":
-        return Rows(task["synthetic"][f"n_{split}"], exact=True)
-    if task["sentences"]:
+        source = Rows(task["synthetic"][f"n_{split}"], exact=True)
+    elif task["sentences"]:
         source = None
     elif task["source"] == "mix":
         parts = [split_rows(config, part, split) for part in task["mix"]]
@@ -451,6 +451,10 @@ def split_rows(config: Mapping[str, Any], name: str, split: str) -> Rows | None:
                                                  all(part.exact for part in parts))
     else:
         source = _source_rows(task, split)
+    # a next-token task's prompts are taken as they are (attnlab.data.prompts), a
+    # classification task's sampled (attnlab.data.selection)
+    if task.get("kind") == "next_token":
+        return source
     return _at_most(source, (task["rows"] or {}).get(split))
 
 
