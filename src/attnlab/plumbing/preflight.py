@@ -4,7 +4,9 @@ The schema (workflow/schemas/config.schema.yaml) checks each value on its own; `
 checks what the schema cannot: values against each other, against the files they name and
 against the checkpoint's folder, whole (`check_checkpoint`: its config.json, every weights
 file, the tokenizer's files; or the GGUF file model.gguf_file names, `gguf_shape`), so that no
-model is fine-tuned to be refused later. Every problem is a `ConfigError` of one line naming
+model is fine-tuned to be refused later. `check_samples` checks every stage's sample against
+the split it is drawn from (`SAMPLES`), where the config, a count of a local file's rows or a
+downloaded split's metadata tells its size. Every problem is a `ConfigError` of one line naming
 the key. `check_writable` checks the results folder
 before Snakemake touches it. This module imports neither torch nor transformers: Snakemake
 imports it whenever it builds the DAG.
@@ -325,10 +327,9 @@ def local_format(path: str | Path) -> tuple[str, str | None]:
     """The format of a local data file by its suffix (LOCAL_FORMATS) and its compression's
     module (COMPRESSIONS; None: not compressed). Raises LookupError saying what is wrong (the
     caller names the key or the file)."""
-    suffixes = [suffix.lower() for suffix in Path(path).suffixes]
-    compression = COMPRESSIONS.get(suffixes[-1]) if suffixes else None
-    suffix = (suffixes[-2] if len(suffixes) > 1 else "") if compression else (
-        suffixes[-1] if suffixes else "")
+    suffixes = [suffix.lower() for suffix in Path(path).suffixes] or [""]
+    compression = COMPRESSIONS.get(suffixes[-1])
+    suffix = (["", *suffixes][-2] if compression else suffixes[-1])
     if suffix not in LOCAL_FORMATS:
         raise LookupError(f"is not a file type attnlab reads ({', '.join(LOCAL_FORMATS)}; a "
                           "CSV, TSV or JSON lines file may be compressed: "
@@ -362,8 +363,8 @@ def _parquet_rows(path: str | Path) -> int | None:
 
 def local_rows(path: str | Path, encoding: str) -> int | None:
     """The rows attnlab.data.tasks.read_local reads from a local data file, counted without
-    making a table of them: a Parquet file's from its metadata, a CSV file's records (a quoted
-    field may span lines), a TSV or JSON lines file's non-blank lines. None where the file
+    making a table of them: a Parquet file's from its metadata, a CSV or TSV file's records (a
+    CSV's quoted field may span lines), a JSON lines file's non-blank lines. None where the file
     cannot be read so (prepare_data then names what is wrong)."""
     try:
         file_format, compression = local_format(path)
