@@ -147,7 +147,10 @@ def test_a_prompt_too_long_for_a_decoder_is_one_line_naming_its_file_and_line(tm
                                     "local": {"train": train, "dev": dev},
                                     "text_fields": ["text"]}},
               "model": {"scratch": {"family": "llama", "layers": 1, "heads": 2, "hidden": 8,
-                                    "intermediate": 8}, "max_length": 6}}
+                                    "intermediate": 8}, "max_length": 6},
+              # samples the 50 dev prompts hold (the dry run checks them)
+              "heads": {"importance_examples": 10, "min_evaluation_examples": 10},
+              "induction": {"head_examples": 10, "ablation_examples": 10}}
     # <s> and 7 words, and the target's token after them: 9 of at most 6
     line = assert_one_line(run(tmp_path, config, "results/bad/data/prompts/train.parquet"),
                            f"{train}: line 42 is 9 tokens with its target, more than "
