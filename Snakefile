@@ -2,6 +2,12 @@
 
     snakemake --cores 2                                  # the default config.yaml (make run)
     snakemake --cores 2 --configfile config/real.yaml   # another configuration
+
+Every mistake in a configuration stops the dry run (and a run, before its first job) in one
+line naming the key, but two that Snakemake itself meets first, reading the file: a missing
+file (its own traceback) and a YAML syntax error (its own message, without the line).
+`python -m attnlab.plumbing.config <file>` (which `make run` calls) names both in one line with
+the line and column (docs/running.md, Errors).
 """
 
 import sys
@@ -44,6 +50,7 @@ report: "workflow/report/workflow.rst"
 
 # Once, in the process that plans the jobs (not in each job a cluster runs).
 if workflow.is_main_process:
+    check_the_samples()
     warn_about_the_plan()
 
 

@@ -6,16 +6,32 @@ Errors are checked through the real `snakemake -n` command line, which is what a
 from __future__ import annotations
 
 import copy
+import gzip
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
+from attnlab.data.tasks import read_local
 from attnlab.plumbing.config import SCHEMA, validate_config
 from attnlab.plumbing.errors import ConfigError
+from attnlab.plumbing.preflight import (
+    SAMPLE_OF,
+    SAMPLES,
+    Rows,
+    check_config,
+    check_samples,
+    hub_file,
+    local_rows,
+    sample_split,
+    setting,
+    split_rows,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -175,3 +191,180 @@ def test_what_a_config_refers_to_is_checked_in_the_dry_run(tmp_path, change, exp
     result = dry_run(config, tmp_path)
     assert result.returncode != 0
     assert expected in result.stdout + result.stderr
+
+
+# --- the stages' samples against the splits they are drawn from (preflight.check_samples) ---
+
+N_TRAIN, N_DEV, N_ATTRIBUTED = 30, 12, 10
+
+
+def _sampled_config(**sizes: dict) -> dict:
+    """A one-task synthetic config (task t) of N_TRAIN train and N_DEV dev examples, of which
+    N_ATTRIBUTED are attributed, with the settings `sizes` (dotted key: value)."""
+    config = {"name": "x", "tasks": {"t": {
+        "source": "synthetic", "synthetic": {"kind": "single2", "n_train": N_TRAIN,
+                                             "n_dev": N_DEV},
+        "text_fields": ["sentence"], "label_names": ["neg", "pos"]}}}
+    validate_config(config)
+    # every sample of one example, which each split holds, but those of `sizes`
+    samples = {**dict.fromkeys(SAMPLE_OF, 1), "attribution.max_examples": N_ATTRIBUTED}
+    for key, value in {**samples, **sizes}.items():
+        *sections, last = key.split(".")
+        setting(config, ".".join(sections))[last] = value
+    return config
+
+
+def _examples_keys(schema: dict, where: str = "") -> list[str]:
+    """The dotted keys of the schema's sections (not a task's) that size a sample of examples."""
+    keys = []
+    for key, sub in schema.get("properties", {}).items():
+        path = f"{where}{key}"
+        if key == "examples" or key.endswith("_examples"):
+            keys.append(path)
+        keys += _examples_keys(sub, f"{path}.")
+    return keys
+
+
+def test_every_setting_of_a_sample_is_in_the_table_of_samples():
+    # a new `*_examples` key without its row (and split) in SAMPLES would go unchecked
+    assert sorted(_examples_keys(yaml.safe_load(SCHEMA.read_text()))) == sorted(SAMPLE_OF)
+
+
+SPLIT_SIZES = {"train": N_TRAIN, "dev": N_DEV, "attributed": N_ATTRIBUTED}
+
+
+# the samples a stage takes the first this many examples of, all where the split has fewer (not
+# one that another follows in the same split: there, the later one is refused)
+TAKING = [s for s in SAMPLES if s.after is None and not any(
+    later.after == s.key and later.split == s.split for later in SAMPLES)]
+
+
+@pytest.mark.parametrize("sample", TAKING, ids=lambda s: s.key)
+def test_a_sample_larger_than_its_split_is_one_warning_and_one_that_fits_none(sample):
+    split = sample_split(_sampled_config(), sample)
+    n = SPLIT_SIZES[split]
+    # attribution.max_examples is set to the attributed examples' N_ATTRIBUTED: dev has more
+    fits = _sampled_config(**{sample.key: n})
+    assert check_samples(fits, {sample.rule: ["t"]}) == []
+    more = _sampled_config(**{sample.key: n + 1})
+    kind = {"train": "train examples", "dev": "dev examples",
+            "attributed": "attributed dev examples"}[split]
+    assert check_samples(more, {sample.rule: ["t"]}) == [
+        f"warning: task t has {n} {kind}, fewer than {sample.key} = {n + 1} asks for: it takes "
+        "all of them"]
+    # a rule that does not run on the task draws no sample of it
+    assert check_samples(more, {sample.rule: []}) == []
+
+
+@pytest.mark.parametrize("sample", [s for s in SAMPLES if s.after], ids=lambda s: s.key)
+def test_a_sample_that_finds_too_few_examples_after_another_is_refused(sample):
+    before = SAMPLE_OF[sample.after]
+    # the first sample takes what it asks for, or all of its split (heads: the attributed ones)
+    taken = min(8, SPLIT_SIZES[before.split])
+    fits = _sampled_config(**{before.key: 8, sample.key: N_DEV - taken})
+    assert check_samples(fits, {sample.rule: ["t"]}) == []
+    short = _sampled_config(**{before.key: 8, sample.key: N_DEV - taken + 1})
+    with pytest.raises(ConfigError, match=re.escape(
+            f"{before.key} = 8 takes {taken} of the {N_DEV} dev examples of task t, which leaves "
+            f"{N_DEV - taken} {sample.leaves}, fewer than {sample.key} = {N_DEV - taken + 1}")):
+        check_samples(short, {sample.rule: ["t"]})
+
+
+def _local_task(train: str, dev: str, **task) -> dict:
+    config = {"name": "x", "tasks": {"t": {
+        "source": "local", "local": {"train": train, "dev": dev},
+        "text_fields": ["review"], "label_names": ["neg", "pos"], **task}}}
+    validate_config(config)
+    return config
+
+
+def test_the_rows_of_local_files_are_counted_as_their_reader_reads_them(tmp_path):
+    # a quoted field over two lines is one row, a blank line none; TSV and JSON lines are
+    # counted by their non-blank lines, Parquet from its metadata, compressed text decompressed
+    csv_file = tmp_path / "dev.csv"
+    csv_file.write_text('review,label\n"two\nlines",1\n\nplain,0\nthird,1\n')
+    tsv_file = tmp_path / "train.tsv"
+    tsv_file.write_text("review\tlabel\n" + "a \"b\tc\n" * 5)
+    jsonl = tmp_path / "train.jsonl.gz"
+    with gzip.open(jsonl, "wt") as f:
+        f.write('{"review": "a", "label": 0}\n\n{"review": "b", "label": 1}\n')
+    parquet = tmp_path / "train.parquet"
+    pd.DataFrame({"review": ["a"] * 7, "label": [0] * 7}).to_parquet(parquet)
+    for path, n in ((csv_file, 3), (tsv_file, 5), (jsonl, 2), (parquet, 7)):
+        assert local_rows(path, "utf-8") == n, path
+        config = _local_task(str(path), str(csv_file))
+        assert split_rows(config, "t", "train") == Rows(n, exact=True)
+        assert len(read_local(str(path), "utf-8", "k")[0]) == n
+    # a sample of rows.dev rows of a file of 3: its 3; of a file not read before the jobs
+    # (texts cut into sentences): at most rows.dev
+    assert split_rows(_local_task(str(parquet), str(csv_file), rows={"dev": 2}), "t",
+                      "dev") == Rows(2, exact=True)
+    cut = _local_task(str(parquet), str(csv_file), rows={"dev": 40}, sentences={})
+    assert split_rows(cut, "t", "dev") == Rows(40, exact=False)
+    assert split_rows(cut, "t", "train") is None
+
+
+def test_a_sample_of_a_synthetic_split_is_counted_and_a_next_token_task_s_prompts_are_not():
+    config = _sampled_config()
+    config["tasks"]["t"]["rows"] = {"dev": 5, "train": 100}
+    assert split_rows(config, "t", "dev") == Rows(5, exact=True)
+    assert split_rows(config, "t", "train") == Rows(N_TRAIN, exact=True)
+    # a next-token task's prompts are taken as they are (rows does not sample them)
+    config["tasks"]["t"].update(kind="next_token", synthetic={"kind": "induction",
+                                                              "n_train": 9, "n_dev": 7})
+    assert split_rows(config, "t", "dev") == Rows(7, exact=True)
+
+
+def test_a_held_out_dev_split_of_a_downloaded_hub_split_is_counted(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = {"name": "x", "tasks": {"t": {
+        "source": "hub", "hub": {"path": "o/d", "dev_split": None}, "rows": {"dev": 15},
+        "text_fields": ["review"], "label_names": ["neg", "pos"]}}}
+    validate_config(config)
+    assert split_rows(config, "t", "dev") == Rows(15, exact=False)  # not downloaded yet
+    path = Path(hub_file(config["tasks"]["t"]["hub"], "train"))
+    path.parent.mkdir(parents=True)
+    pd.DataFrame({"review": ["a"] * 40, "label": [0] * 40}).to_parquet(path)
+    assert split_rows(config, "t", "dev") == Rows(15, exact=True)
+    assert split_rows(config, "t", "train") == Rows(25, exact=True)
+
+
+def test_a_bound_on_a_split_refuses_what_no_split_within_it_allows():
+    # rows.dev: 40 of a hub split not downloaded: at most 40 dev examples, too few for the
+    # default 200 + 50 of the heads, whatever the split holds
+    config = {"name": "x", "tasks": {"t": {
+        "source": "hub", "hub": {"path": "no/such"}, "rows": {"dev": 40},
+        "text_fields": ["review"], "label_names": ["neg", "pos"]}}}
+    validate_config(config)
+    with pytest.raises(ConfigError, match="takes 40 of the 40 dev examples of task t"):
+        check_samples(config, {"head_importance": ["t"]})
+    config["tasks"]["t"]["rows"] = None  # nothing bounds it: left to the stage
+    assert check_samples(config, {"head_importance": ["t"]}) == []
+
+
+@pytest.mark.parametrize("task, expected", [
+    ({"synthetic": {"kind": "pair3"}, "text_fields": ["a", "b"], "label_names": ["x", "y"]},
+     "config error at tasks.syn_sst2.label_names: synthetic kind 'pair3' has 3 classes, and "
+     "label_names names 2"),
+    ({"synthetic": {"kind": "pair2"}, "text_fields": ["a"], "label_names": ["x", "y"]},
+     "config error at tasks.syn_sst2.text_fields: synthetic kind 'pair2' has 2 text "
+     "segment(s), and text_fields names 1"),
+])
+def test_what_a_synthetic_kind_fixes_is_checked_in_the_dry_run(tmp_path, task, expected):
+    config = default_config()
+    config["tasks"]["syn_sst2"].update(task)
+    result = dry_run(config, tmp_path)
+    assert result.returncode != 0
+    assert expected in result.stdout + result.stderr
+
+
+def test_target_tokens_is_refused_where_a_task_has_no_targets_of_its_own():
+    config = {"name": "x", "model": {"scratch": {"family": "gpt2"}}, "tasks": {"t": {
+        "kind": "next_token", "source": "synthetic", "synthetic": {"kind": "induction"},
+        "text_fields": ["text"], "target_tokens": "first"}}}
+    validate_config(config)
+    with pytest.raises(ConfigError, match=r"^tasks.t.target_tokens: says how a next_token "
+                                          r"task's own targets \(source local"):
+        check_config(config, None)
+    del config["tasks"]["t"]["target_tokens"]
+    check_config(config, None)

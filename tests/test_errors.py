@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 from test_hub import glue_like, write_hub_folder
-from test_workflow import TINY, merged, snakemake, write_config
+from test_workflow import TINY, jobs_of, merged, snakemake, write_config
 from tiny_models import tiny_classifier
 from transformers import GPT2Config, GPT2ForSequenceClassification
 
@@ -59,6 +59,8 @@ def local_config(work: Path, train: list[tuple] = TRAIN_ROWS, dev: list[tuple] =
         "model": {"scratch": {"layers": 1, "heads": 2, "hidden": 8, "intermediate": 8},
                   "max_length": 16},
         "finetune": {"epochs": 1, "batch_size": 2},
+        # of the 2 dev rows, one scores the heads and one evaluates global pruning
+        "heads": {"importance_examples": 1, "min_evaluation_examples": 1},
     }
     config.update(changes)
     return config
@@ -111,9 +113,9 @@ PREPARED = "results/bad/data/reviews/train.parquet"
 
 @pytest.mark.slow
 @pytest.mark.parametrize("change, expected", [
-    pytest.param({"dev": [("a great film", 2)]},
+    pytest.param({"dev": [("a great film", 2), *DEV_ROWS]},
                  ("dev.csv: line 2: column 'sentiment' has label 2",), id="label out of range"),
-    pytest.param({"dev": [("a great film", "x")]},
+    pytest.param({"dev": [("a great film", "x"), *DEV_ROWS]},
                  ("dev.csv: line 2: column 'sentiment' has label 'x'",), id="label not a number"),
     pytest.param({"dev": []}, ("dev.csv", "no rows"), id="a header only"),
     # one row of a 1,000-row file too long: its line (after the header), its length in
@@ -145,7 +147,10 @@ def test_a_prompt_too_long_for_a_decoder_is_one_line_naming_its_file_and_line(tm
                                     "local": {"train": train, "dev": dev},
                                     "text_fields": ["text"]}},
               "model": {"scratch": {"family": "llama", "layers": 1, "heads": 2, "hidden": 8,
-                                    "intermediate": 8}, "max_length": 6}}
+                                    "intermediate": 8}, "max_length": 6},
+              # samples the 50 dev prompts hold (the dry run checks them)
+              "heads": {"importance_examples": 10, "min_evaluation_examples": 10},
+              "induction": {"head_examples": 10, "ablation_examples": 10}}
     # <s> and 7 words, and the target's token after them: 9 of at most 6
     line = assert_one_line(run(tmp_path, config, "results/bad/data/prompts/train.parquet"),
                            f"{train}: line 42 is 9 tokens with its target, more than "
@@ -188,7 +193,7 @@ def test_a_results_folder_that_cannot_be_written_is_one_line_before_its_old_log_
 
 @pytest.mark.slow
 def test_the_traceback_of_a_job_error_is_shown_on_request(tmp_path):
-    config = local_config(tmp_path, dev=[("a great film", 2)])
+    config = local_config(tmp_path, dev=[("a great film", 2), *DEV_ROWS])
     shown = run(tmp_path, config, PREPARED, env={TRACEBACK_VARIABLE: "1"})
     assert shown.returncode != 0 and "Traceback" in shown.stderr
     assert "DataError: " in shown.stderr
@@ -236,6 +241,31 @@ def test_a_local_file_s_mistake_is_one_line_naming_its_line(tmp_path, name, data
     # nothing else says it: no second line from the reader under attnlab's
     assert "UnicodeDecodeError" not in result.stdout + result.stderr
     assert written(tmp_path) == []
+
+
+# The case: the default heads settings (200 examples score the heads, at least 50
+# evaluate global pruning) against 12 synthetic dev examples, or the 2 rows of a local file.
+TOO_SMALL = [
+    pytest.param({**TINY, "heads": {}, "attribution": {}},
+                 "config error at heads.importance_examples = 200 takes 12 of the 12 dev examples "
+                 "of task pairs, which leaves 0 to evaluate global pruning, fewer than "
+                 "heads.min_evaluation_examples = 50", id="synthetic"),
+    pytest.param("local", "config error at heads.importance_examples = 200 takes 2 of the 2 dev "
+                 "examples of task reviews, which leaves 0 to evaluate global pruning",
+                 id="local"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config, expected", TOO_SMALL)
+def test_a_dev_split_too_small_for_a_sample_stops_the_run_before_any_job(tmp_path, config,
+                                                                         expected):
+    if config == "local":
+        config = {**local_config(tmp_path), "heads": {}}
+    result = run(tmp_path, config)  # a run, not a dry run: it stops before its first job
+    assert_one_line(result, expected)
+    assert jobs_of(result.stdout + result.stderr) == []
+    assert not (tmp_path / "results").exists()
 
 
 @pytest.mark.slow

@@ -307,7 +307,9 @@ def test_a_task_for_the_induction_heads_only_runs_what_rule_induction_heads_read
     config["tasks"]["reviews"] = {
         "kind": "next_token", "role": "induction_heads", "source": "local",
         "local": {"train": str(sentences), "dev": str(sentences)},
-        "repeat": {"length": 4, "n_train": 1, "n_dev": 1}, "text_fields": ["text"]}
+        "repeat": {"length": 4, "n_train": 1, "n_dev": 2}, "text_fields": ["text"]}
+    # one prompt ranks the heads, the other is ablated (the dry run checks that both fit)
+    config["induction"].update(head_examples=1, ablation_examples=1)
     configfile = tmp_path / "config.yaml"
     configfile.write_text(yaml.safe_dump(config))
     result = snakemake("-n", "--cores", "2", "--configfile", str(configfile), "--directory",

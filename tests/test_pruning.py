@@ -4,6 +4,7 @@ each claim's verdict follows the curves (and flips when they violate it)."""
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import logging
 
@@ -322,13 +323,15 @@ def test_global_findings_hold_on_paper_like_curves_and_flip_on_violating_ones():
 
 
 def test_the_heads_that_score_are_not_those_that_evaluate():
-    assert heads.evaluation_split(300, 250, importance_examples=200, min_evaluation=50) == 200
+    split = functools.partial(heads.evaluation_split, importance_examples=200,
+                              min_evaluation=50, task="t")
+    assert split(300, 250) == 200
     # fewer attributed than asked: all of them score, the rest evaluate
-    assert heads.evaluation_split(300, 120, importance_examples=200, min_evaluation=50) == 120
+    assert split(300, 120) == 120
     with pytest.raises(ConfigError, match=r"heads.importance_examples = 200 takes 200 of the "
-                                          r"200 dev examples, which leaves 0 .* fewer than "
-                                          r"heads.min_evaluation_examples = 50"):
-        heads.evaluation_split(200, 200, importance_examples=200, min_evaluation=50)
+                                          r"200 dev examples of task t, which leaves 0 .* fewer "
+                                          r"than heads.min_evaluation_examples = 50"):
+        split(200, 200)
 
 
 ATTRIBUTED = 6  # of 8 dev examples

@@ -1,5 +1,8 @@
 import copy
+import gzip
+import importlib
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -23,6 +26,7 @@ from attnlab.data.tasks import (
 from attnlab.data.tokenization import build_tokenizer
 from attnlab.engine.examples import encode
 from attnlab.job import Job
+from attnlab.plumbing import preflight
 from attnlab.plumbing.config import load_config, validate_config
 from attnlab.plumbing.errors import ConfigError
 from attnlab.plumbing.preflight import check_config
@@ -182,7 +186,10 @@ def test_load_split_validates(tmp_path):
     ("nope.csv", None, "nope.csv: no such file"),
     ("empty.csv", "", "empty.csv: empty file"),
     ("broken.json", "{not json", "broken.json: line 1: cannot read as JSON lines (JSONDecodeError"),
-    ("split.txt", "a", "split.txt: unknown file type '.txt'"),
+    ("split.txt", "a", "split.txt is not a file type attnlab reads (.parquet, .csv, .tsv, "
+                       ".json, .jsonl; a CSV, TSV or JSON lines file may be compressed: .gz, "),
+    ("split.parquet.gz", "a", "split.parquet.gz is a compressed Parquet file: Parquet "
+                              "compresses its columns itself"),
     # the header and rows, strictly: pandas would name an empty header cell "Unnamed: 1" and
     # take an extra field as the index (or, later on, stop without the file's name)
     ("blank.tsv", "sentence1\t\tlabel\na\tb\t1\n",
@@ -206,6 +213,57 @@ def test_unreadable_local_file_is_one_line_error(tmp_path, name, content, proble
     message = _error_of(lambda: prepare_task("rte", task, 0, out / "a", out / "b"))
     assert problem in message
     assert not out.exists()
+
+
+# A TSV, CSV and JSON lines text of the same rows, and the module that compresses each
+# rows, and the module that compresses each, with a row of a label out of range
+COMPRESSED = [
+    ("train.tsv.xz", "lzma", "sentence1\tsentence2\tlabel\na b\tc\t1\nd\te f\t0\n",
+     "x\ty\t7"),
+    ("train.csv.gz", "gzip", 'sentence1,sentence2,label\n"a b",c,1\nd,e f,0\n', "x,y,7"),
+    ("train.jsonl.bz2", "bz2", '{"sentence1": "a b", "sentence2": "c", "label": 1}\n'
+                               '{"sentence1": "d", "sentence2": "e f", "label": 0}\n',
+     '{"sentence1": "x", "sentence2": "y", "label": 7}'),
+]
+
+
+@pytest.mark.parametrize("name, module, text, bad", COMPRESSED)
+def test_a_compressed_text_file_is_read_as_its_format(tmp_path, name, module, text, bad):
+    compressed = tmp_path / name
+    with importlib.import_module(module).open(compressed, "wt") as f:
+        f.write(text)
+    plain = tmp_path / name.rsplit(".", 1)[0]
+    plain.write_text(text)
+    (rows, origin), (expected, plain_origin) = (read_local(str(path), "utf-8", "k")
+                                                for path in (compressed, plain))
+    pd.testing.assert_frame_equal(rows, expected)
+    assert origin.lines == plain_origin.lines and len(rows) == 2
+    # a mistake is named by its line in the decompressed text (after a blank line here)
+    with importlib.import_module(module).open(compressed, "wt") as f:
+        f.write(text.replace("\n", "\n\n", 1) + bad + "\n")
+    task = _local_task(compressed, compressed)
+    message = _error_of(lambda: prepare_task("rte", task, 0, tmp_path / "a", tmp_path / "b"))
+    line = len(text.splitlines()) + 2
+    assert message.startswith(f"{compressed}: line {line}: column 'label' has label 7"), message
+
+
+def test_a_damaged_compressed_file_is_one_line(tmp_path):
+    path = tmp_path / "train.csv.gz"
+    with gzip.open(path, "wt") as f:
+        f.write("sentence1,sentence2,label\n" + "a,b,1\n" * 1000)
+    path.write_bytes(path.read_bytes()[:-12])  # cut short, as an interrupted download leaves it
+    with pytest.raises(DataError, match=rf"^{path}: cannot decompress \(EOFError: "):
+        read_local(str(path), "utf-8", "k")
+
+
+def test_a_zstandard_file_needs_its_module(tmp_path, monkeypatch):
+    path = tmp_path / "train.csv.zst"
+    path.write_bytes(b"\x28\xb5\x2f\xfd")
+    monkeypatch.setattr(preflight, "find_spec", lambda name: None)  # as where it is missing
+    with pytest.raises(DataError, match=re.escape(
+            f"{path} is compressed with Zstandard, which needs the module zstandard (pip "
+            "install zstandard), not installed here")):
+        read_local(str(path), "utf-8", "k")
 
 
 def test_a_parquet_file_that_names_a_column_twice_is_one_line(tmp_path):
@@ -489,7 +547,7 @@ MIXED = {"source": "mix", "mix": ["reviews", "imdb"], "text_fields": ["text"],
     pytest.param({"local": {"source": "local", "local": {"train": __file__, "dev": __file__},
                             "text_fields": ["text"], "label_names": ["a", "b"]}},
                  f"tasks.local.local.train: {__file__} is not a file type attnlab reads "
-                 "(.parquet, .csv, .tsv, .json, .jsonl)", id="a file no reader takes"),
+                 "(.parquet, .csv, .tsv, .json, .jsonl;", id="a file no reader takes"),
 ])
 def test_a_real_data_setting_that_cannot_work_is_one_line_naming_the_key(tasks, expected):
     config = validate_config(copy.deepcopy({"name": "x", "tasks": tasks}))
@@ -505,3 +563,38 @@ def test_the_real_config_passes_the_checks():
     config = load_config(ROOT / "config" / "real.yaml")
     check_config(config, None)
     assert config["tasks"]["critic_or_user"]["mix"] == ["rotten_tomatoes", "imdb"]
+
+
+def _prompts_task(tmp_path, targets: list[str], **task) -> dict:
+    """A next-token task of local CSV files whose prompts are followed by `targets`."""
+    rows = "".join(f"the capital is,{target}\n" for target in targets)
+    for split in ("train", "dev"):
+        (tmp_path / f"{split}.csv").write_text("text,target\n" + rows)
+    return {"kind": "next_token", "source": "local", "text_fields": ["text"],
+            "local": {"train": str(tmp_path / "train.csv"), "dev": str(tmp_path / "dev.csv")},
+            **task}
+
+
+def test_a_next_token_target_of_several_tokens_is_refused_naming_its_row_and_tokens(tmp_path):
+    task = _prompts_task(tmp_path, ["paris", "rome", "new york city", "oslo"])
+    out = tmp_path / "out"
+    job = _prepare_data(task, out, 16)
+    # the scratch decoder's word-level tokenizer: three words, three tokens
+    message = _error_of(lambda: prepare_data.run(job))
+    assert message == (
+        f"{tmp_path / 'train.csv'}: line 4: target 'new york city' is 3 tokens ['new', 'york', "
+        "'city'], and only a target's first token is predicted (1 such rows); give one-token "
+        "targets, or set tasks.syn_sst2.target_tokens: first to predict the first token of each")
+    assert not out.exists()
+
+
+def test_a_next_token_target_s_first_token_is_taken_when_asked_with_a_warning(tmp_path, caplog):
+    task = _prompts_task(tmp_path, ["paris", "new york city", "los angeles"],
+                         target_tokens="first")
+    with caplog.at_level("WARNING", "attnlab"):
+        prepare_data.run(_prepare_data(task, tmp_path / "out", 16))
+    assert [m for m in caplog.messages if "more than one token" in m] == [
+        f"task syn_sst2: {tmp_path / split}.csv: 2 of 3 targets are more than one token; the "
+        "first token of each is predicted and attributed (tasks.syn_sst2.target_tokens: first)"
+        for split in ("train", "dev")]
+    assert len(pd.read_parquet(tmp_path / "out/dev.parquet")) == 3

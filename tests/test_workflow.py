@@ -818,7 +818,9 @@ def test_hub_data_and_a_local_checkpoint_reach_finetuning_offline(tmp_path):
     config = {"name": "local", "device": "cpu",
               "tasks": {"rte": {**RTE_TASK, "hub": {"path": "glue_copy", "name": "rte"}}},
               "model": {"source": "pretrained", "pretrained": "tiny_bert", "max_length": 64},
-              "finetune": {"epochs": 1, "batch_size": 8}}
+              "finetune": {"epochs": 1, "batch_size": 8},
+              # samples the 6 dev rows hold: the dry run checks them once they are downloaded
+              "heads": {"importance_examples": 3, "min_evaluation_examples": 3}}
     configfile = write_config(tmp_path, config)
     metrics = "results/local/finetune/rte/metrics.json"
     snakemake("--cores", "1", "--configfile", str(configfile), "--directory", str(tmp_path),

@@ -7,8 +7,8 @@ from attnlab.engine.options import ENGINE_KEYS
 from attnlab.plumbing.config import validate_config
 from attnlab.plumbing.errors import AttnlabError, ConfigError, stop
 from attnlab.plumbing.code_version import code_version
-from attnlab.plumbing.preflight import (HUB_ID, check_config, check_writable, task_kind,
-                                       task_role)
+from attnlab.plumbing.preflight import (HUB_ID, check_config, check_samples, check_writable,
+                                       hub_file, task_kind, task_role)
 from attnlab.plumbing.plan_warnings import gpu_visible, hub_warnings, no_gpu_warning
 
 
@@ -230,11 +230,6 @@ def task_spec(wildcards):
     return columns_of(wildcards.task)
 
 
-def hub_file(hub, split):
-    """Where rule download_data puts one split of a hub dataset."""
-    return f"resources/datasets/{hub['path']}/{hub['name'] or 'default'}/{split}.parquet"
-
-
 def task_files(wildcards):
     """The files a task's data are read from: the downloaded splits of a hub task (no dev split
     when its dev examples are held out from train), the named files of a local one (so that
@@ -304,6 +299,19 @@ def report_figures(wildcards):
 
 def report_figure_files(wildcards):
     return [path for path, *_ in report_figures(wildcards)]
+
+
+def check_the_samples():
+    """Every stage's sample against the split it is drawn from (attnlab.plumbing.preflight
+    check_samples), on the tasks each rule of this configuration's kind runs on: a sample that
+    cannot be drawn stops the dry run in one line, before any job; a split smaller than a
+    sample is one warning line. Called once all rules are defined."""
+    try:
+        lines = check_samples(config, {step.name: rule_tasks(step.name) for step in kinds_rules()})
+    except ConfigError as err:
+        stop(err, "config error at ")
+    for line in lines:
+        print(line, file=sys.stderr)
 
 
 def warn_about_the_plan():

@@ -35,23 +35,22 @@ from attnlab.data.dumps import HEAD_SCORES
 from attnlab.engine import examples, models
 from attnlab.engine.intervention import Intervention
 from attnlab.plumbing.errors import ConfigError
+from attnlab.plumbing.preflight import check_after
 
 METHODS = ("attribution", "attention", "taylor", "attribution_patching", "accuracy_difference",
            "random")
 
 
 def evaluation_split(n_dev: int, n_attributed: int, *, importance_examples: int,
-                     min_evaluation: int) -> int:
+                     min_evaluation: int, task: str) -> int:
     """How many of the first dev examples score the heads (`examples.held_out`: the requested
     number, or all attributed ones); the dev examples after them, disjoint from them, evaluate
-    global pruning. Refuses a configuration that leaves fewer than `min_evaluation`."""
+    global pruning. Refuses a configuration that leaves fewer than `min_evaluation` for the
+    task `task` (`preflight.check_after`, the dry run's check too)."""
     n = examples.held_out(importance_examples, n_attributed)
-    if n_dev - n < min_evaluation:
-        raise ConfigError(
-            f"heads.importance_examples = {importance_examples} takes {n} of the {n_dev} dev "
-            f"examples, which leaves {n_dev - n} to evaluate global pruning, fewer than "
-            f"heads.min_evaluation_examples = {min_evaluation}: lower the first or the second, "
-            "or give the task more dev examples")
+    check_after({"heads": {"importance_examples": importance_examples,
+                           "min_evaluation_examples": min_evaluation}}, task,
+                "heads.min_evaluation_examples", n_split=n_dev, n_before=n)
     return n
 
 

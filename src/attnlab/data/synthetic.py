@@ -36,7 +36,9 @@ from functools import cache
 import numpy as np
 import pandas as pd
 
-SYNTHETIC_KINDS = ("pair3", "pair2", "single2")
+from attnlab.plumbing.preflight import SYNTHETIC_SHAPES
+
+SYNTHETIC_KINDS = tuple(SYNTHETIC_SHAPES)
 N_FILLERS = 40
 # Above 1 / (types_per_class + 1): each class's trigger pair is then its most frequent pair.
 TRIGGER_RATE = 0.25
@@ -63,9 +65,10 @@ _KINDS = {
     # later, at a point that varies from seed to seed
     # more pair types per class than the 2-class kinds: with 5, one pair type of syn_mnli's
     # entailment class was mined more often than the class's trigger pair (README)
-    "pair3": _Kind("m", classes=3, segments=2, min_words=4, max_words=8, types_per_class=8),
-    "pair2": _Kind("r", classes=2, segments=2, min_words=4, max_words=8),
-    "single2": _Kind("s", classes=2, segments=1, min_words=8, max_words=14),
+    "pair3": _Kind("m", **vars(SYNTHETIC_SHAPES["pair3"]), min_words=4, max_words=8,
+                   types_per_class=8),
+    "pair2": _Kind("r", **vars(SYNTHETIC_SHAPES["pair2"]), min_words=4, max_words=8),
+    "single2": _Kind("s", **vars(SYNTHETIC_SHAPES["single2"]), min_words=8, max_words=14),
 }
 
 

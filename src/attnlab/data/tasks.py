@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 from attnlab.data import selection, synthetic
 from attnlab.plumbing.errors import AttnlabError, ConfigError
 from attnlab.plumbing.outputs import atomic_path
-from attnlab.plumbing.preflight import LOCAL_FORMATS
+from attnlab.plumbing.preflight import check_synthetic, local_format, open_local
 
 if TYPE_CHECKING:  # for type hints only: the trees job then imports no transformers
     from transformers import PreTrainedTokenizerBase
@@ -142,21 +142,12 @@ def load_split(path: str | os.PathLike, spec: SplitSpec) -> pd.DataFrame:
 def _synthetic_splits(spec: TaskSpec, cfg: dict, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     syn = cfg["synthetic"]
     kind = syn["kind"]
-    if synthetic.num_classes(kind) != len(spec.label_names):
-        raise ConfigError(
-            f"tasks.{spec.name}: synthetic kind {kind!r} has {synthetic.num_classes(kind)} "
-            f"classes but label_names has {len(spec.label_names)}"
-        )
+    check_synthetic(spec.name, cfg)  # the dry run's check, for the library's callers
     rate = syn.get("trigger_rate", synthetic.TRIGGER_RATE)
     # different seeds so dev never repeats the training draws
     train = synthetic.generate(kind, syn["n_train"], seed, rate)
     dev = synthetic.generate(kind, syn["n_dev"], seed + 1, rate)
     segments = [c for c in train.columns if c.startswith("segment_")]
-    if len(segments) != len(spec.text_fields):
-        raise ConfigError(
-            f"tasks.{spec.name}: synthetic kind {kind!r} has {len(segments)} text segment(s) "
-            f"but text_fields has {len(spec.text_fields)}"
-        )
     names = dict(zip(segments, spec.text_fields, strict=True))
     return train.rename(columns=names), dev.rename(columns=names)
 
@@ -188,17 +179,24 @@ def read_local(path: str, encoding: str, key: str) -> tuple[pd.DataFrame, Origin
     than the header, is an error naming the file, the line and the column (pandas would rename a
     repeated column `review.1`, or take a first column without a name as the index, and go
     on)."""
-    suffix = Path(path).suffix.lower()
-    if suffix not in LOCAL_FORMATS:
-        raise DataError(f"{path}: unknown file type {suffix!r} (use {', '.join(LOCAL_FORMATS)})")
-    file_format = LOCAL_FORMATS[suffix]
+    try:
+        file_format, compression = local_format(path)
+    except LookupError as err:
+        raise DataError(f"{path} {err}") from None
     if not Path(path).is_file():
         raise DataError(f"{path}: no such file")
-    if Path(path).stat().st_size == 0:
-        raise DataError(f"{path}: empty file")
     if file_format == "parquet":
+        if Path(path).stat().st_size == 0:
+            raise DataError(f"{path}: empty file")
         return _read_parquet(path), Origin(path)
-    data = Path(path).read_bytes()
+    try:
+        with open_local(path, compression) as f:
+            data = f.read()
+    except Exception as err:  # each compression's module raises its own kind of damage
+        raise DataError(f"{path}: cannot decompress ({_one_line(err)}); download or compress "
+                        "it again") from None
+    if not data:
+        raise DataError(f"{path}: empty file")
     # utf-8-sig reads UTF-8 with or without a byte-order mark
     codec = "utf-8-sig" if codecs.lookup(encoding).name == "utf-8" else encoding
     try:

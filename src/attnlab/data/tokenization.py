@@ -1,4 +1,5 @@
-"""The tokenizer a task's model reads with, and the refusal of an example too long for it.
+"""The tokenizer a task's model reads with, and the refusal of an example too long for it (or
+of a next-token target of several tokens).
 
 A scratch model gets a word-level BERT tokenizer over the words of its training split; a
 pretrained or fine-tuned checkpoint brings its own. This module needs no torch, so the data
@@ -7,6 +8,7 @@ jobs that use it start in a second or two.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,6 +18,8 @@ from transformers import BertTokenizer, PreTrainedTokenizerBase, PreTrainedToken
 
 from attnlab.data.prompts import PromptSpec
 from attnlab.data.tasks import DataError, Origin, TaskSpec, split_texts
+
+log = logging.getLogger(__name__)
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 # a scratch decoder's: padding, unknown words, and the beginning of every sequence (a token
@@ -142,3 +146,39 @@ def check_prompt_lengths(
             f"{origin.locate(df, row)} is {int(lengths[row])} tokens with its target, more than "
             f"model.max_length={max_length} ({len(too_long)} such prompts); raise "
             "model.max_length (a prompt is never truncated)")
+
+
+def check_targets(
+    df: pd.DataFrame,
+    spec: PromptSpec,
+    tokenizer: PreTrainedTokenizerBase,
+    origin: Origin,
+    *,
+    first_token: bool = False,
+) -> None:
+    """Refuse (`DataError`) a next-token split with a target of more than one token after its
+    prompt and a space (attnlab.engine.next_token predicts and attributes its first token only),
+    naming its row in `origin` and the target's tokens; with `first_token` (config
+    tasks.<name>.target_tokens: first), log how many rows have one and go on."""
+    prompts = df[spec.prompt_field].tolist()
+    targets = df[spec.target_field].tolist()
+    continued = tokenizer([f"{p} {t}" for p, t in zip(prompts, targets, strict=True)])
+    special = set(tokenizer.all_special_ids)
+    pieces = [[token for token in ids[len(alone):] if token not in special]
+              for ids, alone in zip(continued["input_ids"], tokenizer(prompts)["input_ids"],
+                                    strict=True)]
+    longer = [row for row, tokens in enumerate(pieces) if len(tokens) > 1]
+    if not longer:
+        return
+    if first_token:
+        log.warning("task %s: %s: %d of %d targets are more than one token; the first token of "
+                    "each is predicted and attributed (tasks.%s.target_tokens: first)",
+                    spec.name, origin.where, len(longer), len(df), spec.name)
+        return
+    row = longer[0]
+    tokens = [tokenizer.decode([token]) for token in pieces[row]]
+    raise DataError(
+        f"{origin.locate(df, row)}: target {targets[row]!r} is {len(tokens)} tokens {tokens}, "
+        f"and only a target's first token is predicted ({len(longer)} such rows); give one-token "
+        f"targets, or set tasks.{spec.name}.target_tokens: first to predict the first token of "
+        "each")

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from attnlab.plumbing.preflight import HUB_ID
+from attnlab.plumbing.preflight import HUB_ID, hub_file
 
 # Seconds one job of each rule took in the default run (config.yaml: three synthetic tasks of
 # 5,000 training examples, the 4-layer scratch model, one thread per job) on a 2-core CPU
@@ -91,8 +91,7 @@ def hub_ids(config: Mapping[str, Any], exists: Callable[[str], bool] = os.path.e
             continue
         hub = task["hub"]
         splits = [s for s in (hub["train_split"], hub["dev_split"]) if s is not None]
-        if not all(exists(f"resources/datasets/{hub['path']}/{hub['name'] or 'default'}/"
-                          f"{split}.parquet") for split in splits):
+        if not all(exists(hub_file(hub, split)) for split in splits):
             ids.append(("dataset", hub["path"]))
     return list(dict.fromkeys(ids))
 

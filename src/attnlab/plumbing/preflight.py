@@ -4,7 +4,9 @@ The schema (workflow/schemas/config.schema.yaml) checks each value on its own; `
 checks what the schema cannot: values against each other, against the files they name and
 against the checkpoint's folder, whole (`check_checkpoint`: its config.json, every weights
 file, the tokenizer's files; or the GGUF file model.gguf_file names, `gguf_shape`), so that no
-model is fine-tuned to be refused later. Every problem is a `ConfigError` of one line naming
+model is fine-tuned to be refused later. `check_samples` checks every stage's sample against
+the split it is drawn from (`SAMPLES`), where the config, a count of a local file's rows or a
+downloaded split's metadata tells its size. Every problem is a `ConfigError` of one line naming
 the key. `check_writable` checks the results folder
 before Snakemake touches it. This module imports neither torch nor transformers: Snakemake
 imports it whenever it builds the DAG.
@@ -13,15 +15,19 @@ imports it whenever it builds the DAG.
 from __future__ import annotations
 
 import codecs
+import csv
+import functools
+import io
 import json
 import os
 import re
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from importlib import import_module
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from attnlab.plumbing.errors import AttnlabError, ConfigError
 from attnlab.plumbing.families import CLASSIFIER, DECODER, FAMILIES, SCRATCH_DEFAULT, names
@@ -29,10 +35,29 @@ from attnlab.plumbing.families import CLASSIFIER, DECODER, FAMILIES, SCRATCH_DEF
 # the synthetic kinds that make next-token tasks (attnlab.data.induction)
 NEXT_TOKEN_KINDS = ("induction", "repeat")
 
+
+@dataclass(frozen=True)
+class SyntheticShape:
+    """What a synthetic classification kind fixes of its task: its classes and text segments."""
+
+    classes: int
+    segments: int
+
+
+# The synthetic classification kinds, which attnlab.data.synthetic builds with these shapes
+# (here, so that the dry run checks label_names and text_fields against them).
+SYNTHETIC_SHAPES = {"pair3": SyntheticShape(classes=3, segments=2),
+                    "pair2": SyntheticShape(classes=2, segments=2),
+                    "single2": SyntheticShape(classes=2, segments=1)}
+
 # The formats of a task's local files, by suffix, as attnlab.data.tasks.read_local reads them
 # (here, so that the dry run refuses a file no reader takes).
 LOCAL_FORMATS = {".parquet": "parquet", ".csv": "csv", ".tsv": "tsv", ".json": "json",
                  ".jsonl": "json"}
+# A compressed text file (train.csv.gz) is read as the format of the suffix before its
+# compression's, as pandas and datasets read one: each compression's module (zstandard is not
+# a dependency: where it is missing, a .zst file is refused in one line).
+COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".xz": "lzma", ".zst": "zstandard"}
 # A hub id: "name" or "owner/name" (also a path under resources/).
 HUB_ID = r"[A-Za-z0-9][\w.-]*(?:/[\w.-]+)?"
 
@@ -298,6 +323,267 @@ def _check_layers(key: str, layers: list[int], shape: ModelShape) -> None:
                               f"{shape.layers} layers (0..{shape.layers - 1})")
 
 
+def local_format(path: str | Path) -> tuple[str, str | None]:
+    """The format of a local data file by its suffix (LOCAL_FORMATS) and its compression's
+    module (COMPRESSIONS; None: not compressed). Raises LookupError saying what is wrong (the
+    caller names the key or the file)."""
+    suffixes = [suffix.lower() for suffix in Path(path).suffixes] or [""]
+    compression = COMPRESSIONS.get(suffixes[-1])
+    suffix = (["", *suffixes][-2] if compression else suffixes[-1])
+    if suffix not in LOCAL_FORMATS:
+        raise LookupError(f"is not a file type attnlab reads ({', '.join(LOCAL_FORMATS)}; a "
+                          "CSV, TSV or JSON lines file may be compressed: "
+                          f"{', '.join(COMPRESSIONS)})")
+    if compression and LOCAL_FORMATS[suffix] == "parquet":
+        raise LookupError("is a compressed Parquet file: Parquet compresses its columns itself, "
+                          "so attnlab reads the .parquet file as it is")
+    if compression and find_spec(compression) is None:
+        raise LookupError(f"is compressed with Zstandard, which needs the module {compression} "
+                          f"(pip install {compression}), not installed here")
+    return LOCAL_FORMATS[suffix], compression
+
+
+def open_local(path: str | Path, compression: str | None) -> BinaryIO:
+    """A local data file open for reading its bytes, decompressed (`local_format`)."""
+    if compression is None:
+        return Path(path).open("rb")
+    return import_module(compression).open(path, "rb")
+
+
+def _parquet_rows(path: str | Path) -> int | None:
+    """The rows of a Parquet file, from its metadata (None where it cannot be read)."""
+    # imported here: only a task of Parquet files needs it when the DAG is built
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_metadata(path).num_rows
+    except (OSError, ValueError):
+        return None
+
+
+def local_rows(path: str | Path, encoding: str) -> int | None:
+    """The rows attnlab.data.tasks.read_local reads from a local data file, counted without
+    making a table of them: a Parquet file's from its metadata, a CSV or TSV file's records (a
+    CSV's quoted field may span lines), a JSON lines file's non-blank lines. None where the file
+    cannot be read so (prepare_data then names what is wrong)."""
+    try:
+        file_format, compression = local_format(path)
+    except LookupError:
+        return None
+    if file_format == "parquet":
+        return _parquet_rows(path)
+    # utf-8-sig reads UTF-8 with or without a byte-order mark, as read_local does
+    codec = "utf-8-sig" if codecs.lookup(encoding).name == "utf-8" else encoding
+    try:
+        with open_local(path, compression) as raw:
+            if file_format == "json":  # one object a line, split at newlines only
+                text = io.TextIOWrapper(raw, encoding=codec, newline="\n")
+                return sum(1 for line in text if line.strip())
+            text = io.TextIOWrapper(raw, encoding=codec, newline="")
+            quoting = csv.QUOTE_NONE if file_format == "tsv" else csv.QUOTE_MINIMAL
+            records = csv.reader(text, delimiter="\t" if file_format == "tsv" else ",",
+                                 quoting=quoting, strict=True)
+            # the header is no row, and a blank line holds none
+            return max(sum(1 for record in records if record) - 1, 0)
+    except Exception:  # decoding, parsing, and each compression's own kind of damage
+        return None
+
+
+def hub_file(hub: Mapping[str, Any], split: str) -> str:
+    """Where rule download_data puts one split of a hub dataset (config tasks.<name>.hub)."""
+    return f"resources/datasets/{hub['path']}/{hub['name'] or 'default'}/{split}.parquet"
+
+
+@dataclass(frozen=True)
+class Rows:
+    """A split's number of examples as the dry run knows it: exactly, or at most (a sample of
+    rows.<split> rows of a source whose size is not known before it is read)."""
+
+    n: int
+    exact: bool
+
+
+def _at_most(rows: Rows | None, limit: int | None) -> Rows | None:
+    """`rows` limited to a sample of at most `limit` (None: no limit)."""
+    if limit is None:
+        return rows
+    if rows is None:
+        return Rows(limit, exact=False)
+    return Rows(min(rows.n, limit), rows.exact)
+
+
+def _source_rows(task: Mapping[str, Any], split: str) -> Rows | None:
+    """The rows of a local or hub task's source split, before sampling (attnlab.data.selection:
+    a dev split held out from train takes rows.dev rows of it); None while unknown (a hub split
+    not yet downloaded)."""
+    if task["source"] == "local":
+        n = local_rows(task["local"][split], task["local"]["encoding"])
+        return None if n is None else Rows(n, exact=True)
+    hub = task["hub"]
+    held_out = hub["dev_split"] is None
+    path = hub_file(hub, hub["train_split"] if split == "train" or held_out else hub["dev_split"])
+    n = _parquet_rows(path) if Path(path).is_file() else None
+    source = None if n is None else Rows(n, exact=True)
+    if not held_out:
+        return source
+    dev = _at_most(source, task["rows"]["dev"])
+    if split == "dev" or source is None:
+        return dev
+    return Rows(source.n - dev.n, exact=True)
+
+
+def split_rows(config: Mapping[str, Any], name: str, split: str) -> Rows | None:
+    """The examples of the split `split` (train, dev, or attributed: the dev examples rule
+    attribute attributes) of the task `name`, as far as the config and a count of its files'
+    rows tell before any job runs (`Rows`); None where nothing bounds them (a hub split not yet
+    downloaded, texts cut into sentences, with no rows.<split>)."""
+    task = config["tasks"][name]
+    if split == "attributed":
+        return _at_most(split_rows(config, name, "dev"), config["attribution"]["max_examples"])
+    if "repeat" in task:  # exactly this many prompts, or prepare_data refuses the task
+        return Rows(task["repeat"][f"n_{split}"], exact=True)
+    if task["source"] == "synthetic":
+        source = Rows(task["synthetic"][f"n_{split}"], exact=True)
+    elif task["sentences"]:
+        source = None
+    elif task["source"] == "mix":
+        parts = [split_rows(config, part, split) for part in task["mix"]]
+        source = None if None in parts else Rows(sum(part.n for part in parts),
+                                                 all(part.exact for part in parts))
+    else:
+        source = _source_rows(task, split)
+    # a next-token task's prompts are taken as they are (attnlab.data.prompts), a
+    # classification task's sampled (attnlab.data.selection)
+    if task.get("kind") == "next_token":
+        return source
+    return _at_most(source, (task["rows"] or {}).get(split))
+
+
+@dataclass(frozen=True)
+class Sample:
+    """A stage's sample of a task's split: the rule that first draws it, the setting (a dotted
+    config key) that sizes it, and the split (train, dev, attributed: the dev examples rule
+    attribute attributes; or a config key whose value names train or dev). A stage takes the
+    first this many examples, or all the split has when it has fewer; a sample that follows
+    another (`after`: the dev examples after that sample's) must find all of its own there, or
+    the stage could not run (`leaves`: what they are for)."""
+
+    rule: str
+    key: str
+    split: str
+    after: str | None = None
+    leaves: str = ""
+
+
+# Every setting that sizes a stage's sample, and the split it reads: the dry run checks each
+# against the task's split (check_samples), and the two samples that follow another, by the same
+# function as their stages (check_after).
+SAMPLES = (
+    Sample("attribute", "attribution.max_examples", "dev"),
+    Sample("quadrature_study", "attribution.study_examples", "dev"),
+    Sample("head_importance", "heads.importance_examples", "attributed"),
+    Sample("head_importance", "heads.min_evaluation_examples", "dev",
+           after="heads.importance_examples", leaves="to evaluate global pruning"),
+    Sample("trees", "trees.examples", "attributed"),
+    Sample("mine_triggers", "triggers.source_examples", "triggers.source_split"),
+    Sample("effective_attention", "identifiability.effective_attention.examples", "dev"),
+    Sample("token_identifiability", "identifiability.token_identifiability.train_examples",
+           "train"),
+    Sample("token_identifiability", "identifiability.token_identifiability.eval_examples",
+           "dev"),
+    Sample("token_mixing", "identifiability.token_mixing.examples", "dev"),
+    Sample("attention_permutation", "explanation.attention_permutation.examples", "dev"),
+    Sample("adversarial_attention", "explanation.adversarial_keys.train_examples", "train"),
+    Sample("adversarial_attention", "explanation.adversarial_keys.examples", "dev"),
+    Sample("adversarial_attention", "explanation.adversarial_attention.examples", "dev"),
+    Sample("interaction_methods", "interaction_methods.examples", "attributed"),
+    Sample("induction", "induction.examples", "dev"),
+    Sample("induction_heads", "induction.head_examples", "dev"),
+    Sample("induction_heads", "induction.ablation_examples", "dev",
+           after="induction.head_examples", leaves="to mean-ablate the heads on"),
+)
+SAMPLE_OF = {sample.key: sample for sample in SAMPLES}
+SPLIT_NAMES = {"train": "train examples", "dev": "dev examples",
+               "attributed": "attributed dev examples"}
+
+
+def setting(config: Mapping[str, Any], key: str) -> Any:
+    """The value of the dotted config key `key` (heads.importance_examples)."""
+    for part in key.split("."):
+        config = config[part]
+    return config
+
+
+def sample_split(config: Mapping[str, Any], sample: Sample) -> str:
+    """The split `sample` is drawn from (a config key's value where its split is one)."""
+    return setting(config, sample.split) if "." in sample.split else sample.split
+
+
+def check_after(settings: Mapping[str, Any], task: str, key: str, *, n_split: int,
+                n_before: int) -> None:
+    """Refuse (`ConfigError`) the sample of the setting `key`, which follows another's in the
+    dev split (`Sample.after`), when fewer examples remain for it than it asks: the split holds
+    `n_split`, of which the sample before takes `n_before`. `settings` holds both keys (the
+    config, or a stage's settings)."""
+    sample = SAMPLE_OF[key]
+    needs, left = setting(settings, key), n_split - n_before
+    if left < needs:
+        raise ConfigError(
+            f"{sample.after} = {setting(settings, sample.after)} takes {n_before} of the "
+            f"{n_split} dev examples of task {task}, which leaves {left} {sample.leaves}, fewer "
+            f"than {key} = {needs}: lower the first or the second, or give the task more dev "
+            "examples")
+
+
+def check_samples(config: Mapping[str, Any], rule_tasks: Mapping[str, Iterable[str]]
+                  ) -> list[str]:
+    """Check every stage's sample (SAMPLES) against the split it is drawn from, on the tasks
+    each rule runs on (`rule_tasks`: rule -> tasks), where the dry run knows the split's size
+    (`split_rows`): refuse (`ConfigError`) a sample that follows another and would not find its
+    examples (`check_after`, as its stage does). Returns one warning a task and split whose
+    size is known and that holds fewer examples than samples ask for, which take all of it."""
+    rows = functools.cache(lambda name, split: split_rows(config, name, split))
+    short: dict[tuple[str, str], list[str]] = {}
+    for sample in SAMPLES:
+        value = setting(config, sample.key)
+        split = sample_split(config, sample)
+        for name in rule_tasks.get(sample.rule, ()):
+            size = rows(name, split)
+            # an empty split: prepare_data's one line names its file
+            if value is None or size is None or size.n == 0:
+                continue
+            if sample.after is not None:
+                # the more examples a split may hold, the more are left for the later sample:
+                # a size known as a bound refuses only what no size within it allows
+                before = SAMPLE_OF[sample.after]
+                check_after(config, name, sample.key, n_split=size.n,
+                            n_before=min(setting(config, before.key),
+                                         rows(name, sample_split(config, before)).n))
+            elif size.exact and size.n < value:
+                short.setdefault((name, split), []).append(f"{sample.key} = {value}")
+    return [f"warning: task {name} has {rows(name, split).n} {SPLIT_NAMES[split]}, fewer "
+            f"than {', '.join(keys)} {'asks' if len(keys) == 1 else 'ask'} for: "
+            f"{'it takes' if len(keys) == 1 else 'each takes'} all of them"
+            for (name, split), keys in short.items()]
+
+
+def check_synthetic(name: str, task: Mapping[str, Any]) -> None:
+    """Refuse (`ConfigError`) a synthetic classification task whose label_names or text_fields
+    do not match what its kind fixes (SYNTHETIC_SHAPES)."""
+    kind = task["synthetic"]["kind"]
+    if kind not in SYNTHETIC_SHAPES:  # a next-token kind: prompts, checked with its kind
+        return
+    shape = SYNTHETIC_SHAPES[kind]
+    if len(task["label_names"]) != shape.classes:
+        raise ConfigError(f"tasks.{name}.label_names: synthetic kind {kind!r} has "
+                          f"{shape.classes} classes, and label_names names "
+                          f"{len(task['label_names'])}")
+    if len(task["text_fields"]) != shape.segments:
+        raise ConfigError(f"tasks.{name}.text_fields: synthetic kind {kind!r} has "
+                          f"{shape.segments} text segment(s), and text_fields names "
+                          f"{len(task['text_fields'])}")
+
+
 def _check_tasks(config: dict[str, Any]) -> None:
     for name, task in config["tasks"].items():
         if task["source"] == "hub" and not re.fullmatch(HUB_ID, task["hub"]["path"]):
@@ -308,9 +594,10 @@ def _check_tasks(config: dict[str, Any]) -> None:
                 path = Path(task["local"][split])
                 if not path.is_file():
                     raise ConfigError(f"tasks.{name}.local.{split}: no file {path}")
-                if path.suffix.lower() not in LOCAL_FORMATS:
-                    raise ConfigError(f"tasks.{name}.local.{split}: {path} is not a file type "
-                                      f"attnlab reads ({', '.join(LOCAL_FORMATS)})")
+                try:
+                    local_format(path)
+                except LookupError as err:
+                    raise ConfigError(f"tasks.{name}.local.{split}: {path} {err}") from None
             try:
                 codecs.lookup(task["local"]["encoding"])
             except LookupError:
@@ -404,6 +691,11 @@ def _check_kind(config: dict[str, Any]) -> None:
                               "data is synthetic (induction or repeat), local (prompts and "
                               "targets), or the sentences of a hub or local source made into "
                               f"repeat prompts (tasks.{name}.repeat)")
+        if "target_tokens" in task and not (decoder and task["source"] == "local"
+                                            and "repeat" not in task):
+            raise ConfigError(f"tasks.{name}.target_tokens: says how a next_token task's own "
+                              "targets (source local, without repeat) are tokenized; this task "
+                              "has none: leave it out")
         next_token = (task["source"] == "synthetic"
                       and task["synthetic"]["kind"] in NEXT_TOKEN_KINDS)
         if task["source"] == "synthetic" and next_token != decoder:
@@ -496,6 +788,9 @@ def check_config(config: dict[str, Any], pretrained: str | None) -> None:
     scratch model). Raises `ConfigError`."""
     _check_tasks(config)
     _check_kind(config)
+    for name, task in config["tasks"].items():
+        if task["source"] == "synthetic":
+            check_synthetic(name, task)
     heads = config["heads"]
     # task_correlation, part of every run, correlates the attribution importance
     if "attribution" not in heads["methods"]:

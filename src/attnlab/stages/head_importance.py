@@ -24,7 +24,7 @@ def run(job: ModelJob) -> None:
     dev = job.encoded("dev")
     n = evaluation_split(len(dev["labels"]), len(scores["attribution"]),
                          importance_examples=cfg.importance_examples,
-                         min_evaluation=cfg.min_evaluation_examples)
+                         min_evaluation=cfg.min_evaluation_examples, task=job.task)
     inputs = {k: v[:n] for k, v in dev.items()}
     scores = ranking_scores(job.model, inputs, {name: array[:n] for name, array in scores.items()},
                             cfg.batch_size)

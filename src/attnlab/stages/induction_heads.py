@@ -11,7 +11,7 @@ from attnlab.analyses.claims import log_claims, on_models
 from attnlab.data.dumps import attributed_head_scores
 from attnlab.engine import models, next_token
 from attnlab.model_job import ModelJob
-from attnlab.plumbing.errors import ConfigError
+from attnlab.plumbing.preflight import check_after
 from attnlab.report.html_pages import write_tables_page
 
 
@@ -22,9 +22,8 @@ def run(job: ModelJob) -> None:
     cfg = job.settings.induction
     n_rank, n_eval = cfg.head_examples, cfg.ablation_examples
     dev = job.split("dev")
-    if len(dev) < n_rank + n_eval:
-        raise ConfigError(f"induction.head_examples + induction.ablation_examples = "
-                          f"{n_rank + n_eval} is more than the task's {len(dev)} dev examples")
+    check_after(job.settings, job.task, "induction.ablation_examples", n_split=len(dev),
+                n_before=min(n_rank, len(dev)))
     attattr = attributed_head_scores(job.paths("parts"), dev,
                                      head_shape=models.head_shape(job.model),
                                      target=job.settings.attribution.target)["attribution"]

@@ -9,6 +9,7 @@ from attnlab.data.tokenization import (
     causal_tokenizer,
     check_lengths,
     check_prompt_lengths,
+    check_targets,
     length_limit,
     model_tokenizer,
 )
@@ -30,6 +31,11 @@ def run(job: Job) -> None:
         tokenizer = causal_tokenizer(spec, model, train)
         for split, origin in zip((train, dev), origins, strict=True):
             check_prompt_lengths(split, spec, tokenizer, max_length, origin)
+            # a user's targets (a generated prompt's target is one word, of which the
+            # induction protocol predicts the first token)
+            if task["source"] == "local" and "repeat" not in task:
+                check_targets(split, spec, tokenizer, origin,
+                              first_token=task.get("target_tokens") == "first")
         job.write_json("summary", write_prompts(train=train, dev=dev,
                                                 train_out=job.outputs["train"],
                                                 dev_out=job.outputs["dev"]))

@@ -54,7 +54,7 @@ def run(job: ModelJob) -> None:
     n_attributed = len(scores["attribution"])
     n_importance = heads.evaluation_split(
         len(inputs["labels"]), n_attributed, importance_examples=cfg.importance_examples,
-        min_evaluation=cfg.min_evaluation_examples)
+        min_evaluation=cfg.min_evaluation_examples, task=job.task)
     attributed = {k: v[:n_attributed] for k, v in inputs.items()}
     scores = heads.ranking_scores(job.model, attributed, scores, cfg.batch_size)
     by_label = _label_rankings(job, attributed, scores["attribution"])
