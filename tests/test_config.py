@@ -31,6 +31,7 @@ from attnlab.plumbing.preflight import (
     sample_split,
     setting,
     split_rows,
+    undownloaded,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -323,8 +324,11 @@ def test_a_held_out_dev_split_of_a_downloaded_hub_split_is_counted(tmp_path, mon
     validate_config(config)
     assert split_rows(config, "t", "dev") == Rows(15, exact=False)  # not downloaded yet
     path = Path(hub_file(config["tasks"]["t"]["hub"], "train"))
+    # make run downloads it before it plans the run: the one split, the dev examples held out
+    assert undownloaded(config) == [str(path)]
     path.parent.mkdir(parents=True)
     pd.DataFrame({"review": ["a"] * 40, "label": [0] * 40}).to_parquet(path)
+    assert undownloaded(config) == []
     assert split_rows(config, "t", "dev") == Rows(15, exact=True)
     assert split_rows(config, "t", "train") == Rows(25, exact=True)
 

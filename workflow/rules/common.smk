@@ -8,7 +8,7 @@ from attnlab.plumbing.config import validate_config
 from attnlab.plumbing.errors import AttnlabError, ConfigError, stop
 from attnlab.plumbing.code_version import code_version
 from attnlab.plumbing.preflight import (HUB_ID, check_config, check_samples, check_writable,
-                                       hub_file, task_kind, task_role)
+                                       hub_files, task_kind, task_role)
 from attnlab.plumbing.plan_warnings import gpu_visible, hub_warnings, no_gpu_warning
 
 
@@ -237,11 +237,7 @@ def task_files(wildcards):
     for a synthetic one."""
     task = config["tasks"][wildcards.task]
     if task["source"] == "hub":
-        hub = task["hub"]
-        files = {"train": hub_file(hub, hub["train_split"])}
-        if hub["dev_split"] is not None:
-            files["dev"] = hub_file(hub, hub["dev_split"])
-        return files
+        return hub_files(task["hub"])
     if task["source"] == "local":
         return {split: task["local"][split] for split in ("train", "dev")}
     if task["source"] == "mix":

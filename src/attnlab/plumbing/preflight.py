@@ -21,6 +21,7 @@ import io
 import json
 import os
 import re
+import sys
 import zipfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -392,6 +393,25 @@ def local_rows(path: str | Path, encoding: str) -> int | None:
 def hub_file(hub: Mapping[str, Any], split: str) -> str:
     """Where rule download_data puts one split of a hub dataset (config tasks.<name>.hub)."""
     return f"resources/datasets/{hub['path']}/{hub['name'] or 'default'}/{split}.parquet"
+
+
+def hub_files(hub: Mapping[str, Any]) -> dict[str, str]:
+    """The downloaded splits a hub task reads, by split: no dev split when its dev examples are
+    held out from train."""
+    files = {"train": hub_file(hub, hub["train_split"])}
+    if hub["dev_split"] is not None:
+        files["dev"] = hub_file(hub, hub["dev_split"])
+    return files
+
+
+def undownloaded(config: Mapping[str, Any]) -> list[str]:
+    """The hub splits the config's tasks read that rule download_data has not written yet. Until
+    they are there the dry run knows their sizes only by rows.<split> (`split_rows`), so `make
+    run` downloads them first and then plans the run, checking every sample against them
+    before any other job."""
+    files = [path for task in config["tasks"].values() if task["source"] == "hub"
+             for path in hub_files(task["hub"]).values() if not Path(path).is_file()]
+    return list(dict.fromkeys(files))
 
 
 @dataclass(frozen=True)
@@ -845,3 +865,11 @@ def check_config(config: dict[str, Any], pretrained: str | None) -> None:
         _check_layers("trees.heatmap_layer", [trees["heatmap_layer"]], shape)
     _check_layers("explanation.adversarial_attention.layers",
                   config["explanation"]["adversarial_attention"]["layers"] or [], shape)
+
+
+if __name__ == "__main__":
+    # `python -m attnlab.plumbing.preflight CONFIG`: the hub splits make run downloads before it
+    # plans the run (`undownloaded`), one a line
+    from attnlab.plumbing.config import load_config
+
+    print("\n".join(undownloaded(load_config(sys.argv[1]))))
