@@ -347,7 +347,7 @@ def tree_claims(trees: pd.DataFrame) -> list[dict[str, Any]]:
                 f"the same share minus the control's, paired 95 % interval over the {n} "
                 f"examples (holds above {CONTROL_GAP}; bar: our choice)",
                 verdicts.difference(joins, known["control_joins_planted"].to_numpy(float),
-                                    paired=True, scale=verdicts.SIGNED_UNIT),
+                                    paired=True, scale=verdicts.SIGNED_UNIT, sides=verdicts.UNIT),
                 Bar(CONTROL_GAP), source("hao2021", "tree_flow")),
         _hierarchy(trees),
     ]
