@@ -358,24 +358,27 @@ def _sentences(rate, sentences=10, layers=3):
 
 
 def test_token_identifiability_findings_pool_tokens_and_resample_sentences():
-    """Learned maps identify 9 of 10 tokens with cosine and 7 with L2 in layer 1, one fewer
-    with each layer; the identity 5. The lowest best rate (layer 3, cosine: 0.7), the cosine
-    gain (0.2) and the decline (0.2) hold on every resample, since every sentence agrees; the
-    learned map beats the identity as a check."""
-    def rate(layer, kind, loss, _):
+    """Learned maps identify 9 of 10 tokens with cosine (10 in every other sentence) and 7
+    with L2 in layer 1, one fewer with each layer (cosine from 9); the identity 5. The lowest
+    best rate (layer 3, cosine: 0.7) is 0.7 in every sentence: its interval is the Wilson
+    interval of 70 of 100 tokens, [0.604, 0.781], not the bootstrap's [0.7, 0.7]. The cosine
+    gain ((0.25 + 0.2 + 0.2) / 3) and the decline ((0.25 + 0.2) / 2) vary between sentences
+    and hold; the learned map beats the identity as a check."""
+    def rate(layer, kind, loss, sentence):
         if kind == "identity":
             return 5
-        return (9 if loss == "cosine" else 7) - (layer - 1) * (layer > 0)
+        more = sentence % 2 if (layer, loss) == (1, "cosine") else 0
+        return (9 if loss == "cosine" else 7) - (layer - 1) * (layer > 0) + more
 
     rows = {c["claim"]: c for c in ti.claims(_sentences(rate))}
     stays = rows["tokens stay identifiable in every layer"]
     assert (stays["value"], stays["low"], stays["high"], stays["n"]) == pytest.approx(
-        (0.7, 0.7, 0.7, 10))
+        (0.7, 0.604, 0.781, 10), abs=1e-3)
     assert (stays["bar"], stays["verdict"]) == (0.5, "holds")
     gain = rows["a cosine loss identifies more tokens than an L2 loss"]
-    assert gain["value"] == pytest.approx(0.2) and gain["verdict"] == "holds"
+    assert gain["value"] == pytest.approx(0.65 / 3) and gain["verdict"] == "holds"
     decline = rows["identifiability declines with depth"]
-    assert decline["value"] == pytest.approx(0.2) and decline["verdict"] == "holds"
+    assert decline["value"] == pytest.approx(0.225) and decline["verdict"] == "holds"
     beats = rows["a learned map beats the identity baseline in the last layer"]
     assert (beats["kind"], beats["value"], beats["verdict"]) == pytest.approx(
         ("check", 0.7 - 0.5, "holds"))
