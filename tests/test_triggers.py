@@ -220,12 +220,13 @@ def test_attack_findings_are_judged_over_examples_paired_with_random_words():
     # the lead of paired hits has Newcombe's interval, about [0.40, 0.69]
     assert good[1]["n"] == 50 and good[1]["low"] > 0.35
     # no drop at all, with the trigger or random words: every resample of the drops gives 0,
-    # an interval of no width, not judged; the lead's interval (Newcombe's, about ± 0.07)
-    # holds the bar of 0.05: 50 examples cannot tell a lead that small from none
+    # an interval of no width; the trigger and random words both at the floor on every
+    # example: neither is judged, each with its interval shown
     bad = attack.attack_claims(attack.example_drops(_examples(before, before, before)), None,
                                top=3)
-    assert [c["verdict"] for c in bad] == ["not testable", "inconclusive"]
-    assert bad[0]["reason"] == "every resample of the units gives 0: no interval"
+    assert [c["verdict"] for c in bad] == ["not testable", "not testable"]
+    assert [c["reason"] for c in bad] == ["every resample of the units gives 0: no interval",
+                                          "at the floor (every unit at 0 on both sides)"]
     assert bad[1]["value"] == 0 and bad[1]["low"] < 0 < bad[1]["high"]
     # nothing evaluated: not testable, with the reason
     empty = attack.attack_claims(attack.example_drops(_examples([], [], [])), None, top=3)

@@ -322,15 +322,16 @@ def test_a_share_and_a_difference_of_shares_always_have_a_width(n):
 
 def test_a_comparison_whose_sides_sit_at_one_bound_on_every_unit_is_at_the_ceiling_or_floor():
     """Both sides at 1 (or 0) of their scale on every unit: the data cannot tell them apart,
-    whatever the interval; one unit off the bound on either side, they can. A measure without
-    stated sides (`sides` unbounded) is never at a bound."""
+    whatever the interval; one unit off the bound on either side, they can. Hits are on 0 to 1
+    by themselves; a measure stated to have no bound (`sides` unbounded) is never at one."""
     ones, zeros = np.ones(30), np.zeros(30)
     ceiling = verdicts.difference(ones, ones, paired=True, sides=verdicts.UNIT)
     assert ceiling.at_bound == "at the ceiling (every unit at 1 on both sides)"
     assert ceiling.estimate == 0 and ceiling.low < 0 < ceiling.high  # Newcombe's, shown
     floor = verdicts.difference(zeros, zeros, paired=False, sides=verdicts.UNIT)
     assert floor.at_bound == "at the floor (every unit at 0 on both sides)"
-    assert verdicts.difference(ones, ones, paired=True).at_bound == ""
+    assert verdicts.difference(ones, ones, paired=True).at_bound == ceiling.at_bound
+    assert verdicts.difference(ones, ones, paired=True, sides=verdicts.UNBOUNDED).at_bound == ""
     off = ones.copy()
     off[3] = 0.5
     assert verdicts.difference(off, ones, paired=True, sides=verdicts.UNIT).at_bound == ""

@@ -102,7 +102,7 @@ def recovery_claims(hits: pd.DataFrame) -> list[dict[str, Any]]:
     stage, n = "ground_truth", len(hits)
     by_attribution = hits["attribution"].to_numpy(dtype=float)
     lead = verdicts.difference(by_attribution, hits["attention"].to_numpy(dtype=float),
-                               paired=True, scale=verdicts.SIGNED_UNIT, sides=verdicts.UNIT)
+                               paired=True, scale=verdicts.SIGNED_UNIT)
     difference = (f"share of the {n} examples a planted pair decides whose strongest edge of "
                   f"some layer joins it, attribution minus raw attention, paired 95 % interval "
                   f"over the examples")

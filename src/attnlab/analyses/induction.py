@@ -276,13 +276,11 @@ def induction_findings(edges: pd.DataFrame, per_example: np.ndarray,
                 source(olsson, "induction_heads")),
         finding(STAGE, "AttAttr's strongest edge finds B more often than raw attention's",
                 "share AttAttr - share attention, paired", difference(
-                    hit["attattr"], hit["attention"], paired=True, scale=SIGNED_UNIT,
-                    sides=UNIT), BEATS,
+                    hit["attattr"], hit["attention"], paired=True, scale=SIGNED_UNIT), BEATS,
                 source(hao, "attention_differs")),
         finding(STAGE, "AttAttr's strongest edge finds B more often than rollout's",
                 "share AttAttr - share rollout, paired", difference(
-                    hit["attattr"], hit["rollout"], paired=True, scale=SIGNED_UNIT,
-                    sides=UNIT), BEATS,
+                    hit["attattr"], hit["rollout"], paired=True, scale=SIGNED_UNIT), BEATS,
                 source(hao, "attention_differs")),
         finding(STAGE, "AttAttr's strongest edge below the induction edge's layer is B's first "
                 "position reading A (the previous-token step)", "share of examples (bar ours)",
@@ -290,7 +288,7 @@ def induction_findings(edges: pd.DataFrame, per_example: np.ndarray,
         finding(STAGE, "AttAttr's strongest edge below the induction edge's layer is that step "
                 "more often than raw attention's", "share AttAttr - share attention, paired",
                 difference(path["attattr"], path["attention"], paired=True,
-                           scale=SIGNED_UNIT, sides=UNIT), BEATS,
+                           scale=SIGNED_UNIT), BEATS,
                 source(hao, "attention_differs")),
         finding(STAGE, "AttAttr's attribution tree joins the second A to B through B reading A "
                 "below the induction edge's layer", "share of examples (bar ours)",
@@ -307,6 +305,6 @@ def induction_findings(edges: pd.DataFrame, per_example: np.ndarray,
                     "rule induction_heads ablates each ranking's top heads instead")
                 if masking is None else difference(masking.worst_other.astype(float),
                                                    masking.top.astype(float), paired=True,
-                                                   scale=SIGNED_UNIT, sides=UNIT),
+                                                   scale=SIGNED_UNIT),
                 BEATS, source(hao, "important_heads")),
     ]

@@ -70,8 +70,9 @@ MEASURES: dict[str, tuple[str, bool]] = {
     "sufficiency": ("token erasure sufficiency (ERASER; lower is better)", False),
 }
 # The range of a measure's per-example values where two methods can both sit at one end of it
-# on every example (`verdicts.difference`'s sides): a hit is 0 or 1, a reciprocal rank at most 1.
-SIDES = {"planted_hit": verdicts.UNIT, "planted_rr": verdicts.UNIT}
+# on every example (`verdicts.difference`'s sides): a reciprocal rank is at most 1 (a hit's
+# 0 or 1 `difference` sees by itself).
+SIDES = {"planted_rr": verdicts.UNIT}
 INTERVAL = 0.95
 
 
@@ -264,8 +265,8 @@ def pairs(values: pd.DataFrame, *, reps: int, seed: int) -> pd.DataFrame:
     """Per measure and pair of methods: the mean of `method` minus that of `other`, oriented so
     that > 0 means `method` is better, with its paired interval over the examples
     (`verdicts.difference`: a bootstrap, Newcombe's interval for hits) and `at_bound`: at the
-    ceiling or the floor where both sit at that end of the measure's scale (`SIDES`) on every
-    example, otherwise empty."""
+    ceiling or the floor where both sit at that end of the measure's scale on every example,
+    otherwise empty."""
     rows = []
     for measure, group in values.groupby("measure", sort=False):
         wide = group.pivot(index="idx", columns="method", values="value").dropna()
@@ -277,7 +278,7 @@ def pairs(values: pd.DataFrame, *, reps: int, seed: int) -> pd.DataFrame:
                 better, worse = (method, other) if higher else (other, method)
                 compared = verdicts.difference(
                     wide[better].to_numpy(), wide[worse].to_numpy(), paired=True,
-                    resamples=reps, seed=seed, sides=SIDES.get(measure, verdicts.UNBOUNDED))
+                    resamples=reps, seed=seed, sides=SIDES.get(measure))
                 rows.append({"measure": measure, "method": method, "other": other,
                              "examples": compared.n, "difference": compared.estimate,
                              "low": compared.low, "high": compared.high,

@@ -235,7 +235,7 @@ def difference(
     resamples: int = RESAMPLES,
     seed: int = SEED,
     scale: tuple[float, float] = UNBOUNDED,
-    sides: tuple[float, float] = UNBOUNDED,
+    sides: tuple[float, float] | None = None,
 ) -> Interval:
     """The interval of mean(a) − mean(b). `paired`: a and b are measured on the same units, in
     the same order, and one resample draws the same units for both (the units' own variation,
@@ -243,15 +243,16 @@ def difference(
     interval of two paired shares instead (`_paired_shares`). Otherwise each is resampled on
     its own (two groups of units, e.g. different task pairs). n is the units' number (paired)
     or the smaller group's. `scale`: the range of the difference (SIGNED_UNIT for two shares,
-    `Interval.scale`). `sides`: the range of a's and b's own values (UNIT for hits, shares and
-    reciprocal ranks); where both sit at one end of it on every unit, the data cannot tell
+    `Interval.scale`). `sides`: the range of a's and b's own values (UNIT for shares and
+    reciprocal ranks; None: UNIT where every value of both is 0 or 1, a hit's scale, and no
+    bound otherwise); where both sit at one end of it on every unit, the data cannot tell
     them apart, and the interval says so (`Interval.at_bound`: at the ceiling or the floor)."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    hits = _is_hits(a) and _is_hits(b)
     if paired:
         if a.shape != b.shape:
             raise ValueError(f"a paired comparison needs the same units: {a.shape} vs {b.shape}")
-        interval = (_paired_shares(a, b) if a.ndim == 1 and len(a) and _is_hits(a)
-                    and _is_hits(b) else
+        interval = (_paired_shares(a, b) if hits and a.ndim == 1 and len(a) else
                     bootstrap(a - b, resamples=resamples, seed=seed, scale=scale))
     else:
         if not (len(a) and len(b)):
@@ -259,6 +260,8 @@ def difference(
         rng = np.random.default_rng(seed)
         draws = _draws(a, mean, resamples, rng) - _draws(b, mean, resamples, rng)
         interval = _interval(a.mean() - b.mean(), draws, min(len(a), len(b)), scale)
+    if sides is None:
+        sides = UNIT if hits else UNBOUNDED
     return replace(interval, at_bound=_at_bound(a, b, sides))
 
 
