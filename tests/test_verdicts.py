@@ -360,6 +360,8 @@ def test_a_finding_at_the_ceiling_or_of_no_width_is_not_testable_with_its_interv
     assert (flat["verdict"], flat["reason"]) == (
         "not testable", "every resample of the units gives 0.3: no interval")
     assert (flat["value"], flat["low"], flat["high"], flat["n"]) == (0.3, 0.3, 0.3, 40)
+    rounded = finding("s", "A beats B", "gain", Interval(0.3, 0.3, 0.3 + 1e-16, 40), bar, SOURCE)
+    assert rounded["verdict"] == "not testable"  # a width of rounding is none
     judged = finding("s", "A beats B", "gain", Interval(0.3, 0.29, 0.31, 40), bar, SOURCE)
     assert (judged["verdict"], judged["reason"]) == ("holds", "")
     # over seeds, a seed at the ceiling is one where the finding was not testable
