@@ -36,8 +36,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from attnlab.report.findings import (  # noqa: E402
     STAGES,
     checks_line,
-    counts,
-    counts_line,
+    findings_line,
     findings_only,
 )
 from attnlab.report.summary import claims_table, control_of, seed_of  # noqa: E402
@@ -183,12 +182,12 @@ def _claims(run: Path) -> str:
         table = claims_table([p for p in files if not control_of(p)],
                              controls_paths=[p for p in files if control_of(p)], origin={},
                              out=Path(tmp, "claims.html"))
-    parts = [f"{counts_line(counts(table))} (findings, one per task it is judged on; "
+    parts = [f"{findings_line(table)} (findings, one per task it is judged on; "
              f"{checks_line(table)}, not counted as findings).\n"]
     table = findings_only(table)
     tasks = sorted({t for t in table["task"] if isinstance(t, str) and "–" not in t})
     for group, rows in table.groupby("group", sort=False):
-        parts.append(f"### {group}\n\n{counts_line(counts(rows))}.\n")
+        parts.append(f"### {group}\n\n{findings_line(rows)}.\n")
         for stage, claims in rows.groupby("stage", sort=False):
             body, reasons = [], {}
             for claim, per_task in claims.groupby("claim", sort=False):

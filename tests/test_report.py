@@ -351,6 +351,31 @@ def test_make_run_prints_where_the_report_is_and_what_failed(tmp_path, capsys):
     assert "findings.parquet is missing" in capsys.readouterr().err
 
 
+def test_the_counts_say_how_many_findings_sit_at_a_ceiling_or_floor(tmp_path):
+    """A comparison whose sides are at the ceiling on every unit is not testable, counted
+    apart among the not testable ones, and shown on both pages with its interval and reason;
+    over seeds, a seed at the ceiling is one that could not test it."""
+    ceiling = verdicts.difference(np.ones(40), np.ones(40), paired=True,
+                                  scale=verdicts.SIGNED_UNIT, sides=verdicts.UNIT)
+    rows = [finding_row("per_layer", "low heads barely hurt", Interval(0.8, 0.7, 0.9, 120)),
+            finding_row("per_layer", "high heads hurt most", ceiling, Bar(0.01)),
+            finding_row("per_layer", "random heads hurt least", NotTestable("one head"))]
+    out = {"out": tmp_path / "claims.html", "landing": tmp_path / "landing.html"}
+    table = claims_table([write_rows(tmp_path / "claims.parquet", rows)], origin={}, **out)
+    line = "1 holds, 0 does not hold, 2 not testable (1 at a ceiling or floor)"
+    assert landing.findings_line(landing.grouped(table)) == line
+    assert f"<b>{line}</b>" in out["landing"].read_text()
+    reason = "at the ceiling (every unit at 1 on both sides)"
+    for page in (out["landing"].read_text(), out["out"].read_text()):
+        assert reason in page
+        assert landing.interval_text(ceiling.low, ceiling.high) in page  # [-0.0876, 0.0876]
+    seeds = [write_rows(tmp_path / f"seed={s}" / "claims.parquet", [finding_row(
+        "per_layer", "high heads hurt most",
+        ceiling if s == 0 else Interval(0.1, 0.05, 0.15, 40), Bar(0.01))]) for s in range(5)]
+    pooled = claims_table(seeds, origin={}, out=tmp_path / "seeds.html").iloc[0]
+    assert pooled["verdict"] == "holds: holds in 4 of 4 seeds (not testable in 1)"
+
+
 def test_an_unknown_verdict_is_an_error():
     with pytest.raises(ValueError, match="unknown verdict 'maybe'"):
         landing.outcome("maybe")

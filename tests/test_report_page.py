@@ -138,7 +138,7 @@ def test_the_report_opens_on_its_first_heading_and_the_findings_counts(tmp_path)
     # the page's own scripts hold "</body>" in strings: the script goes before the last one
     start, end, tail = report.read_text().rpartition("</body>")
     report.write_text(start + READ_THE_TOP + end + tail)
-    counts = landing.counts_line(landing.counts(table))
+    counts = landing.findings_line(table)
     for window in ("1280,800", "1920,1080"):
         top = seen_at_top(report, window)
         assert top["heading"]["text"] == "attnlab run t: its findings", window

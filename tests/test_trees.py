@@ -245,13 +245,13 @@ def test_tree_findings_count_only_correct_examples_with_ground_truth_against_the
         joins=[True] * 38 + [False] * 2 + [False, None],
         control=[True] * 4 + [False] * 36 + [True, None],
         correct=[True] * n + [False, True],
-        depth=[3] * (n + 2), control_depth=[1] * (n + 2))
+        depth=[3] * (n + 2), control_depth=[1, 2] * (n // 2 + 1))
     planted, versus, hierarchy = trees.tree_claims(table)
     assert planted["value"] == pytest.approx(0.95) and planted["n"] == n
     assert planted["verdict"] == "holds"  # the interval, about [0.88, 1], clears 0.8
     assert versus["value"] == pytest.approx(34 / 40) and versus["verdict"] == "holds"
-    # depth: every example is 2 deeper than its control, the misclassified ones too
-    assert hierarchy["value"] == 2 and hierarchy["n"] == n + 2
+    # depth: every example is 1 or 2 deeper than its control, the misclassified ones too
+    assert hierarchy["value"] == 1.5 and hierarchy["n"] == n + 2
     assert hierarchy["verdict"] == "holds"
     assert all(row["kind"] == "finding" and row["source"].startswith("Hao et al. 2021")
                for row in (planted, versus, hierarchy))

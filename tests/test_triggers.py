@@ -217,12 +217,17 @@ def test_attack_findings_are_judged_over_examples_paired_with_random_words():
         "the triggers lower it more than random words at the same positions"]
     assert [c["verdict"] for c in good] == ["holds", "holds"]
     assert good[0]["value"] == pytest.approx(0.6) and good[1]["value"] == pytest.approx(0.56)
-    assert good[1]["n"] == 50 and good[1]["low"] > 0.4
-    # no drop at all, with the trigger or random words: both intervals are [0, 0]
+    # the lead of paired hits has Newcombe's interval, about [0.40, 0.69]
+    assert good[1]["n"] == 50 and good[1]["low"] > 0.35
+    # no drop at all, with the trigger or random words: every resample of the drops gives 0,
+    # an interval of no width; the trigger and random words both at the floor on every
+    # example: neither is judged, each with its interval shown
     bad = attack.attack_claims(attack.example_drops(_examples(before, before, before)), None,
                                top=3)
-    assert [c["verdict"] for c in bad] == ["does not hold", "does not hold"]
-    assert bad[1]["value"] == 0
+    assert [c["verdict"] for c in bad] == ["not testable", "not testable"]
+    assert [c["reason"] for c in bad] == ["every resample of the units gives 0: no interval",
+                                          "at the floor (every unit at 0 on both sides)"]
+    assert bad[1]["value"] == 0 and bad[1]["low"] < 0 < bad[1]["high"]
     # nothing evaluated: not testable, with the reason
     empty = attack.attack_claims(attack.example_drops(_examples([], [], [])), None, top=3)
     assert {c["verdict"] for c in empty} == {"not testable"} and empty[0]["reason"]

@@ -104,15 +104,16 @@ def test_a_statistic_of_several_measurements_per_unit():
 
 
 def test_a_paired_interval_excludes_zero_where_the_unpaired_one_does_not():
-    # the units differ much (sd 1), B is A plus a small constant gain on every unit: paired,
-    # the differences are all 0.1; unpaired, the spread of the units swamps the gain
+    # the units differ much (sd 1), A is B plus a gain of 0.1 ± 0.01 on every unit: paired,
+    # the interval is that of the gains' mean, about ± 2·0.01/√60 = ± 0.003; unpaired, the
+    # spread of the units swamps the gain
     rng = np.random.default_rng(2)
-    a = rng.normal(0.0, 1.0, 60)
-    b = a - 0.1
+    b = rng.normal(0.0, 1.0, 60)
+    a = b + rng.normal(0.1, 0.01, 60)
     paired = verdicts.difference(a, b, paired=True)
     unpaired = verdicts.difference(a, b, paired=False)
-    assert paired.estimate == pytest.approx(0.1) == unpaired.estimate
-    assert paired.low == pytest.approx(0.1) and paired.high == pytest.approx(0.1)
+    assert paired.estimate == pytest.approx(unpaired.estimate) == pytest.approx(0.1, abs=0.005)
+    assert 0.09 < paired.low < paired.high < 0.11
     assert unpaired.low < 0 < unpaired.high
     assert verdicts.verdict(paired, Bar(0.0)) == "holds"
     assert verdicts.verdict(unpaired, Bar(0.0)) == "inconclusive"
@@ -277,3 +278,93 @@ def test_a_share_of_hits_has_the_wilson_interval_not_a_degenerate_bootstrap():
     assert (some.low, some.high) == pytest.approx((0.3866, 0.7812), abs=1e-4)
     with pytest.raises(ValueError, match="hits or misses"):
         verdicts.share(np.array([0.5, 1.0]))
+
+
+def _hits(*counts: int) -> tuple[np.ndarray, np.ndarray]:
+    """Paired hits from the counts of units that are hits on both sides, on a alone, on b
+    alone and on neither."""
+    kinds = np.repeat(np.arange(4), counts)
+    return (np.isin(kinds, (0, 1)).astype(float), np.isin(kinds, (0, 2)).astype(float))
+
+
+def test_a_paired_difference_of_hits_has_newcombe_s_interval():
+    """Newcombe's (1998) hybrid score interval for paired shares, on the worked example of
+    Fagerland, Lydersen & Laake (2017, Statistical Analysis of Contingency Tables, ch. 8;
+    Cavo et al. 2012): 59 units hit on both sides, 6 on a alone, 16 on b alone, 80 on neither;
+    -0.0621 [-0.1186, -0.0046], to the 4 decimals printed. `difference` chooses it for paired
+    hits, by itself."""
+    a, b = _hits(59, 6, 16, 80)
+    newcombe = verdicts.difference(a, b, paired=True)
+    assert (newcombe.estimate, newcombe.low, newcombe.high) == pytest.approx(
+        (-0.0621, -0.1186, -0.0046), abs=1e-4)
+    assert (newcombe.n, newcombe.scale) == (161, verdicts.SIGNED_UNIT)
+    # values that are not all 0 or 1 keep the paired bootstrap (its scale the caller's)
+    assert verdicts.difference(a * 0.5, b, paired=True).scale == verdicts.UNBOUNDED
+
+
+@pytest.mark.parametrize("n", [1, 7, 200])
+def test_a_share_and_a_difference_of_shares_always_have_a_width(n):
+    """Where every resample gives the same value (all hits, no hits, or both sides alike on
+    every unit), a bootstrap's interval has no width; Wilson's and Newcombe's always have
+    one, narrower as the units grow: the certainty of n units is never complete."""
+    for hits in (np.ones(n), np.zeros(n)):
+        interval = verdicts.share(hits)
+        assert interval.low < interval.high
+    widths = []
+    for counts in ((n, 0, 0, 0), (0, 0, 0, n), (n - n // 2, 0, 0, n // 2), (0, n, 0, 0)):
+        interval = verdicts.difference(*_hits(*counts), paired=True)
+        assert -1 <= interval.low < interval.high <= 1
+        widths.append(interval.high - interval.low)
+    # 200 units alike on both sides: about ± 0.019 (one side's Wilson reach, z²/(n + z²))
+    if n == 200:
+        assert widths[0] == pytest.approx(2 * 1.96**2 / (200 + 1.96**2), rel=0.01)
+
+
+def test_a_comparison_whose_sides_sit_at_one_bound_on_every_unit_is_at_the_ceiling_or_floor():
+    """Both sides at 1 (or 0) of their scale on every unit: the data cannot tell them apart,
+    whatever the interval; one unit off the bound on either side, they can. Hits are on 0 to 1
+    by themselves; a measure stated to have no bound (`sides` unbounded) is never at one."""
+    ones, zeros = np.ones(30), np.zeros(30)
+    ceiling = verdicts.difference(ones, ones, paired=True, sides=verdicts.UNIT)
+    assert ceiling.at_bound == "at the ceiling (every unit at 1 on both sides)"
+    assert ceiling.estimate == 0 and ceiling.low < 0 < ceiling.high  # Newcombe's, shown
+    floor = verdicts.difference(zeros, zeros, paired=False, sides=verdicts.UNIT)
+    assert floor.at_bound == "at the floor (every unit at 0 on both sides)"
+    assert verdicts.difference(ones, ones, paired=True).at_bound == ceiling.at_bound
+    assert verdicts.difference(ones, ones, paired=True, sides=verdicts.UNBOUNDED).at_bound == ""
+    off = ones.copy()
+    off[3] = 0.5
+    assert verdicts.difference(off, ones, paired=True, sides=verdicts.UNIT).at_bound == ""
+    assert verdicts.difference(ones, zeros, paired=True, sides=verdicts.UNIT).at_bound == ""
+    # a measure of 0 to 5, at 5 on every unit on both sides: a bootstrap of no width, and the
+    # reason it is not testable is the ceiling
+    top = verdicts.difference(np.full(30, 5.0), np.full(30, 5.0), paired=True, sides=(0, 5))
+    assert (top.low, top.high) == (0, 0)
+    assert verdicts.untestable(top) == "at the ceiling (every unit at 5 on both sides)"
+
+
+def test_a_finding_at_the_ceiling_or_of_no_width_is_not_testable_with_its_interval_shown():
+    """A finding whose interval cannot judge it is "not testable" with the reason, and keeps
+    its estimate, interval, units and scale (a finding the data cannot test at all has NaN).
+    An interval of no width is never judged: a safety net for a bootstrap every resample of
+    which gives the same value."""
+    bar = Bar(verdicts.ONE_POINT)
+    ceiling = finding("s", "A beats B", "hit", verdicts.difference(
+        np.ones(73), np.ones(73), paired=True, scale=verdicts.SIGNED_UNIT,
+        sides=verdicts.UNIT), bar, SOURCE)
+    assert (ceiling["verdict"], ceiling["reason"]) == (
+        "not testable", "at the ceiling (every unit at 1 on both sides)")
+    assert (ceiling["value"], ceiling["n"], ceiling["scale_low"]) == (0, 73, -1)
+    assert ceiling["low"] == pytest.approx(-ceiling["high"]) and ceiling["high"] > 0.03
+    flat = finding("s", "A beats B", "gain", Interval(0.3, 0.3, 0.3, 40), bar, SOURCE)
+    assert (flat["verdict"], flat["reason"]) == (
+        "not testable", "every resample of the units gives 0.3: no interval")
+    assert (flat["value"], flat["low"], flat["high"], flat["n"]) == (0.3, 0.3, 0.3, 40)
+    rounded = finding("s", "A beats B", "gain", Interval(0.3, 0.3, 0.3 + 1e-16, 40), bar, SOURCE)
+    assert rounded["verdict"] == "not testable"  # a width of rounding is none
+    judged = finding("s", "A beats B", "gain", Interval(0.3, 0.29, 0.31, 40), bar, SOURCE)
+    assert (judged["verdict"], judged["reason"]) == ("holds", "")
+    # over seeds, a seed at the ceiling is one where the finding was not testable
+    seeds = verdicts.over_seeds([_seed(0.3)] * 4 + [verdicts.difference(
+        np.ones(9), np.ones(9), paired=True, sides=verdicts.UNIT)], bar)
+    assert (seeds.verdict, seeds.n, seeds.untested) == ("holds", 4, 1)

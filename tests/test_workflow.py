@@ -31,7 +31,7 @@ from attnlab.analyses.verdicts import SIDES, UNTESTABLE, VERDICTS, Bar, Interval
 from attnlab.data.tokenization import build_tokenizer
 from attnlab.job import rule_params
 from attnlab.plumbing.config import validate_config
-from attnlab.report.findings import checks_line, counts, counts_line
+from attnlab.report.findings import checks_line, counts, findings_line
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -588,7 +588,7 @@ def test_report_holds_every_figure_the_claims_the_run_summary_and_the_figures_pa
     findings = pd.read_parquet(tiny_run.results / "report" / "findings.parquet")
     assert len(findings) == len(tables)
     landing = (tiny_run.results / "report" / "landing.html").read_text()
-    assert html.escape(counts_line(counts(findings))) in landing
+    assert html.escape(findings_line(findings)) in landing
     for group in findings.loc[findings["kind"] == "finding", "group"].unique():
         assert json.dumps(f"<h3>{html.escape(group)}:")[1:-1] in page, group
     cross = findings[findings["stage"] == "task_correlation"]
@@ -652,7 +652,7 @@ def test_the_results_page_is_generated_from_a_run_s_files(tiny_run, tmp_path):
         assert f"| {task} | {metrics['n_train']:,} | {metrics['epochs']} of " in text
         assert f"`{metrics['code_version']}`" in text
     findings = pd.read_parquet(tiny_run.results / "report" / "findings.parquet")
-    assert counts_line(counts(findings)) in text
+    assert findings_line(findings) in text
     # the findings only: the checks are counted in one line
     for claim in findings.loc[findings["kind"] == "finding", "claim"]:
         assert claim.replace("|", "\\|") in text, claim

@@ -40,9 +40,11 @@ PAPERS = Path(__file__).with_name("papers")
 # of it the interval must lie on ("above", "below"); `reason`: why a claim is not testable
 # (empty for a claim that was judged); `source`: the paper, its section or figure and the
 # statement (`Source`); `learned`: whether that statement is about what training put into a
-# model (`on_models`). A row without an interval (made by `claim`, or not testable) has NaN
-# for its interval and scale; a row made by `claim` has no bar or source either (NaN, empty)
-# and is not `learned`.
+# model (`on_models`). A row without an interval (made by `claim`, or not testable for want of
+# data) has NaN for its interval and scale; a row made by `claim` has no bar or source either
+# (NaN, empty) and is not `learned`. A finding its interval cannot judge (at the ceiling or the
+# floor, or an interval of no width: `verdicts.untestable`) is not testable with its value,
+# interval and scale shown.
 COLUMNS = ["stage", "claim", "kind", "metric", "value", "low", "high", "n", "scale_low",
            "scale_high", "bar", "side", "verdict", "reason", "source", "learned"]
 KINDS = ("finding", "check")
@@ -129,12 +131,17 @@ def finding(
     source: Source,
 ) -> dict[str, Any]:
     """One finding's row: its estimate and interval (with its scale) judged against `bar` by
-    `verdicts.verdict`, or "not testable" with the reason (value, interval and scale NaN)."""
+    `verdicts.verdict`, or "not testable" with the reason: where the data or the configuration
+    cannot test it (value, interval and scale NaN), or where its interval cannot judge it
+    (`verdicts.untestable`: at the ceiling or the floor, or of no width; value, interval and
+    scale shown)."""
     judged = {"bar": float(bar.value), "side": bar.side, "source": str(source),
               "learned": source.learned}
     if isinstance(interval, NotTestable):
         return _row(stage, statement, metric, math.nan, UNTESTABLE, interval.reason, **judged)
-    return _row(stage, statement, metric, interval.estimate, verdict(interval, bar), "",
+    why = verdicts.untestable(interval)
+    return _row(stage, statement, metric, interval.estimate,
+                UNTESTABLE if why else verdict(interval, bar), why,
                 low=interval.low, high=interval.high, n=interval.n,
                 scale_low=interval.scale[0], scale_high=interval.scale[1], **judged)
 

@@ -34,7 +34,8 @@ for b in the bins,
 each averaged over the bins.
 
 Every per-example value has a bootstrap interval (examples resampled, percentile 95 %); two
-methods are compared on the same resamples (paired).
+methods are compared on the same resamples (paired; Newcombe's interval for hits:
+`verdicts.difference`).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ import pandas as pd
 import torch
 from transformers import PreTrainedModel
 
+from attnlab.analyses import verdicts
 from attnlab.analyses.claims import NotTestable, Source, finding, source
 from attnlab.analyses.verdicts import ONE_POINT, Bar, Interval
 from attnlab.engine import models
@@ -67,6 +69,10 @@ MEASURES: dict[str, tuple[str, bool]] = {
     "comprehensiveness": ("token erasure comprehensiveness (ERASER)", True),
     "sufficiency": ("token erasure sufficiency (ERASER; lower is better)", False),
 }
+# The range of a measure's per-example values where two methods can both sit at one end of it
+# on every example (`verdicts.difference`'s sides): a reciprocal rank is at most 1 (a hit's
+# 0 or 1 `difference` sees by itself).
+SIDES = {"planted_rr": verdicts.UNIT}
 INTERVAL = 0.95
 
 
@@ -257,24 +263,26 @@ def intervals(values: pd.DataFrame, *, reps: int, seed: int) -> pd.DataFrame:
 
 def pairs(values: pd.DataFrame, *, reps: int, seed: int) -> pd.DataFrame:
     """Per measure and pair of methods: the mean of `method` minus that of `other`, oriented so
-    that > 0 means `method` is better, with its paired bootstrap interval."""
+    that > 0 means `method` is better, with its paired interval over the examples
+    (`verdicts.difference`: a bootstrap, Newcombe's interval for hits) and `at_bound`: at the
+    ceiling or the floor where both sit at that end of the measure's scale on every example,
+    otherwise empty."""
     rows = []
-    tail = 100 * (1 - INTERVAL) / 2
     for measure, group in values.groupby("measure", sort=False):
-        sign = 1 if MEASURES[measure][1] else -1
-        wide, means = _resampled_means(group, reps, seed)
-        names = list(wide.columns)
-        for a, method in enumerate(names):
-            for b, other in enumerate(names):
-                if a == b:
+        wide = group.pivot(index="idx", columns="method", values="value").dropna()
+        higher = MEASURES[measure][1]
+        for method in wide.columns:
+            for other in wide.columns:
+                if method == other:
                     continue
-                resampled = sign * (means[:, a] - means[:, b])
-                low, high = np.percentile(resampled, [tail, 100 - tail])
+                better, worse = (method, other) if higher else (other, method)
+                compared = verdicts.difference(
+                    wide[better].to_numpy(), wide[worse].to_numpy(), paired=True,
+                    resamples=reps, seed=seed, sides=SIDES.get(measure))
                 rows.append({"measure": measure, "method": method, "other": other,
-                             "examples": len(wide),
-                             "difference": sign * float(wide[method].mean()
-                                                        - wide[other].mean()),
-                             "low": low, "high": high})
+                             "examples": compared.n, "difference": compared.estimate,
+                             "low": compared.low, "high": compared.high,
+                             "at_bound": compared.at_bound})
     return pd.DataFrame(rows)
 
 
@@ -304,11 +312,11 @@ def claims(table: pd.DataFrame, compared: pd.DataFrame) -> list[dict[str, Any]]:
         if not pair.empty:
             p = pair.iloc[0]
             interval = Interval(float(p["difference"]), float(p["low"]), float(p["high"]),
-                                int(p["examples"]))
+                                int(p["examples"]), at_bound=str(p["at_bound"]))
         rows.append(finding(
             stage, statement,
             f"{what}: {method} minus {other} (oriented so > 0 is better), {INTERVAL:.0%} paired "
-            f"bootstrap interval over examples (holds above {ONE_POINT}: one point, our choice)",
+            f"interval over examples (holds above {ONE_POINT}: one point, our choice)",
             interval, Bar(ONE_POINT), cited))
 
     for measure, (what, higher) in MEASURES.items():

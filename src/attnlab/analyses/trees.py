@@ -315,8 +315,10 @@ def _hierarchy(trees: pd.DataFrame) -> dict[str, Any]:
     """The finding that the trees are hierarchical: deeper than their controls."""
     interval: verdicts.Interval | NotTestable = NotTestable("no attributed example")
     if len(trees):
+        # a depth of 1 in every tree is no ceiling: depths have no bound to sit at
         interval = verdicts.difference(trees["depth"].to_numpy(float),
-                                       trees["control_depth"].to_numpy(float), paired=True)
+                                       trees["control_depth"].to_numpy(float), paired=True,
+                                       sides=verdicts.UNBOUNDED)
     return finding(
         "trees", "attribution trees are deeper than trees of shuffled attributions",
         f"depth (the longest chain of flow edges from the top node) minus the control's, "

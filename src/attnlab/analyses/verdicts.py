@@ -3,12 +3,15 @@ verdict rules live; every stage's findings use them.
 
 * A finding is a statistic over units (examples, heads, sentences) with a 95 % percentile
   bootstrap interval (`bootstrap`; `difference` for "A beats B", paired where A and B are
-  measured on the same units; `share` for the share of yes/no units, a Wilson interval) and a
-  `Bar` on a stated side.
+  measured on the same units, with Newcombe's interval where both are yes/no units; `share`
+  for the share of yes/no units, a Wilson interval) and a `Bar` on a stated side.
 * Its verdict (`verdict`) is one of VERDICTS: "holds" when the interval clears the bar on the
   stated side, "does not hold" when it lies wholly on the other side, "inconclusive" when it
   contains the bar, whatever the point estimate; "not testable" (with its reason) where the
-  data or the configuration cannot test it (`attnlab.analyses.claims.NotTestable`).
+  data or the configuration cannot test it (`attnlab.analyses.claims.NotTestable`), and where
+  the data cannot tell the sides of a comparison apart though it has an interval
+  (`untestable`): both sides at one bound of their scale on every unit (at the ceiling or the
+  floor), or an interval of no width.
 * A comparison ("A beats B", "X falls with depth") of a measure on a 0–1 scale (a share, a
   probability, an accuracy, a correlation) holds only by at least `ONE_POINT`, never by any
   margin above 0.
@@ -92,6 +95,28 @@ class Interval:
     high: float
     n: int
     scale: tuple[float, float] = UNBOUNDED
+    # why the data cannot test a finding on this interval (`difference`: both sides at one
+    # bound of their scale on every unit); empty where they can (`untestable`)
+    at_bound: str = ""
+
+
+# The reasons `difference` gives a comparison whose two sides sit at one bound of their scale
+# on every unit (`Interval.at_bound`), each followed by that bound.
+CEILING, FLOOR = "at the ceiling", "at the floor"
+
+
+def untestable(interval: Interval) -> str:
+    """Why a finding with this interval cannot be judged (empty where it can): both sides of
+    its comparison at the ceiling or the floor on every unit (`difference`), or an interval
+    of no width, which every resample giving the same value makes (a certainty no finite
+    number of units gives; a share's Wilson interval and Newcombe's for a difference of
+    shares always have a width)."""
+    if interval.at_bound:
+        return interval.at_bound
+    # to rounding: resamples of the same units in another order can differ in the last digit
+    if math.isclose(interval.low, interval.high, rel_tol=1e-9, abs_tol=1e-12):
+        return f"every resample of the units gives {interval.estimate:.4g}: no interval"
+    return ""
 
 
 def verdict(interval: Interval, bar: Bar) -> str:
@@ -143,20 +168,64 @@ def bootstrap(
     return _interval(statistic(values[None])[0], draws, len(values), scale)
 
 
-def share(hits: np.ndarray) -> Interval:
-    """The share of units that are hits (`hits`: one 0/1 or bool per unit) with its Wilson
-    score interval (LEVEL). The percentile bootstrap of 20 hits in 20 units is [1, 1]: a
-    certainty that 20 units cannot give; Wilson's is [0.84, 1]."""
-    hits = np.asarray(hits, dtype=float)
-    if len(hits) == 0:
+def wilson(p: float, n: int) -> Interval:
+    """A share `p` of `n` units with its Wilson score interval (LEVEL), never of zero width:
+    the percentile bootstrap of 20 hits in 20 units is [1, 1], a certainty that 20 units
+    cannot give; Wilson's is [0.84, 1]."""
+    if n < 1:
         raise ValueError("a share needs at least one unit")
-    if not np.isin(hits, (0.0, 1.0)).all():
-        raise ValueError("a share's units are hits or misses (0 or 1)")
-    n, p = len(hits), float(hits.mean())
     z = NormalDist().inv_cdf((1 + LEVEL) / 2)
     centre = (p + z**2 / (2 * n)) / (1 + z**2 / n)
     half = z / (1 + z**2 / n) * math.sqrt(p * (1 - p) / n + z**2 / (4 * n**2))
     return Interval(p, float(max(0.0, centre - half)), float(min(1.0, centre + half)), n, UNIT)
+
+
+def _is_hits(values: np.ndarray) -> bool:
+    return bool(np.isin(values, (0.0, 1.0)).all())
+
+
+def share(hits: np.ndarray) -> Interval:
+    """The share of units that are hits (`hits`: one 0/1 or bool per unit) with its Wilson
+    score interval (`wilson`)."""
+    hits = np.asarray(hits, dtype=float)
+    if len(hits) == 0:
+        raise ValueError("a share needs at least one unit")
+    if not _is_hits(hits):
+        raise ValueError("a share's units are hits or misses (0 or 1)")
+    return wilson(float(hits.mean()), len(hits))
+
+
+def _paired_shares(a: np.ndarray, b: np.ndarray) -> Interval:
+    """The share of hits in `a` minus that in `b` (one 0/1 each per unit, the same units) with
+    Newcombe's hybrid score interval for paired data (Newcombe 1998, "Improved confidence
+    intervals for the difference between binomial proportions based on paired data",
+    Statistics in Medicine 17, method 10): each share's Wilson interval, combined square and
+    add with the correlation of the two (Newcombe's: a positive cross term counts only beyond
+    n / 2; 0 where a margin is empty). It never has zero width: the percentile bootstrap of a
+    difference that is 0 on every unit is [0, 0], whatever the number of units."""
+    n = len(a)
+    both, only_a, only_b = (float(np.sum(x)) for x in (a * b, a * (1 - b), (1 - a) * b))
+    neither = n - both - only_a - only_b
+    first, second = wilson((both + only_a) / n, n), wilson((both + only_b) / n, n)
+    margins = (both + only_a) * (only_b + neither) * (both + only_b) * (only_a + neither)
+    cross = both * neither - only_a * only_b
+    cross = cross - n / 2 if cross > n / 2 else min(cross, 0.0)
+    phi = cross / math.sqrt(margins) if margins else 0.0
+    p, q = first.estimate, second.estimate
+    low = p - q - math.sqrt((p - first.low)**2 + (second.high - q)**2
+                            - 2 * phi * (p - first.low) * (second.high - q))
+    high = p - q + math.sqrt((q - second.low)**2 + (first.high - p)**2
+                             - 2 * phi * (q - second.low) * (first.high - p))
+    return Interval(p - q, max(-1.0, low), min(1.0, high), n, SIGNED_UNIT)
+
+
+def _at_bound(a: np.ndarray, b: np.ndarray, sides: tuple[float, float]) -> str:
+    """Where both sides of a comparison sit at one bound of their scale on every unit: which
+    (`CEILING`, `FLOOR`); empty otherwise."""
+    for bound, name in ((sides[1], CEILING), (sides[0], FLOOR)):
+        if math.isfinite(bound) and (a == bound).all() and (b == bound).all():
+            return f"{name} (every unit at {bound:g} on both sides)"
+    return ""
 
 
 def difference(
@@ -167,22 +236,34 @@ def difference(
     resamples: int = RESAMPLES,
     seed: int = SEED,
     scale: tuple[float, float] = UNBOUNDED,
+    sides: tuple[float, float] | None = None,
 ) -> Interval:
     """The interval of mean(a) − mean(b). `paired`: a and b are measured on the same units, in
     the same order, and one resample draws the same units for both (the units' own variation,
-    shared by a and b, cancels); otherwise each is resampled on its own (two groups of units,
-    e.g. different task pairs). n is the units' number (paired) or the smaller group's.
-    `scale`: the range of the difference (SIGNED_UNIT for two shares, `Interval.scale`)."""
+    shared by a and b, cancels); where every value of both is 0 or 1 (hits), Newcombe's
+    interval of two paired shares instead (`_paired_shares`). Otherwise each is resampled on
+    its own (two groups of units, e.g. different task pairs). n is the units' number (paired)
+    or the smaller group's. `scale`: the range of the difference (SIGNED_UNIT for two shares,
+    `Interval.scale`). `sides`: the range of a's and b's own values (UNIT for shares and
+    reciprocal ranks; None: UNIT where every value of both is 0 or 1, a hit's scale, and no
+    bound otherwise); where both sit at one end of it on every unit, the data cannot tell
+    them apart, and the interval says so (`Interval.at_bound`: at the ceiling or the floor)."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    hits = _is_hits(a) and _is_hits(b)
     if paired:
         if a.shape != b.shape:
             raise ValueError(f"a paired comparison needs the same units: {a.shape} vs {b.shape}")
-        return bootstrap(a - b, resamples=resamples, seed=seed, scale=scale)
-    if not (len(a) and len(b)):
-        raise ValueError("a bootstrap interval needs at least one unit")
-    rng = np.random.default_rng(seed)
-    draws = _draws(a, mean, resamples, rng) - _draws(b, mean, resamples, rng)
-    return _interval(a.mean() - b.mean(), draws, min(len(a), len(b)), scale)
+        interval = (_paired_shares(a, b) if hits and a.ndim == 1 and len(a) else
+                    bootstrap(a - b, resamples=resamples, seed=seed, scale=scale))
+    else:
+        if not (len(a) and len(b)):
+            raise ValueError("a bootstrap interval needs at least one unit")
+        rng = np.random.default_rng(seed)
+        draws = _draws(a, mean, resamples, rng) - _draws(b, mean, resamples, rng)
+        interval = _interval(a.mean() - b.mean(), draws, min(len(a), len(b)), scale)
+    if sides is None:
+        sides = UNIT if hits else UNBOUNDED
+    return replace(interval, at_bound=_at_bound(a, b, sides))
 
 
 def seeds_needed(n: int) -> int:
@@ -244,11 +325,12 @@ class SeedVerdict:
 
 
 def over_seeds(per_seed: Sequence[Interval | None], bar: Bar) -> SeedVerdict:
-    """The run's verdict of a finding judged on every seed (None: not testable on that seed).
+    """The run's verdict of a finding judged on every seed (None, or an interval that is
+    `untestable`: not testable on that seed).
     It holds when it holds in at least ⌈0.8 n⌉ of the n tested seeds and the pooled interval
     clears the bar; it does not hold when it fails in as many and the pooled interval lies on
     the other side; otherwise it is inconclusive."""
-    tested = [i for i in per_seed if i is not None]
+    tested = [i for i in per_seed if i is not None and not untestable(i)]
     untested = len(per_seed) - len(tested)
     if not tested:
         return SeedVerdict((), None, UNTESTABLE, untested)

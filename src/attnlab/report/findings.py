@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from attnlab.analyses.verdicts import VERDICTS, Bar
+from attnlab.analyses.verdicts import CEILING, FLOOR, VERDICTS, Bar
 
 # The papers and comparisons, each with its short name (make run's lines) and the stages whose
 # claims test it, in the report's order.
@@ -124,11 +124,28 @@ def counts(table: pd.DataFrame) -> dict[str, int]:
     return {name: int(seen.get(name, 0)) for name in OUTCOMES}
 
 
-def counts_line(numbers: dict[str, int]) -> str:
-    """`counts` in words, leaving out the outcomes no finding has (but holds / does not hold)."""
-    shown = [f"{numbers[name]} {name}" for name in OUTCOMES
-             if numbers[name] or name in (HOLDS, FAILS)]
+def at_bound(table: pd.DataFrame) -> int:
+    """How many findings of a grouped table are not testable because both sides of their
+    comparison sit at the ceiling or the floor on every unit (`verdicts.difference`)."""
+    findings = findings_only(table)
+    reasons = findings["reason"].fillna("").astype(str)
+    return int(((findings["outcome"] == UNTESTABLE)
+                & reasons.str.startswith((CEILING, FLOOR))).sum())
+
+
+def counts_line(numbers: dict[str, int], *, bounded: int = 0) -> str:
+    """`counts` in words, leaving out the outcomes no finding has (but holds / does not hold);
+    `bounded` of the not testable ones at a ceiling or floor (`at_bound`)."""
+    shown = [f"{numbers[name]} {name}" + (f" ({bounded} at a ceiling or floor)"
+                                          if name == UNTESTABLE and bounded else "")
+             for name in OUTCOMES if numbers[name] or name in (HOLDS, FAILS)]
     return ", ".join(shown)
+
+
+def findings_line(table: pd.DataFrame) -> str:
+    """How many findings of a grouped table have each outcome, and how many of the not
+    testable ones are at a ceiling or floor, in words."""
+    return counts_line(counts(table), bounded=at_bound(table))
 
 
 def checks_line(table: pd.DataFrame) -> str:
@@ -296,13 +313,13 @@ def landing_html(table: pd.DataFrame) -> str:
     findings = findings_only(table)
     flags = f"; {len(flagged(findings))} hold on a control run too, flagged" if controls else ""
     parts = [LANDING_STYLE, f"<div id='{LANDING_ID}'>",
-             f"<p class='counts'><b>{html.escape(counts_line(counts(table)))}</b> (findings of "
+             f"<p class='counts'><b>{html.escape(findings_line(table))}</b> (findings of "
              f"this run, one per task they were judged on{flags}); "
              f"{html.escape(checks_line(table))}, apart.</p>"]
     header = ["finding", "judged on", "measured as", "this run [95 % interval]",
               "bar (green: where it holds)", "verdict", *(["controls"] if controls else [])]
     for group, rows in findings.groupby("group", sort=False):
-        parts.append(f"<h3>{html.escape(group)}: {html.escape(counts_line(counts(rows)))}</h3>")
+        parts.append(f"<h3>{html.escape(group)}: {html.escape(findings_line(rows))}</h3>")
         parts.append("<table><tr>" + "".join(f"<th>{h}</th>" for h in header) + "</tr>")
         for stage, claims in rows.groupby("stage", sort=False):
             parts += _stage_rows(stage, claims, controls, len(header))
@@ -357,7 +374,7 @@ def summary_lines(table: pd.DataFrame, report: str | os.PathLike) -> list[str]:
     table = grouped(table)
     findings = findings_only(table)
     lines = [f"Report: {report}",
-             f"Findings: {counts_line(counts(table))} (by paper and stage on the report's first "
+             f"Findings: {findings_line(table)} (by paper and stage on the report's first "
              "page)"]
     if control_names(table):
         lines.append(f"Hold on a control run too (flagged): {len(flagged(findings))}")

@@ -29,7 +29,8 @@ def write_leaderboard_page(path: str | os.PathLike, task: str, summary: Summary,
          "forward pass every method needs.", summary.leaderboard),
         ("Claims", "", summary.claims),
         ("Pairs of methods", "method minus other, oriented so that > 0 is better, with the "
-         "paired bootstrap interval.", summary.pairs),
+         "paired interval (a bootstrap; Newcombe's for hits) and at_bound, where both sit at "
+         "one end of the measure's scale on every example.", summary.pairs),
         ("Ground truth per layer", "scope: the layer, or any layer.", summary.ground_truth),
         ("Edge deletion per scope", "scope: the layer deleted in, or all layers at once.",
          summary.deletion),

@@ -37,8 +37,7 @@ from attnlab.report.findings import (
     checks_line,
     control_names,
     control_text,
-    counts,
-    counts_line,
+    findings_line,
     findings_only,
     grouped,
     interval_text,
@@ -318,7 +317,7 @@ def _claims_page(table: pd.DataFrame, seeds: list[int], *, untested: pd.DataFram
         heading, how = "Every stage's findings, judged on this run", ""
     findings, checks = findings_only(table), table[table["kind"] == "check"]
     sections = [(heading,
-                 f"<p>{html.escape(counts_line(counts(table)))}. A finding holds when its 95 % "
+                 f"<p>{html.escape(findings_line(table))}. A finding holds when its 95 % "
                  "interval lies wholly on the bar's side, does not hold when it lies wholly on "
                  "the other, and is inconclusive when it contains the bar; <i>reason</i> says "
                  "why a finding is not testable; a control column holds the same finding on "
