@@ -326,13 +326,14 @@ def test_intervals_pairs_and_claims_from_per_example_values():
     rng = np.random.default_rng(0)
     rows = []
     for idx in range(40):
-        # attattr better than attention by 0.2 ± 0.01 on deletion; the two tie on sufficiency
+        # attattr better than attention by 0.2 ± 0.01 on deletion; the two tie on sufficiency,
+        # where random is worse by 0.1 ± 0.01
         base = rng.normal(0.5, 0.1)
         rows += [("attattr", idx, "deletion_target", base + 0.2 + rng.normal(0, 0.01)),
                  ("attention", idx, "deletion_target", base),
                  ("random", idx, "deletion_target", base - 0.3),
                  ("attattr", idx, "sufficiency", base), ("attention", idx, "sufficiency", base),
-                 ("random", idx, "sufficiency", base + 0.1)]
+                 ("random", idx, "sufficiency", base + 0.1 + rng.normal(0, 0.01))]
     values = pd.DataFrame(rows, columns=["method", "idx", "measure", "value"])
     table = intervals(values, reps=500, seed=0).set_index(["method", "measure"])
     cell = table.loc[("attattr", "deletion_target")]
@@ -346,7 +347,8 @@ def test_intervals_pairs_and_claims_from_per_example_values():
     assert paired["difference"] == pytest.approx(0.2, abs=0.01)
     assert 0.002 < paired["high"] - paired["low"] < 0.01
     # sufficiency is better when lower: the orientation makes attattr's win positive
-    assert compared.loc[("sufficiency", "attattr", "random"), "difference"] == pytest.approx(0.1)
+    assert compared.loc[("sufficiency", "attattr", "random"), "difference"] == pytest.approx(
+        0.1, abs=0.005)  # 0.1 ± 0.01 on each of 40 examples
     judged = {c["claim"]: c for c in claims(table.reset_index(), compared.reset_index())}
     verdicts = {name: c["verdict"] for name, c in judged.items()}
     leader = judged["the leading method beats the runner-up on "

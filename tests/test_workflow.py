@@ -616,8 +616,9 @@ def test_every_finding_has_its_interval_bar_and_source_and_a_verdict_that_follow
 
 def assert_verdicts_follow(results: Path) -> pd.DataFrame:
     """Every finding of every stage's claims table under `results` has its estimate, interval,
-    n, bar, source and one of the four verdicts, the one its interval and bar give; one that
-    is not testable says why. Returns the findings."""
+    n, bar, source and one of the four verdicts, the one its interval and bar give, and a judged
+    one an interval with a width (issue 58); one that is not testable says why. Returns the
+    findings."""
     paths = [p for p in results.rglob("*claims.parquet") if "report" not in p.parts]
     claims = pd.concat([pd.read_parquet(p).assign(path=str(p.relative_to(results)))
                         for p in paths], ignore_index=True)
@@ -632,6 +633,7 @@ def assert_verdicts_follow(results: Path) -> pd.DataFrame:
         else:
             interval = Interval(row.value, row.low, row.high, row.n)
             ok = (bar_known and not pd.isna([row.value, row.low, row.high, row.n]).any()
+                  and row.low < row.high
                   and row.verdict == verdict(interval, Bar(row.bar, row.side)))
         if not ok:
             wrong.append(f"{row.path}: {row.claim} ({row.verdict}, [{row.low}, {row.high}], "
