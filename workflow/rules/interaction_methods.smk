@@ -6,7 +6,6 @@
 
 rule interaction_methods:
     input:
-        unpack(first_seed_untrained),
         # whether the model learned its task (the findings' rule, claims.on_models)
         finetune_metrics=rules.finetune.output.metrics,
         model=rules.finetune.output.model,
