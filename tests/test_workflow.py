@@ -174,6 +174,47 @@ def test_replicate_config_runs_every_seed_dependent_stage_once_per_seed():
     assert finetuned == {f"replicate/seed={seed}" for seed in seeds}
 
 
+def test_the_five_seed_real_config_is_real_yaml_over_seeds_with_its_control(tmp_path):
+    """config/real-seeds.yaml is config/real.yaml but for its seeds, its control and its sample
+    sizes (every size at least the floor of 50 units a seed); its plan runs every paper stage
+    in each of the five seeds and once on the untrained control, the stages beyond the papers
+    in seed 0 only."""
+    def flat(tree: dict, prefix: str = "") -> dict:
+        out = {}
+        for key, value in tree.items():
+            if isinstance(value, dict):
+                out |= flat(value, f"{prefix}{key}.")
+            else:
+                out[f"{prefix}{key}"] = value
+        return out
+
+    real = flat(yaml.safe_load((ROOT / "config" / "real.yaml").read_text()))
+    seeds = flat(yaml.safe_load((ROOT / "config" / "real-seeds.yaml").read_text()))
+    differ = {key for key in real | seeds if real.get(key) != seeds.get(key)}
+    sizes = differ - {"seeds", "controls"}
+    assert all(key.endswith("examples") for key in sizes), sizes
+    assert all(seeds[key] >= 50 for key in sizes)
+    assert (seeds["seeds"], seeds["controls"]) == ([0, 1, 2, 3, 4], ["untrained"])
+    result = snakemake("-n", "--forceall", "--cores", "2", "--configfile",
+                       "config/real-seeds.yaml", "--directory", str(tmp_path))
+    runs = {}
+    for job in jobs_of(result.stdout):
+        if "name" in job.wildcards:
+            runs.setdefault(job.rule, set()).add(job.wildcards["name"])
+    every = {f"real/seed={seed}" for seed in range(5)} | {"real/control=untrained"}
+    paper_stages = {"finetune", "attribute", "head_importance", "prune_eval", "task_correlation",
+                    "trees", "mine_triggers", "attack_eval", "effective_attention",
+                    "token_identifiability", "token_mixing", "attention_permutation",
+                    "adversarial_attention"}
+    assert {rule: runs[rule] for rule in paper_stages} == dict.fromkeys(paper_stages, every)
+    assert {rule: runs[rule] for rule in ("interaction_methods", "quadrature_study")} == (
+        dict.fromkeys(("interaction_methods", "quadrature_study"), {"real/seed=0"}))
+    # one job of each per task (or once) in each of those runs
+    counts = job_counts(result.stdout)
+    assert (counts["prune_eval"], counts["interaction_methods"], counts["quadrature_study"]) == (
+        6 * 2, 2, 1)
+
+
 def test_the_untrained_config_is_the_default_with_nothing_learned():
     default = yaml.safe_load((ROOT / "config.yaml").read_text())
     untrained = yaml.safe_load((ROOT / "config" / "untrained.yaml").read_text())
