@@ -166,14 +166,6 @@ def next_seed_importance(wildcards):
     return expand(rules.head_importance.output.importance, name=other, task=TASKS)
 
 
-# The untrained model's per-example tables (attnlab.analyses.interaction_methods.TABLES), which
-# every seed's job of rule interaction_methods writes.
-UNTRAINED = {
-    f"untrained_{table}": f"results/{{name}}/interaction_methods/{{task}}/untrained/{table}.parquet"
-    for table in ("ground_truth", "curves", "erasure")
-}
-
-
 def data_seed(wildcards):
     """The seed of a run's data: config `seed` for every run (each seed sees the same data),
     unless data_per_seed asks for the run's own."""
