@@ -167,18 +167,6 @@ def test_the_adversarial_attention_benchmark_gives_the_old_codes_tables_with_les
 
 
 @pytest.mark.slow
-def test_the_shared_untrained_benchmark_gives_every_seeds_tables_with_one_untrained_model(
-        tmp_path):
-    # the packaged MiniLM on 2 sentences, raw attention alone, over 3 seeds
-    report = run_script("shared_untrained.py", tmp_path / "shared.json", "--examples", "2",
-                        "--seeds", "3", "--methods", "attention")
-    assert report["differing_tables"] == 0  # every seed's summary equal to the bit
-    # raw attention's passes do not depend on the weights: every comparison runs the same
-    # rows, 6 of them (3 seeds x 2 models) before, 4 now (3 trained, 1 untrained)
-    assert report["layer_rows_old"] * 4 == report["layer_rows_new"] * 6
-
-
-@pytest.mark.slow
 def test_the_stage_peaks_benchmark_counts_every_loops_flops_against_one_peak(tmp_path):
     # the packaged MiniLM on 2 sentences, one adversarial step a layer
     report = run_script("stage_peaks.py", tmp_path / "peaks.json", "--examples", "2",

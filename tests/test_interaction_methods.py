@@ -8,7 +8,6 @@ from collections import defaultdict
 from importlib import import_module
 from itertools import islice
 from pathlib import Path
-from unittest import mock
 
 import networkx as nx
 import numpy as np
@@ -426,38 +425,22 @@ def test_every_method_scores_an_example_with_its_defining_property(bert_example)
                              "value_zeroing", "occlusion", "attattr", "attention_x_gradient"]
 
 
-TABLES = ("scores", "ground_truth", "deletion", "erasure", "intervals", "pairs", "claims",
-          "untrained_ground_truth", "untrained_curves", "untrained_erasure")
-
-
-def run_stage(tiny_shard, folder: Path, methods: list[str] = TABLE_ORDER,
-              first_seed: Path | None = None) -> dict[str, Path]:
-    """The stage on the tiny shard's first 2 examples, its outputs in `folder`; with
-    `first_seed`, a later seed's job given the untrained tables of the stage's outputs there."""
+def test_the_stage_scores_every_method_and_writes_tables_page_and_figures(tiny_shard, tmp_path):
     task, model_dir, dev = tiny_shard
-    folder.mkdir(exist_ok=True)
-    run_shard(tiny_shard, folder / "dump.parquet")
+    run_shard(tiny_shard, tmp_path / "dump.parquet")
     config = {**DEFAULT_CONFIG, "device": "cpu", "tasks": {"syn_mnli": task}, "model": MODEL_CFG,
               "interaction_methods": {**DEFAULT_CONFIG["interaction_methods"], "examples": 2,
-                                      "deletion_steps": 3, "batch_size": 64, "bootstrap": 100,
-                                      "methods": methods}}
-    out = {name: folder / f"{name}.parquet" for name in TABLES}
-    out |= {"leaderboard": folder / "leaderboard.html",
-            "ground_truth_figure": folder / "ground_truth.png",
-            "deletion_figure": folder / "deletion.png",
-            "leaderboard_figure": folder / "leaderboard.png"}
-    inputs = {"model": model_dir, "dev": dev, "parts": [folder / "dump.parquet"],
-              "finetune_metrics": learned_metrics(folder)}
-    if first_seed is not None:
-        inputs |= {f"first_seed_{name}": first_seed / f"{name}.parquet"
-                   for name in TABLES if name.startswith("untrained_")}
+                                      "deletion_steps": 3, "batch_size": 64, "bootstrap": 100}}
+    out = {name: tmp_path / f"{name}.parquet" for name in (
+        "scores", "ground_truth", "deletion", "erasure", "intervals", "pairs", "claims")}
+    out |= {"leaderboard": tmp_path / "leaderboard.html",
+            "ground_truth_figure": tmp_path / "ground_truth.png",
+            "deletion_figure": tmp_path / "deletion.png",
+            "leaderboard_figure": tmp_path / "leaderboard.png"}
     interaction_methods.run(ModelJob.from_config(
-        "interaction_methods", config, task="syn_mnli", outputs=out, inputs=inputs))
-    return out
-
-
-def test_the_stage_scores_every_method_and_writes_tables_page_and_figures(tiny_shard, tmp_path):
-    out = run_stage(tiny_shard, tmp_path)
+        "interaction_methods", config, task="syn_mnli", outputs=out,
+        inputs={"model": model_dir, "dev": dev, "parts": [tmp_path / "dump.parquet"],
+                "finetune_metrics": learned_metrics(tmp_path)}))
     scores = pd.read_parquet(out["scores"])
     assert list(scores["method"].unique()) == TABLE_ORDER
     assert "task" not in scores  # its folder, a partition of interaction_scores, names it
@@ -478,20 +461,6 @@ def test_the_stage_scores_every_method_and_writes_tables_page_and_figures(tiny_s
     assert all(f"<td>{name}</td>" in page for name in TABLE_ORDER)
     assert all(out[f].stat().st_size for f in ("ground_truth_figure", "deletion_figure",
                                                "leaderboard_figure"))
-
-
-def test_a_later_seed_takes_the_untrained_tables_of_the_first_and_writes_the_same(tiny_shard,
-                                                                                  tmp_path):
-    # a later seed of a replicated run whose model is the first seed's: every table it writes
-    # equals the first seed's to the bit, with no untrained model drawn
-    methods = ["attention", "attattr", "occlusion"]
-    first = run_stage(tiny_shard, tmp_path / "seed0", methods)
-    with mock.patch.object(models, "untrained_copy", side_effect=AssertionError("drawn")):
-        later = run_stage(tiny_shard, tmp_path / "seed1", methods, first_seed=tmp_path / "seed0")
-    for name in TABLES:
-        pd.testing.assert_frame_equal(pd.read_parquet(later[name]), pd.read_parquet(first[name]))
-    table = pd.read_parquet(later["intervals"])
-    assert set(table["model"]) == {"trained", "untrained"}
 
 
 # Decoders: F is the next token's probability at the last real token, only the causal edges

@@ -246,6 +246,31 @@ def test_findings_over_seeds_are_judged_by_k_of_n_and_the_pooled_interval(tmp_pa
     assert landing.outcome(row["verdict"]) == "holds"
 
 
+def test_a_stage_of_the_first_seed_only_says_so_and_why_over_seeds(tmp_path):
+    """Over two seeds, a paper's finding is judged over both ("k of 2"); the interaction
+    methods' finding, which only the first seed's run has (FIRST_SEED_ONLY), keeps that seed's
+    estimate, interval and verdict, and says "first seed only" and why instead of "1 of 1"."""
+    results = tmp_path / "results" / "r"
+    paths = [write_rows(results / f"seed={seed}" / "heads.parquet", [finding_row(
+        "per_layer", "low heads barely hurt", Interval(v, v - 0.1, v + 0.1, 120))])
+        for seed, v in ((0, 0.8), (1, 0.9))]
+    paths.append(write_rows(results / "seed=0" / "interaction.parquet", [finding_row(
+        "interaction_methods", "attribution leads attention", Interval(0.7, 0.6, 0.8, 30))]))
+    table = claims_table(paths, out=tmp_path / "claims.html", origin={}).set_index("claim")
+    # (two seeds' t interval, t(0.975, 1 df) = 12.7, is too wide to decide)
+    assert table.loc["low heads barely hurt", "verdict"] == "inconclusive: holds in 2 of 2 seeds"
+    only = table.loc["attribution leads attention"]
+    assert only["verdict"] == ("holds: first seed only: the comparison of methods beyond the "
+                               "papers, run once to fit the five-seed budget; its intervals "
+                               "are over sentences")
+    # the seed's own interval over its 30 sentences, not a pooled one of a single seed
+    assert (only["value"], only["low"], only["high"]) == pytest.approx((0.7, 0.6, 0.8))
+    assert only["per_seed"] == "0: 0.7"
+    assert landing.outcome(only["verdict"]) == "holds"
+    page = (tmp_path / "claims.html").read_text()
+    assert "first seed only" in page and "1 of 1" not in page
+
+
 def test_a_share_pooled_over_seeds_stays_within_0_and_1_also_from_older_tables(tmp_path):
     """Five seeds' shares of 200 examples (0.93, 0.98, 1, 1, 0.965): their t interval is
     [0.9388, 1.0112]; the report rebuilds each seed's interval with its scale from the claims

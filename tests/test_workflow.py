@@ -158,25 +158,61 @@ def test_replicate_config_runs_every_seed_dependent_stage_once_per_seed():
     # everything but the report's pages runs once per seed (each seed's run prepares its data
     # again, from the same seed: identical data, in seconds); one claims page gathers them all
     assert {rule: counts[rule] for rule in PER_CONFIG} == PER_CONFIG
-    # but the quadrature study, a measurement of the integration rules: on the first seed's
-    assert counts.pop("quadrature_study") == 1
+    # but the stages beyond the papers and the views of one of them (FIRST_SEED_RULES): in the
+    # first seed's run only
+    first_only = {rule: counts.pop(rule)
+                  for rule in ("quadrature_study", "interaction_methods", "example_views")}
+    assert first_only == {"quadrature_study": 1, "interaction_methods": 3, "example_views": 3}
     assert {rule: n // len(seeds) for rule, n in counts.items() if rule not in PER_CONFIG} == {
         "prepare_data": 3, "finetune": 3, "attribute": 3, "summarise_attributions": 3,
         "head_importance": 3, "prune_eval": 3, "pruning_figures": 1, "task_correlation": 1,
-        **dict.fromkeys(FROM_MODEL, 3)}
-    study = {job.wildcards["name"] for job in jobs_of(result.stdout)
-             if job.rule == "quadrature_study"}
-    assert study == {f"replicate/seed={seeds[0]}"}
+        **dict.fromkeys(set(FROM_MODEL) - set(first_only), 3)}
+    for rule in first_only:
+        ran_in = {job.wildcards["name"] for job in jobs_of(result.stdout) if job.rule == rule}
+        assert ran_in == {f"replicate/seed={seeds[0]}"}
     finetuned = {job.wildcards["name"] for job in jobs_of(result.stdout) if job.rule == "finetune"}
     assert finetuned == {f"replicate/seed={seed}" for seed in seeds}
-    # the untrained model's comparison is the same in every seed (its copy drawn with `seed`,
-    # the same examples and gold targets): the later seeds read the first seed's
+
+
+def test_the_five_seed_real_config_is_real_yaml_over_seeds_with_its_control(tmp_path):
+    """config/real-seeds.yaml is config/real.yaml but for its seeds, its control and its sample
+    sizes (every size at least the floor of 50 units a seed); its plan runs every paper stage
+    in each of the five seeds and once on the untrained control, the stages beyond the papers
+    in seed 0 only."""
+    def flat(tree: dict, prefix: str = "") -> dict:
+        out = {}
+        for key, value in tree.items():
+            if isinstance(value, dict):
+                out |= flat(value, f"{prefix}{key}.")
+            else:
+                out[f"{prefix}{key}"] = value
+        return out
+
+    real = flat(yaml.safe_load((ROOT / "config" / "real.yaml").read_text()))
+    seeds = flat(yaml.safe_load((ROOT / "config" / "real-seeds.yaml").read_text()))
+    differ = {key for key in real | seeds if real.get(key) != seeds.get(key)}
+    sizes = differ - {"seeds", "controls"}
+    assert all(key.endswith("examples") for key in sizes), sizes
+    assert all(seeds[key] >= 50 for key in sizes)
+    assert (seeds["seeds"], seeds["controls"]) == ([0, 1, 2, 3, 4], ["untrained"])
+    result = snakemake("-n", "--forceall", "--cores", "2", "--configfile",
+                       "config/real-seeds.yaml", "--directory", str(tmp_path))
+    runs = {}
     for job in jobs_of(result.stdout):
-        if job.rule == "interaction_methods":
-            first = f"results/replicate/seed={seeds[0]}/interaction_methods/" \
-                    f"{job.wildcards['task']}/untrained/"
-            reads = first in job.fields["input"]
-            assert reads == (job.wildcards["name"] != f"replicate/seed={seeds[0]}")
+        if "name" in job.wildcards:
+            runs.setdefault(job.rule, set()).add(job.wildcards["name"])
+    every = {f"real/seed={seed}" for seed in range(5)} | {"real/control=untrained"}
+    paper_stages = {"finetune", "attribute", "head_importance", "prune_eval", "task_correlation",
+                    "trees", "mine_triggers", "attack_eval", "effective_attention",
+                    "token_identifiability", "token_mixing", "attention_permutation",
+                    "adversarial_attention"}
+    assert {rule: runs[rule] for rule in paper_stages} == dict.fromkeys(paper_stages, every)
+    assert {rule: runs[rule] for rule in ("interaction_methods", "quadrature_study")} == (
+        dict.fromkeys(("interaction_methods", "quadrature_study"), {"real/seed=0"}))
+    # one job of each per task (or once) in each of those runs
+    counts = job_counts(result.stdout)
+    assert (counts["prune_eval"], counts["interaction_methods"], counts["quadrature_study"]) == (
+        6 * 2, 2, 1)
 
 
 def test_the_untrained_config_is_the_default_with_nothing_learned():
@@ -197,11 +233,13 @@ def test_the_untrained_control_reruns_every_stage_with_claims_on_the_starting_mo
     result = snakemake("-n", "--forceall", "--cores", "2", "--configfile", str(configfile),
                        "--directory", str(tmp_path))
     twice = 2 * len(config["tasks"])  # one shard a task
+    # the stages beyond the papers (FIRST_SEED_RULES) are the run's own only
     assert job_counts(result.stdout) == {
         "prepare_data": twice, "finetune": twice, "attribute": twice,
         "summarise_attributions": twice, "head_importance": twice, "prune_eval": twice,
         "task_correlation": 2, "pruning_figures": 1, "quadrature_study": 1,
-        **dict.fromkeys(FROM_MODEL, twice), "example_views": twice // 2, **PER_CONFIG}
+        **dict.fromkeys(FROM_MODEL, twice), "example_views": twice // 2,
+        "interaction_methods": twice // 2, **PER_CONFIG}
     control = [job for job in jobs_of(result.stdout)
                if job.wildcards.get("name") == "default/control=untrained"]
     assert {job.rule for job in control} >= {"finetune", "trees", "attack_eval", "prune_eval"}

@@ -10,6 +10,7 @@ from attnlab.plumbing.code_version import code_version
 from attnlab.plumbing.preflight import (HUB_ID, check_config, check_samples, check_writable,
                                        hub_files, task_kind, task_role)
 from attnlab.plumbing.plan_warnings import gpu_visible, hub_warnings, no_gpu_warning
+from attnlab.report.summary import FIRST_SEED_ONLY
 
 
 def pretrained_model():
@@ -95,10 +96,11 @@ else:
 # results/<name>/control=<control>/, with the first seed; rule claims sets its findings beside
 # the run's. CONTROLS maps the `name` wildcard of each to its control.
 CONTROLS = {f"{config['name']}/control={control}": control for control in config["controls"]}
-# Rules whose outputs measure the method itself, with no finding for the seeds' spread to bear
-# on, run in the first seed's run only: the quadrature study (the integration rules' errors
-# against a converged reference, on the first seed's models).
-FIRST_SEED_RULES = ("quadrature_study",)
+# The rules beyond the papers (and the example views, which show one of them) run in the first
+# seed's run only (not in the later seeds', nor in a control's), each for the reason
+# attnlab.report.summary.FIRST_SEED_ONLY gives, which the claims page writes beside their
+# findings.
+FIRST_SEED_RULES = tuple(FIRST_SEED_ONLY)
 
 
 def rule_runs(name):
@@ -162,28 +164,6 @@ def next_seed_importance(wildcards):
         return []
     other = runs[(runs.index(wildcards.name) + 1) % len(runs)]
     return expand(rules.head_importance.output.importance, name=other, task=TASKS)
-
-
-# The untrained model's per-example tables (attnlab.analyses.interaction_methods.TABLES), which
-# every seed's job of rule interaction_methods writes.
-UNTRAINED = {
-    f"untrained_{table}": f"results/{{name}}/interaction_methods/{{task}}/untrained/{table}.parquet"
-    for table in ("ground_truth", "curves", "erasure")
-}
-
-
-def first_seed_untrained(wildcards):
-    """A later seed's job takes the untrained model's tables from the first seed's (as inputs
-    first_seed_<output>) instead of computing them again: the untrained copy is drawn with
-    config `seed`, and every seed scores the same examples (the first seed's data, unless
-    data_per_seed) with the same targets (the gold labels, attribution.target). {} for the
-    first seed, a one-seed run, a control, or seeds whose examples or targets differ."""
-    runs = list(RUNS)
-    if (wildcards.name not in runs[1:] or config["data_per_seed"]
-            or config["attribution"]["target"] != "gold"):
-        return {}
-    return {f"first_seed_{output}": expand(pattern, name=runs[0], task=wildcards.task)[0]
-            for output, pattern in UNTRAINED.items()}
 
 
 def data_seed(wildcards):
@@ -322,14 +302,13 @@ def warn_about_the_plan():
             print(line, file=sys.stderr)
 
 
-def claims_of(runs):
-    return [path for rule in kinds_rules() if "claims" in rule.output.keys()
-            for path in for_this_run(rule, rule.output.claims, runs)]
-
-
 def claims_tables(wildcards):
-    return claims_of(RUNS)
+    return [path for rule in kinds_rules() if "claims" in rule.output.keys()
+            for path in for_this_run(rule, rule.output.claims)]
 
 
 def control_claims_tables(wildcards):
-    return claims_of(CONTROLS)
+    # a control reruns the papers' findings, not the stages of the first seed only
+    return [path for rule in kinds_rules()
+            if "claims" in rule.output.keys() and rule.name not in FIRST_SEED_RULES
+            for path in for_this_run(rule, rule.output.claims, CONTROLS)]

@@ -6,7 +6,6 @@
 
 rule interaction_methods:
     input:
-        unpack(first_seed_untrained),
         # whether the model learned its task (the findings' rule, claims.on_models)
         finetune_metrics=rules.finetune.output.metrics,
         model=rules.finetune.output.model,
@@ -20,7 +19,6 @@ rule interaction_methods:
         intervals="results/{name}/interaction_methods/{task}/intervals.parquet",
         pairs="results/{name}/interaction_methods/{task}/pairs.parquet",
         claims="results/{name}/interaction_methods/{task}/claims.parquet",
-        **UNTRAINED,
         leaderboard=report(
             "results/{name}/interaction_methods/{task}/leaderboard.html",
             caption="../report/interaction_leaderboard.rst",

@@ -32,9 +32,6 @@ from attnlab.methods.method import GRADIENTS, Method, Variants
 from attnlab.plumbing.errors import AttnlabError
 
 CAPTURE = "forward pass (every method)"
-# What `summarise` and the deletion figure read of a comparison: of the untrained model's, what
-# a later seed of a replicated run takes from the first seed's job (Comparison.from_tables)
-TABLES = ("ground_truth", "curves", "erasure")
 
 
 @dataclass(frozen=True)
@@ -62,16 +59,6 @@ class Comparison:
 
     def per_example(self) -> pd.DataFrame:
         return interaction_eval.per_example(self.ground_truth, self.curves, self.erasure)
-
-    def tables(self) -> dict[str, pd.DataFrame]:
-        """Its per-example tables (TABLES), by name."""
-        return {name: getattr(self, name) for name in TABLES}
-
-    @classmethod
-    def from_tables(cls, tables: Mapping[str, pd.DataFrame]) -> Comparison:
-        """A comparison rebuilt from its `tables`, without its scores and times (which only the
-        trained model's comparison is asked for)."""
-        return cls(scores=pd.DataFrame(), seconds={}, **{name: tables[name] for name in TABLES})
 
 
 def scored_examples(dump: pd.DataFrame, dev: pd.DataFrame,

@@ -62,6 +62,17 @@ TABLE = [*KEYS, "kind", "metric", "value", "low", "high", "n", "bar", "side", "v
 # A control's columns, each prefixed by the control's name (untrained_value, ...).
 CONTROL_COLUMNS = ("value", "low", "high", "verdict")
 FLAG = "flag"
+# The stages beyond the papers and the example views, which a run over several seeds runs in its
+# first seed only (the workflow's FIRST_SEED_RULES), and why: their claims over seeds are that
+# seed's, and say so.
+FIRST_SEED_ONLY = {
+    "interaction_methods": "the comparison of methods beyond the papers, run once to fit the "
+                           "five-seed budget; its intervals are over sentences",
+    "quadrature_study": "a measurement of the integration rules against a converged reference, "
+                        "with no finding for the seeds' spread to bear on",
+    "example_views": "pages to read examples by, with no finding, which show the interaction "
+                     "methods' scores of the first seed's models",
+}
 
 
 def seed_of(path: str | os.PathLike) -> int | None:
@@ -113,13 +124,20 @@ def over_seeds(claims: pd.DataFrame) -> pd.DataFrame:
     pooled estimate and interval over the seeds whose verdict is not "not testable", `n` the
     seeds, `per_seed` every seed's value and verdict (+ holds, - does not, ~ inconclusive,
     ? not testable), `verdict` over the seeds (`_over_seeds_verdict`), `reason` why a seed
-    could not test it (the first seed's)."""
+    could not test it (the first seed's). A claim of a stage run in the first seed only
+    (FIRST_SEED_ONLY) keeps that seed's value, interval and verdict, which says so and why."""
     marks = {"holds": "+", "does not hold": "-", "inconclusive": "~", "not testable": "?"}
     rows = []
     for key, group in claims.sort_values("seed", kind="stable").groupby(KEYS, dropna=False,
                                                                        sort=False):
-        verdict, pooled = _over_seeds_verdict(group)
         first = group.iloc[0]
+        if first["stage"] in FIRST_SEED_ONLY:
+            rows.append({**first[TABLE].to_dict(), "n": 1,
+                         "per_seed": f"{first['seed']}: {first['value']:.4g}",
+                         "verdict": f"{first['verdict']}: first seed only: "
+                                    f"{FIRST_SEED_ONLY[first['stage']]}"})
+            continue
+        verdict, pooled = _over_seeds_verdict(group)
         metric = first["metric"]
         if group["metric"].nunique() > 1:
             # a metric may name what differs between seeds (the examples it was judged on, the

@@ -12,7 +12,6 @@ from dataclasses import replace
 
 import pandas as pd
 import torch
-from transformers import PreTrainedModel
 
 from attnlab.analyses import interaction_methods
 from attnlab.analyses.claims import log_claims, on_models
@@ -33,9 +32,8 @@ log = logging.getLogger(__name__)
 def run(job: ModelJob) -> None:
     """Writes the table scores (no task column: it sits in the task's partition of the
     interaction_scores dataset), the tables ground_truth, deletion, erasure, intervals, pairs
-    and claims, the untrained model's per-example tables (untrained_<table>, read by the later
-    seeds of a replicated run), the page leaderboard (with the time each method took) and the
-    figures ground_truth_figure, deletion_figure and leaderboard_figure."""
+    and claims, the page leaderboard (with the time each method took) and the figures
+    ground_truth_figure, deletion_figure and leaderboard_figure."""
     cfg = job.settings.interaction_methods
     chosen = _methods(job)  # refused before any work
     dump, _ = read_task_dump(job.inputs["parts"])
@@ -44,18 +42,12 @@ def run(job: ModelJob) -> None:
     options = _options(job, chosen, encoded)
     log.info("task %s: %d examples, methods %s", job.task, len(dump),
              ", ".join(method.name for method in chosen))
-
-    def compare(model: PreTrainedModel, name: str) -> interaction_methods.Comparison:
-        return interaction_methods.compare_methods(
+    comparisons = {}
+    for name, model in (("trained", job.model),
+                        ("untrained", models.untrained_copy(job.model, job.settings.seed))):
+        comparisons[name] = interaction_methods.compare_methods(
             model, encoded, dump, options, special_ids=job.tokenizer.all_special_ids,
             device=job.device, desc=f"interactions ({name})")
-
-    comparisons = {"trained": compare(job.model, "trained")}
-    if "first_seed_untrained_curves" in job.inputs:
-        comparisons["untrained"] = _first_seeds_untrained(job)
-    else:
-        comparisons["untrained"] = compare(models.untrained_copy(job.model, job.settings.seed),
-                                           "untrained")
     summary = interaction_methods.summarise(comparisons, reps=cfg.bootstrap,
                                             seed=job.settings.seed)
     summary = replace(summary, claims=on_models(summary.claims, job.finetune_metrics))
@@ -63,17 +55,6 @@ def run(job: ModelJob) -> None:
     for method, s in comparisons["trained"].seconds.items():
         log.info("%s: %.2f s per example", method, s / len(dump))
     log_claims(summary.claims, job.task)
-
-
-def _first_seeds_untrained(job: ModelJob) -> interaction_methods.Comparison:
-    """The untrained model's comparison as the first seed's job wrote it (inputs
-    first_seed_untrained_<table>, which the workflow gives a later seed of a replicated run:
-    its untrained copy, examples and targets are the first seed's)."""
-    log.info("task %s: the untrained model's tables are the first seed's (the same model, "
-             "examples and targets)", job.task)
-    return interaction_methods.Comparison.from_tables(
-        {name: pd.read_parquet(job.inputs[f"first_seed_untrained_{name}"])
-         for name in interaction_methods.TABLES})
 
 
 def _methods(job: ModelJob) -> list[Method]:
@@ -108,8 +89,6 @@ def _write(job: ModelJob, comparisons: dict[str, interaction_methods.Comparison]
     """Every output of the job: the trained model's scores, the summary's tables, the page and
     the figures."""
     write_table(comparisons["trained"].scores, job.outputs["scores"], job.provenance)
-    for name, table in comparisons["untrained"].tables().items():
-        write_table(table, job.outputs[f"untrained_{name}"], job.provenance)
     job.write_tables({"ground_truth": summary.ground_truth, "deletion": summary.deletion,
                       "erasure": summary.erasure, "intervals": summary.intervals,
                       "pairs": summary.pairs, "claims": summary.claims})
