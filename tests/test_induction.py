@@ -151,18 +151,19 @@ def _trained(seed: int):
 def _analysed(trained, n: int = 100):
     """The induction analysis of `trained` on the first n dev examples."""
     from attnlab.analyses.induction import induction_analysis
-    from attnlab.engine import models
+    from attnlab.engine import attribution, models
 
     dev = induction.generate(n, seed=1)
     model, tokenizer = models.prepare_model(trained.model), trained.tokenizer
     data = next_token.encode_prompts(dev, SPEC, tokenizer, max_length=32)
     truth = {column: torch.tensor(next_token.token_positions(dev, SPEC, tokenizer, column))
              for column in ("gt_induction", "gt_previous")}
+    inputs = next_token.prompt_inputs(data)
     # a fixed rule of 20 nodes: the analysis compares where edges point, not their last digit
-    engine = {"quadrature": "riemann_right", "steps": 20, "score": "probability"}
-    return induction_analysis(model, next_token.prompt_inputs(data),
-                              induction=truth["gt_induction"], previous=truth["gt_previous"],
-                              engine=engine)
+    attr = attribution.attribute(model, inputs, target=inputs["labels"],
+                                 quadrature="riemann_right", steps=20).attr.numpy()
+    return induction_analysis(model, inputs, attr=attr, induction=truth["gt_induction"],
+                              previous=truth["gt_previous"])
 
 
 @pytest.fixture(scope="module")
@@ -513,7 +514,7 @@ def _run_stages(config: dict, checkpoint, out_dir) -> dict:
          {"edges": out["tree_edges.parquet"], "trees": out["trees.parquet"],
           "claims": out["tree_claims.parquet"], "summary": out["trees.json"],
           "sizes": out["sizes.png"], "figures": out["figures"]}),
-        (induction_stage, {"model": out["model"], "dev": out["dev.parquet"],
+        (induction_stage, {"parts": parts, "model": out["model"], "dev": out["dev.parquet"],
                            "finetune_metrics": out["metrics.json"]},
          {"edges": out["edges.parquet"], "heads": out["heads.parquet"],
           "claims": out["claims.parquet"], "summary": out["induction.json"]}),
