@@ -117,8 +117,8 @@ def test_the_heads_are_found_and_ablation_proves_them(decoder):
                         for i, n in enumerate(lengths)])
     out = induction_heads.head_analysis(
         model, ranking, {k: v[n_rank:] for k, v in inputs.items()},
-        induction=decoder["induction"][:n_rank], attattr=attattr, ks=[1, 2], draws=3, seed=0,
-        batch_size=32)
+        induction=decoder["induction"][:n_rank], evaluation_induction=decoder["induction"][n_rank:],
+        attattr=attattr, ks=[1, 2], draws=3, seed=0, batch_size=32)
     table = out.heads.set_index(["layer", "head"])
     # seed 0: 0.76 over all positions (0.89 at B alone), the other layer-0 heads 0.19-0.39
     assert table.loc[(0, 1), "previous_token"] > 0.6
@@ -142,4 +142,13 @@ def test_the_heads_are_found_and_ablation_proves_them(decoder):
     # AttAttr's top head is the previous-token head, prefix matching's an induction head
     assert claims["AttAttr's top 1 heads are among the 1 of highest prefix-matching score "
                   "beyond chance"] == "does not hold"
-    assert len(out.claims) == 2 * 5
+    # the first copy's loss of the same token, B after A's first occurrence, where nothing
+    # before tells it (seed 0: 8.6 nats, the second copy's 0.06)
+    assert ablation["none", "", 0] < 0.2
+    first = out.ablation.set_index(["ranking", "order", "k"])["first_copy_loss"]
+    assert first["none", "", 0] > 5.0
+    # the previous-token head is needed by the induction step alone: ablating it raises the
+    # second copy's loss by about 3 nats, the first copy's by 0.16
+    assert claims["Mean-ablating AttAttr's top 1 heads raises the second copy's loss more "
+                  "than the first copy's (the same token)"] == "holds"
+    assert len(out.claims) == 2 * 7

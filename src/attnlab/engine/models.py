@@ -408,15 +408,20 @@ def logits(
     model: PreTrainedModel,
     inputs: dict[str, torch.Tensor],
     intervention: Intervention | None = None,
+    *,
+    at: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """A whole forward pass with an optional intervention: (B, C) logits (a decoder's for the
-    token after each example's last real token)."""
+    token after each example's last real token). `at` (B, P), a decoder's only: the logits
+    after each example's P positions instead, (B, P, C)."""
     model_inputs = {k: v for k, v in inputs.items() if k != "labels"}
     if not family_of(model).causal:
         return model(**model_inputs, attnlab=intervention).logits
     mask = model_inputs["attention_mask"]
+    read = read_positions(model, mask)[:, None] if at is None else at
     # the vocabulary projection only at the positions read (not B x S x vocabulary)
-    keep, column = read_positions(model, mask).unique(return_inverse=True)
+    keep, column = read.unique(return_inverse=True)
     out = model(**model_inputs, position_ids=positions(mask), logits_to_keep=keep,
                 attnlab=intervention).logits
-    return out[torch.arange(len(out), device=out.device), column]
+    picked = out[torch.arange(len(out), device=out.device)[:, None], column]
+    return picked[:, 0] if at is None else picked
