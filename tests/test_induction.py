@@ -217,6 +217,11 @@ def _induction_config(**changes):
      "trees.normalise: 'no_cls' leaves out a classifier's "),
     ({"model.truncate": True},
      "model.truncate: a next_token task's prompts are never truncated; raise model.max_length"),
+    # rule induction reads the dumps' full matrices of its examples
+    ({"attribution.keep_full": False},
+     "attribution.keep_full: false; rule induction reads the full attribution matrices"),
+    ({"attribution.max_examples": 50},
+     "induction.examples: 200 is more than the 50 examples rule attribute attributes"),
     # real sentences are made into prompts from a hub or local source only; a hub's rows are
     # sentences, not prompts
     ({"tasks.induction.shuffle_labels": True},

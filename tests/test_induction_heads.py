@@ -102,6 +102,30 @@ def test_attribution_patching_is_the_gradient_toward_the_mean(decoder):
             assert scores[layer, head] == pytest.approx(-float(numeric), rel=1e-2, abs=2e-4)
 
 
+def test_the_first_copy_loss_is_the_same_token_after_a_s_first_occurrence(decoder):
+    """`ablated` reads two positions of one pass (models.logits at=): the query's next token,
+    and B's first occurrence predicted from A's; as a plain forward pass of the whole
+    sequence gives them (right padding: the real tokens' positions are the same)."""
+    model, n = decoder["model"], 20
+    inputs = {k: v[:n] for k, v in decoder["inputs"].items()}
+    b = decoder["induction"][:n]
+    out = induction_heads.ablated(model, inputs, [], fill={}, induction=b, batch_size=8)
+    with torch.no_grad():
+        logits = model(input_ids=inputs["input_ids"],
+                       attention_mask=inputs["attention_mask"]).logits.double()
+    rows = torch.arange(n)
+    query = inputs["attention_mask"].sum(dim=1) - 1
+    second = torch.nn.functional.cross_entropy(logits[rows, query], inputs["labels"],
+                                               reduction="none")
+    first = torch.nn.functional.cross_entropy(logits[rows, b - 1], inputs["input_ids"][rows, b],
+                                              reduction="none")
+    # float32 logits through differently batched passes: equal to their rounding
+    np.testing.assert_allclose(out.loss, second.numpy(), atol=1e-4)
+    np.testing.assert_allclose(out.first_copy_loss, first.numpy(), atol=1e-4)
+    # the planted task's B is its target: the same token in both copies
+    assert torch.equal(inputs["input_ids"][rows, b], inputs["labels"])
+
+
 def test_the_heads_are_found_and_ablation_proves_them(decoder):
     """On the trained model: the raw-attention scores name the mechanism heads (the
     previous-token head in layer 0, every layer-1 head an induction head), and mean-ablating
