@@ -102,28 +102,37 @@ def test_attribution_patching_is_the_gradient_toward_the_mean(decoder):
             assert scores[layer, head] == pytest.approx(-float(numeric), rel=1e-2, abs=2e-4)
 
 
-def test_the_first_copy_loss_is_the_same_token_after_a_s_first_occurrence(decoder):
-    """`ablated` reads two positions of one pass (models.logits at=): the query's next token,
-    and B's first occurrence predicted from A's; as a plain forward pass of the whole
-    sequence gives them (right padding: the real tokens' positions are the same)."""
+def test_an_ablation_reads_both_copies_and_runs_from_its_first_ablated_layer(decoder):
+    """`Evaluation.ablated` reads two positions of each prompt (the query's next token, and B's
+    first occurrence predicted from A's) and runs only the layers from the first ablated one,
+    from the whole model's hidden states there; as a whole pass of the model with the same
+    mean ablation gives them (right padding: the real tokens' positions are the same)."""
     model, n = decoder["model"], 20
     inputs = {k: v[:n] for k, v in decoder["inputs"].items()}
     b = decoder["induction"][:n]
-    out = induction_heads.ablated(model, inputs, [], fill={}, induction=b, batch_size=8)
-    with torch.no_grad():
-        logits = model(input_ids=inputs["input_ids"],
-                       attention_mask=inputs["attention_mask"]).logits.double()
+    fill = heads.mean_head_outputs(model, inputs)
+    prompts = induction_heads.Evaluation(model, inputs, induction=b, batch_size=8)
     rows = torch.arange(n)
     query = inputs["attention_mask"].sum(dim=1) - 1
-    second = torch.nn.functional.cross_entropy(logits[rows, query], inputs["labels"],
-                                               reduction="none")
-    first = torch.nn.functional.cross_entropy(logits[rows, b - 1], inputs["input_ids"][rows, b],
-                                              reduction="none")
-    # float32 logits through differently batched passes: equal to their rounding
-    np.testing.assert_allclose(out.loss, second.numpy(), atol=1e-4)
-    np.testing.assert_allclose(out.first_copy_loss, first.numpy(), atol=1e-4)
     # the planted task's B is its target: the same token in both copies
     assert torch.equal(inputs["input_ids"][rows, b], inputs["labels"])
+    n_heads = models.head_shape(model)[1]
+    for chosen in ([], [n_heads + 2], [1, n_heads + 2]):  # none; a layer-1 head; one of each
+        out = prompts.ablated(chosen, fill)
+        mask = torch.ones(models.head_shape(model))
+        mask.view(-1)[chosen] = 0.0
+        with torch.no_grad():
+            logits = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
+                           attnlab=Intervention(head_mask=mask, head_fill=fill)).logits.double()
+        second = torch.nn.functional.cross_entropy(logits[rows, query], inputs["labels"],
+                                                   reduction="none")
+        first = torch.nn.functional.cross_entropy(logits[rows, b - 1], inputs["labels"],
+                                                  reduction="none")
+        # float32 through differently batched passes: equal to their rounding
+        np.testing.assert_allclose(out.loss, second.numpy(), atol=1e-4)
+        np.testing.assert_allclose(out.first_copy_loss, first.numpy(), atol=1e-4)
+        np.testing.assert_array_equal(
+            out.right, (logits[rows, query].argmax(-1) == inputs["labels"]).double().numpy())
 
 
 def test_the_heads_are_found_and_ablation_proves_them(decoder):

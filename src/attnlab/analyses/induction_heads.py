@@ -82,33 +82,61 @@ class Ablated(NamedTuple):
     first_copy_loss: np.ndarray
 
 
-def ablated(model: PreTrainedModel, inputs: dict[str, torch.Tensor], chosen: list[int], *,
-            fill: dict[int, torch.Tensor], induction: torch.Tensor,
-            batch_size: int = 64) -> Ablated:
-    """Each example's losses (`Ablated`) with the heads `chosen` (flat indices layer · heads +
-    head) mean-ablated: their outputs replaced by `fill`'s. `induction`: each example's B
+class _Batch(NamedTuple):
+    inputs: dict[str, torch.Tensor]
+    context: models.LayerInputs
+    states: list[torch.Tensor]  # the unmasked hidden states entering each layer, and the last
+    read: torch.Tensor  # (B, 2): the query and A's first occurrence
+    targets: torch.Tensor  # (B, 2): the target, and B's first token (the first copy's)
+
+
+class Evaluation:
+    """Prompts to ablate heads on: in batches, each with the whole model's hidden states
+    entering every layer computed once, so that an ablation runs only the layers from its
+    first ablated one (the layers below are the whole model's). `induction`: each prompt's B
     position, whose token the first copy predicts from A's first occurrence, where nothing
     before tells it (the target's loss in the first copy)."""
-    n_layers, n_heads = models.head_shape(model)
-    mask = torch.ones(n_layers * n_heads)
-    mask[chosen] = 0.0
-    intervention = Intervention(head_mask=mask.view(n_layers, n_heads), head_fill=fill)
-    device = next(model.parameters()).device
-    inputs, order = examples.by_length({**inputs, "induction": induction})
-    out: list[torch.Tensor] = []  # per batch: (3, B)
-    with torch.no_grad():
-        for _, batch in examples.batches(inputs, batch_size, device):
-            b = batch.pop("induction")
-            query = models.read_positions(model, batch["attention_mask"])
-            logits = models.logits(model, batch, intervention,
-                                   at=torch.stack([query, b - 1], dim=1)).double()
-            first_token = batch["input_ids"].gather(1, b[:, None])[:, 0]
-            losses = torch.nn.functional.cross_entropy(
-                logits.flatten(0, 1), torch.stack([batch["labels"], first_token], dim=1)
-                .flatten(), reduction="none").view(-1, 2)
-            right = (logits[:, 0].argmax(-1) == batch["labels"]).double()
-            out.append(torch.stack([losses[:, 0], right, losses[:, 1]]).cpu())
-    return Ablated(*examples.in_input_order(torch.cat(out, dim=1), order, dim=1).numpy())
+
+    def __init__(self, model: PreTrainedModel, inputs: dict[str, torch.Tensor], *,
+                 induction: torch.Tensor, batch_size: int = 64) -> None:
+        self.model = model
+        device = next(model.parameters()).device
+        inputs, self.order = examples.by_length({**inputs, "induction": induction})
+        self.batches = []
+        with torch.no_grad():
+            for _, batch in examples.batches(inputs, batch_size, device):
+                b = batch.pop("induction")
+                states = models.hidden_states(model, batch)
+                self.batches.append(_Batch(
+                    batch, models.layer_inputs(model, states[0], batch["attention_mask"]),
+                    states, torch.stack([models.read_positions(model, batch["attention_mask"]),
+                                         b - 1], dim=1),
+                    torch.stack([batch["labels"], batch["input_ids"].gather(1, b[:, None])[:, 0]],
+                                dim=1)))
+
+    def ablated(self, chosen: list[int], fill: dict[int, torch.Tensor]) -> Ablated:
+        """Each prompt's losses (`Ablated`) with the heads `chosen` (flat indices layer · heads
+        + head) mean-ablated: their outputs replaced by `fill`'s."""
+        n_layers, n_heads = models.head_shape(self.model)
+        mask = torch.ones(n_layers * n_heads)
+        mask[chosen] = 0.0
+        start = min(chosen) // n_heads if chosen else n_layers
+        out: list[torch.Tensor] = []  # per batch: (3, B)
+        with torch.no_grad():
+            for batch in self.batches:
+                intervention = Intervention(
+                    head_mask=mask.view(n_layers, n_heads).to(batch.read.device),
+                    head_fill=fill)
+                hidden = models.run_layers(self.model, batch.states[start], batch.context,
+                                           start, None, intervention)
+                logits = models.classify(self.model, hidden, batch.inputs["attention_mask"],
+                                         at=batch.read).double()
+                losses = torch.nn.functional.cross_entropy(
+                    logits.flatten(0, 1), batch.targets.flatten(), reduction="none").view(-1, 2)
+                right = (logits[:, 0].argmax(-1) == batch.targets[:, 0]).double()
+                out.append(torch.stack([losses[:, 0], right, losses[:, 1]]).cpu())
+        return Ablated(*examples.in_input_order(torch.cat(out, dim=1), self.order,
+                                                dim=1).numpy())
 
 
 def head_table(scores: dict[str, np.ndarray], n_heads: int) -> pd.DataFrame:
@@ -154,7 +182,7 @@ def head_analysis(
     attributed examples' (N, L, H) maximal attributions), and each ranking's top k, AttAttr's
     lowest k and `draws` random k heads mean-ablated on the `evaluation` examples (their B
     positions `evaluation_induction`), k in `ks`: the loss of the second copy's target and of
-    the same token in the first copy (`ablated`)."""
+    the same token in the first copy (`Evaluation`)."""
     n_layers, n_heads = models.head_shape(model)
     started = time.process_time()
     raw = attention_scores(model, ranking, induction, batch_size)
@@ -166,12 +194,9 @@ def head_analysis(
     scores = {"prefix_matching": raw[:, 0].mean(axis=0), "previous_token": raw[:, 1].mean(axis=0),
               "attattr": per_attributed.mean(axis=0), "attribution_patching": patching}
     fill = heads.mean_head_outputs(model, ranking, batch_size)
-
-    def ablate(chosen: list[int]) -> Ablated:
-        return ablated(model, evaluation, chosen, fill=fill, induction=evaluation_induction,
-                       batch_size=batch_size)
-
-    full = ablate([])
+    prompts = Evaluation(model, evaluation, induction=evaluation_induction,
+                         batch_size=batch_size)
+    full = prompts.ablated([], fill)
     rng = np.random.default_rng(seed)
     # by (ranking, order, k); k = 0: the whole model
     losses: dict[tuple[str, str, int], Ablated] = {("none", "", 0): full}
@@ -181,7 +206,7 @@ def head_analysis(
                 ("random", ""): [rng.choice(n_layers * n_heads, k, replace=False).tolist()
                                  for _ in range(draws)]}
         for (name, order), chosen in sets.items():
-            runs = [ablate(heads_) for heads_ in chosen]
+            runs = [prompts.ablated(heads_, fill) for heads_ in chosen]
             losses[name, order, k] = Ablated(*(np.mean(values, axis=0)
                                                for values in zip(*runs, strict=True)))
     ablation = pd.DataFrame([

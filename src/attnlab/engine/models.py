@@ -393,35 +393,34 @@ def check_layer(model: PreTrainedModel, layer: int, key: str) -> None:
 
 
 def classify(
-    model: PreTrainedModel, hidden: torch.Tensor, attention_mask: torch.Tensor
+    model: PreTrainedModel, hidden: torch.Tensor, attention_mask: torch.Tensor, *,
+    at: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Logits (B, C) from the last layer's hidden states (B, S, d) (every family but BART's
-    classifier); a decoder's are the next-token logits at each example's last real token."""
+    classifier); a decoder's are the next-token logits at each example's last real token, or
+    with `at` (B, P) after each of its P positions, (B, P, C)."""
     family = family_of(model)
-    if family.causal:
-        rows = torch.arange(len(hidden), device=hidden.device)
-        hidden = hidden[rows, read_positions(model, attention_mask)]
-    return HEADS[family.head](model, hidden)
+    if not family.causal:
+        return HEADS[family.head](model, hidden)
+    read = read_positions(model, attention_mask)[:, None] if at is None else at
+    rows = torch.arange(len(hidden), device=hidden.device)[:, None]
+    logits = HEADS[family.head](model, hidden[rows, read])
+    return logits[:, 0] if at is None else logits
 
 
 def logits(
     model: PreTrainedModel,
     inputs: dict[str, torch.Tensor],
     intervention: Intervention | None = None,
-    *,
-    at: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """A whole forward pass with an optional intervention: (B, C) logits (a decoder's for the
-    token after each example's last real token). `at` (B, P), a decoder's only: the logits
-    after each example's P positions instead, (B, P, C)."""
+    token after each example's last real token)."""
     model_inputs = {k: v for k, v in inputs.items() if k != "labels"}
     if not family_of(model).causal:
         return model(**model_inputs, attnlab=intervention).logits
     mask = model_inputs["attention_mask"]
-    read = read_positions(model, mask)[:, None] if at is None else at
     # the vocabulary projection only at the positions read (not B x S x vocabulary)
-    keep, column = read.unique(return_inverse=True)
+    keep, column = read_positions(model, mask).unique(return_inverse=True)
     out = model(**model_inputs, position_ids=positions(mask), logits_to_keep=keep,
                 attnlab=intervention).logits
-    picked = out[torch.arange(len(out), device=out.device)[:, None], column]
-    return picked[:, 0] if at is None else picked
+    return out[torch.arange(len(out), device=out.device), column]
