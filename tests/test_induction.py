@@ -151,18 +151,19 @@ def _trained(seed: int):
 def _analysed(trained, n: int = 100):
     """The induction analysis of `trained` on the first n dev examples."""
     from attnlab.analyses.induction import induction_analysis
-    from attnlab.engine import models
+    from attnlab.engine import attribution, models
 
     dev = induction.generate(n, seed=1)
     model, tokenizer = models.prepare_model(trained.model), trained.tokenizer
     data = next_token.encode_prompts(dev, SPEC, tokenizer, max_length=32)
     truth = {column: torch.tensor(next_token.token_positions(dev, SPEC, tokenizer, column))
              for column in ("gt_induction", "gt_previous")}
+    inputs = next_token.prompt_inputs(data)
     # a fixed rule of 20 nodes: the analysis compares where edges point, not their last digit
-    engine = {"quadrature": "riemann_right", "steps": 20, "score": "probability"}
-    return induction_analysis(model, next_token.prompt_inputs(data),
-                              induction=truth["gt_induction"], previous=truth["gt_previous"],
-                              engine=engine)
+    attr = attribution.attribute(model, inputs, target=inputs["labels"],
+                                 quadrature="riemann_right", steps=20).attr.numpy()
+    return induction_analysis(model, inputs, attr=attr, induction=truth["gt_induction"],
+                              previous=truth["gt_previous"])
 
 
 @pytest.fixture(scope="module")
@@ -216,6 +217,11 @@ def _induction_config(**changes):
      "trees.normalise: 'no_cls' leaves out a classifier's "),
     ({"model.truncate": True},
      "model.truncate: a next_token task's prompts are never truncated; raise model.max_length"),
+    # rule induction reads the dumps' full matrices of its examples
+    ({"attribution.keep_full": False},
+     "attribution.keep_full: false; rule induction reads the full attribution matrices"),
+    ({"attribution.max_examples": 50},
+     "induction.examples: 200 is more than the 50 examples rule attribute attributes"),
     # real sentences are made into prompts from a hub or local source only; a hub's rows are
     # sentences, not prompts
     ({"tasks.induction.shuffle_labels": True},
@@ -520,7 +526,7 @@ def _run_stages(config: dict, checkpoint, out_dir) -> dict:
          {"edges": out["tree_edges.parquet"], "trees": out["trees.parquet"],
           "claims": out["tree_claims.parquet"], "summary": out["trees.json"],
           "sizes": out["sizes.png"], "figures": out["figures"]}),
-        (induction_stage, {"model": out["model"], "dev": out["dev.parquet"],
+        (induction_stage, {"parts": parts, "model": out["model"], "dev": out["dev.parquet"],
                            "finetune_metrics": out["metrics.json"]},
          {"edges": out["edges.parquet"], "heads": out["heads.parquet"],
           "claims": out["claims.parquet"], "summary": out["induction.json"]}),

@@ -102,6 +102,39 @@ def test_attribution_patching_is_the_gradient_toward_the_mean(decoder):
             assert scores[layer, head] == pytest.approx(-float(numeric), rel=1e-2, abs=2e-4)
 
 
+def test_an_ablation_reads_both_copies_and_runs_from_its_first_ablated_layer(decoder):
+    """`Evaluation.ablated` reads two positions of each prompt (the query's next token, and B's
+    first occurrence predicted from A's) and runs only the layers from the first ablated one,
+    from the whole model's hidden states there; as a whole pass of the model with the same
+    mean ablation gives them (right padding: the real tokens' positions are the same)."""
+    model, n = decoder["model"], 20
+    inputs = {k: v[:n] for k, v in decoder["inputs"].items()}
+    b = decoder["induction"][:n]
+    fill = heads.mean_head_outputs(model, inputs)
+    prompts = induction_heads.Evaluation(model, inputs, induction=b, batch_size=8)
+    rows = torch.arange(n)
+    query = inputs["attention_mask"].sum(dim=1) - 1
+    # the planted task's B is its target: the same token in both copies
+    assert torch.equal(inputs["input_ids"][rows, b], inputs["labels"])
+    n_heads = models.head_shape(model)[1]
+    for chosen in ([], [n_heads + 2], [1, n_heads + 2]):  # none; a layer-1 head; one of each
+        out = prompts.ablated(chosen, fill)
+        mask = torch.ones(models.head_shape(model))
+        mask.view(-1)[chosen] = 0.0
+        with torch.no_grad():
+            logits = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
+                           attnlab=Intervention(head_mask=mask, head_fill=fill)).logits.double()
+        second = torch.nn.functional.cross_entropy(logits[rows, query], inputs["labels"],
+                                                   reduction="none")
+        first = torch.nn.functional.cross_entropy(logits[rows, b - 1], inputs["labels"],
+                                                  reduction="none")
+        # float32 through differently batched passes: equal to their rounding
+        np.testing.assert_allclose(out.loss, second.numpy(), atol=1e-4)
+        np.testing.assert_allclose(out.first_copy_loss, first.numpy(), atol=1e-4)
+        np.testing.assert_array_equal(
+            out.right, (logits[rows, query].argmax(-1) == inputs["labels"]).double().numpy())
+
+
 def test_the_heads_are_found_and_ablation_proves_them(decoder):
     """On the trained model: the raw-attention scores name the mechanism heads (the
     previous-token head in layer 0, every layer-1 head an induction head), and mean-ablating
@@ -117,8 +150,8 @@ def test_the_heads_are_found_and_ablation_proves_them(decoder):
                         for i, n in enumerate(lengths)])
     out = induction_heads.head_analysis(
         model, ranking, {k: v[n_rank:] for k, v in inputs.items()},
-        induction=decoder["induction"][:n_rank], attattr=attattr, ks=[1, 2], draws=3, seed=0,
-        batch_size=32)
+        induction=decoder["induction"][:n_rank], evaluation_induction=decoder["induction"][n_rank:],
+        attattr=attattr, ks=[1, 2], draws=3, seed=0, batch_size=32)
     table = out.heads.set_index(["layer", "head"])
     # seed 0: 0.76 over all positions (0.89 at B alone), the other layer-0 heads 0.19-0.39
     assert table.loc[(0, 1), "previous_token"] > 0.6
@@ -147,4 +180,13 @@ def test_the_heads_are_found_and_ablation_proves_them(decoder):
                "chance")
     assert claims[overlap] == "not testable"
     assert reasons[overlap] == "every resample of the units gives 0: no interval"
-    assert len(out.claims) == 2 * 5
+    # the first copy's loss of the same token, B after A's first occurrence, where nothing
+    # before tells it (seed 0: 8.6 nats, the second copy's 0.06)
+    assert ablation["none", "", 0] < 0.2
+    first = out.ablation.set_index(["ranking", "order", "k"])["first_copy_loss"]
+    assert first["none", "", 0] > 5.0
+    # the previous-token head is needed by the induction step alone: ablating it raises the
+    # second copy's loss by about 3 nats, the first copy's by 0.16
+    assert claims["Mean-ablating AttAttr's top 1 heads raises the second copy's loss more "
+                  "than the first copy's (the same token)"] == "holds"
+    assert len(out.claims) == 2 * 7

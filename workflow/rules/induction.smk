@@ -1,12 +1,15 @@
 # Decoder language models on the planted induction task (docs/decoders.md): where AttAttr,
 # raw attention and rollout point at the second A, which heads AttAttr ranks top, and what
-# masking them costs.
+# masking them costs (rule induction, on rule attribute's dumps); each ranking's top heads
+# mean-ablated, on the model and on an untrained one of the same shape (rule induction_heads).
 
 
 rule induction:
     input:
         # whether the model learned its task (the findings' rule, claims.on_models)
         finetune_metrics=rules.finetune.output.metrics,
+        # the attributions of the examples, full matrices (attribution.keep_full)
+        parts=rules.summarise_attributions.input.parts,
         model=rules.finetune.output.model,
         dev=rules.prepare_data.output.dev,
     output:
@@ -20,7 +23,7 @@ rule induction:
             labels={"task": "{task}"},
         ),
     params:
-        **config_paths("induction.examples", *ENGINE, *MODEL_JOB),
+        **config_paths("induction.examples", *MODEL_JOB),
         task=task_spec,
         seed=run_seed,
         code=code_version("stages.induction"),
@@ -50,6 +53,9 @@ rule induction_heads:
         ablation="results/{name}/induction_heads/{task}/ablation.parquet",
         claims="results/{name}/induction_heads/{task}/claims.parquet",
         summary="results/{name}/induction_heads/{task}/summary.json",
+        # the control: the same on an untrained model of the same shape
+        untrained_heads="results/{name}/induction_heads/{task}/untrained/heads.parquet",
+        untrained_ablation="results/{name}/induction_heads/{task}/untrained/ablation.parquet",
         page=report(
             "results/{name}/induction_heads/{task}/heads.html",
             caption="../report/induction_heads.rst",
@@ -59,7 +65,7 @@ rule induction_heads:
     params:
         **config_paths("induction.head_examples", "induction.ablation_examples",
                        "induction.ablation_k", "induction.random_draws", "heads.batch_size",
-                       "attribution.target", *MODEL_JOB),
+                       "attribution.target", *ENGINE, *MODEL_JOB),
         task=task_spec,
         seed=run_seed,
         code=code_version("stages.induction_heads"),

@@ -47,7 +47,7 @@ from attnlab.analyses.verdicts import (
     difference,
     share,
 )
-from attnlab.engine import attribution, models
+from attnlab.engine import models
 from attnlab.engine.intervention import Intervention
 from attnlab.methods.attention_graph import head_mean
 from attnlab.methods.rollout import rollout
@@ -126,19 +126,18 @@ def induction_analysis(
     model: PreTrainedModel,
     inputs: dict[str, torch.Tensor],
     *,
+    attr: np.ndarray,
     induction: torch.Tensor,
     previous: torch.Tensor,
-    engine: dict[str, Any],
 ) -> InductionResult:
     """The edges, heads and claims of the induction analysis (the module's docstring).
 
     `inputs` are prompts as the attribution engine takes them (`next_token.prompt_inputs`:
-    right-padded, `labels` the target tokens); `induction` and `previous` are each example's
-    token positions of B's and A's first occurrence; `engine` the engine's options
-    (`attribution.engine_options`)."""
-    result = attribution.attribute(model, inputs, target=inputs["labels"], **engine)
-    attr = result.attr.double().cpu().numpy()
-    attention = result.attention.double().cpu().numpy()
+    right-padded, `labels` the target tokens) and `attr` their attributions (B, L, H, T, T),
+    rule attribute's (`dumps.full_attributions`); `induction` and `previous` are each
+    example's token positions of B's and A's first occurrence."""
+    attr = attr.astype(np.float64)
+    attention = attention_probabilities(model, inputs)
     queries = inputs["attention_mask"].sum(dim=1).cpu().numpy() - 1  # each prompt's last token
     b, a = induction.numpy(), previous.numpy()
     edges = edge_table(attr, attention, queries, b, a)
@@ -156,6 +155,17 @@ def induction_analysis(
     summary = {"accuracy": full, **drops, **edge_shares(edges)}
     claims = induction_findings(edges, per_example, masking)
     return InductionResult(edges, heads, claims_frame(claims), summary)
+
+
+def attention_probabilities(model: PreTrainedModel,
+                            inputs: dict[str, torch.Tensor]) -> np.ndarray:
+    """The attention probabilities of every layer of `inputs` (one forward pass) as
+    (B, L, H, T, T), float64."""
+    seen = Intervention(capture=True)
+    with torch.no_grad():
+        models.logits(model, inputs, seen)
+    return torch.stack([seen.probs[layer] for layer in sorted(seen.probs)],
+                       dim=1).double().cpu().numpy()
 
 
 def edge_table(attr: np.ndarray, attention: np.ndarray, queries: np.ndarray, b: np.ndarray,

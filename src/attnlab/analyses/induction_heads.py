@@ -73,25 +73,70 @@ def attention_scores(model: PreTrainedModel, inputs: dict[str, torch.Tensor],
     return examples.in_input_order(torch.cat(out), order).numpy()
 
 
-def ablated(model: PreTrainedModel, inputs: dict[str, torch.Tensor], chosen: list[int], *,
-            fill: dict[int, torch.Tensor], batch_size: int = 64) -> tuple[np.ndarray, np.ndarray]:
-    """Each example's next-token loss and correctness with the heads `chosen` (flat indices
-    layer · heads + head) mean-ablated: their outputs replaced by `fill`'s."""
-    n_layers, n_heads = models.head_shape(model)
-    mask = torch.ones(n_layers * n_heads)
-    mask[chosen] = 0.0
-    intervention = Intervention(head_mask=mask.view(n_layers, n_heads), head_fill=fill)
-    device = next(model.parameters()).device
-    inputs, order = examples.by_length(inputs)
-    losses, right = [], []
-    with torch.no_grad():
-        for _, batch in examples.batches(inputs, batch_size, device):
-            logits = models.logits(model, batch, intervention).double()
-            losses.append(torch.nn.functional.cross_entropy(logits, batch["labels"],
-                                                            reduction="none").cpu())
-            right.append((logits.argmax(-1) == batch["labels"]).double().cpu())
-    return tuple(examples.in_input_order(torch.cat(values), order).numpy()
-                 for values in (losses, right))
+class Ablated(NamedTuple):
+    """Per example, with some heads mean-ablated: the next-token loss and correctness at the
+    query (the second copy), and the loss of the same token at its first occurrence."""
+
+    loss: np.ndarray
+    right: np.ndarray
+    first_copy_loss: np.ndarray
+
+
+class _Batch(NamedTuple):
+    inputs: dict[str, torch.Tensor]
+    context: models.LayerInputs
+    states: list[torch.Tensor]  # the unmasked hidden states entering each layer, and the last
+    read: torch.Tensor  # (B, 2): the query and A's first occurrence
+    targets: torch.Tensor  # (B, 2): the target, and B's first token (the first copy's)
+
+
+class Evaluation:
+    """Prompts to ablate heads on: in batches, each with the whole model's hidden states
+    entering every layer computed once, so that an ablation runs only the layers from its
+    first ablated one (the layers below are the whole model's). `induction`: each prompt's B
+    position, whose token the first copy predicts from A's first occurrence, where nothing
+    before tells it (the target's loss in the first copy)."""
+
+    def __init__(self, model: PreTrainedModel, inputs: dict[str, torch.Tensor], *,
+                 induction: torch.Tensor, batch_size: int = 64) -> None:
+        self.model = model
+        device = next(model.parameters()).device
+        inputs, self.order = examples.by_length({**inputs, "induction": induction})
+        self.batches = []
+        with torch.no_grad():
+            for _, batch in examples.batches(inputs, batch_size, device):
+                b = batch.pop("induction")
+                states = models.hidden_states(model, batch)
+                self.batches.append(_Batch(
+                    batch, models.layer_inputs(model, states[0], batch["attention_mask"]),
+                    states, torch.stack([models.read_positions(model, batch["attention_mask"]),
+                                         b - 1], dim=1),
+                    torch.stack([batch["labels"], batch["input_ids"].gather(1, b[:, None])[:, 0]],
+                                dim=1)))
+
+    def ablated(self, chosen: list[int], fill: dict[int, torch.Tensor]) -> Ablated:
+        """Each prompt's losses (`Ablated`) with the heads `chosen` (flat indices layer · heads
+        + head) mean-ablated: their outputs replaced by `fill`'s."""
+        n_layers, n_heads = models.head_shape(self.model)
+        mask = torch.ones(n_layers * n_heads)
+        mask[chosen] = 0.0
+        start = min(chosen) // n_heads if chosen else n_layers
+        out: list[torch.Tensor] = []  # per batch: (3, B)
+        with torch.no_grad():
+            for batch in self.batches:
+                intervention = Intervention(
+                    head_mask=mask.view(n_layers, n_heads).to(batch.read.device),
+                    head_fill=fill)
+                hidden = models.run_layers(self.model, batch.states[start], batch.context,
+                                           start, None, intervention)
+                logits = models.classify(self.model, hidden, batch.inputs["attention_mask"],
+                                         at=batch.read).double()
+                losses = torch.nn.functional.cross_entropy(
+                    logits.flatten(0, 1), batch.targets.flatten(), reduction="none").view(-1, 2)
+                right = (logits[:, 0].argmax(-1) == batch.targets[:, 0]).double()
+                out.append(torch.stack([losses[:, 0], right, losses[:, 1]]).cpu())
+        return Ablated(*examples.in_input_order(torch.cat(out, dim=1), self.order,
+                                                dim=1).numpy())
 
 
 def head_table(scores: dict[str, np.ndarray], n_heads: int) -> pd.DataFrame:
@@ -125,6 +170,7 @@ def head_analysis(
     evaluation: dict[str, torch.Tensor],
     *,
     induction: torch.Tensor,
+    evaluation_induction: torch.Tensor,
     attattr: np.ndarray,
     ks: list[int],
     draws: int,
@@ -134,7 +180,9 @@ def head_analysis(
     """The heads' scores on the `ranking` examples (prompts as `models.logits` takes them,
     `labels` the targets; `induction` their B positions), AttAttr's from `attattr` (the
     attributed examples' (N, L, H) maximal attributions), and each ranking's top k, AttAttr's
-    lowest k and `draws` random k heads mean-ablated on the `evaluation` examples, k in `ks`."""
+    lowest k and `draws` random k heads mean-ablated on the `evaluation` examples (their B
+    positions `evaluation_induction`), k in `ks`: the loss of the second copy's target and of
+    the same token in the first copy (`Evaluation`)."""
     n_layers, n_heads = models.head_shape(model)
     started = time.process_time()
     raw = attention_scores(model, ranking, induction, batch_size)
@@ -146,44 +194,50 @@ def head_analysis(
     scores = {"prefix_matching": raw[:, 0].mean(axis=0), "previous_token": raw[:, 1].mean(axis=0),
               "attattr": per_attributed.mean(axis=0), "attribution_patching": patching}
     fill = heads.mean_head_outputs(model, ranking, batch_size)
-    full_loss, full_right = ablated(model, evaluation, [], fill=fill, batch_size=batch_size)
+    prompts = Evaluation(model, evaluation, induction=evaluation_induction,
+                         batch_size=batch_size)
+    full = prompts.ablated([], fill)
     rng = np.random.default_rng(seed)
-    losses: dict[tuple[str, str, int], np.ndarray] = {}
-    rows = [{"ranking": "none", "order": "", "k": 0, "loss": full_loss.mean(),
-             "accuracy": full_right.mean()}]
+    # by (ranking, order, k); k = 0: the whole model
+    losses: dict[tuple[str, str, int], Ablated] = {("none", "", 0): full}
     for k in ks:
         sets = {**{(name, "top"): [top(scores[name], k)] for name in RANKINGS},
                 ("attattr", "lowest"): [top(-scores["attattr"], k)],
                 ("random", ""): [rng.choice(n_layers * n_heads, k, replace=False).tolist()
                                  for _ in range(draws)]}
         for (name, order), chosen in sets.items():
-            runs = [ablated(model, evaluation, heads_, fill=fill, batch_size=batch_size)
-                    for heads_ in chosen]
-            loss, right = (np.mean(values, axis=0) for values in zip(*runs, strict=True))
-            losses[name, order, k] = loss
-            rows.append({"ranking": name, "order": order, "k": k, "loss": loss.mean(),
-                         "accuracy": right.mean()})
-    ablation = pd.DataFrame(rows).assign(examples=len(full_loss))
+            runs = [prompts.ablated(heads_, fill) for heads_ in chosen]
+            losses[name, order, k] = Ablated(*(np.mean(values, axis=0)
+                                               for values in zip(*runs, strict=True)))
+    ablation = pd.DataFrame([
+        {"ranking": name, "order": order, "k": k, "loss": out.loss.mean(),
+         "accuracy": out.right.mean(), "first_copy_loss": out.first_copy_loss.mean()}
+        for (name, order, k), out in losses.items()]).assign(examples=len(full.loss))
     claims = ablation_findings(losses, per_attributed, scores["prefix_matching"], ks)
     summary = {"ranking_examples": len(raw), "attributed_examples": len(attattr),
-               "evaluation_examples": len(full_loss), "loss": float(full_loss.mean()),
-               "accuracy": float(full_right.mean()),
+               "evaluation_examples": len(full.loss), "loss": float(full.loss.mean()),
+               "accuracy": float(full.right.mean()),
+               "first_copy_loss": float(full.first_copy_loss.mean()),
                "attention_cpu_seconds_per_prompt": attention_seconds / len(raw),
                "attribution_patching_cpu_seconds_per_prompt": patching_seconds / len(raw)}
     return HeadsResult(head_table(scores, n_heads), ablation, claims_frame(claims), summary)
 
 
-def ablation_findings(losses: dict[tuple[str, str, int], np.ndarray], attattr: np.ndarray,
+def ablation_findings(losses: dict[tuple[str, str, int], Ablated], attattr: np.ndarray,
                       prefix: np.ndarray, ks: list[int]) -> list[dict[str, Any]]:
     """For each k of `ks`: AttAttr's top k against prefix matching's top k (their overlap, over
     resamples of the `attattr` (N, heads) examples, against chance: a random k heads' expected
-    share k / heads), and the mean-ablation `losses` (per evaluation example, by (ranking,
-    order, k)) of AttAttr's top k against k random, its lowest k, prefix matching's and
-    attribution patching's top k (paired over the evaluation examples)."""
+    share k / heads); the mean-ablation `losses` (per evaluation example, by (ranking, order,
+    k), the whole model's at ("none", "", 0)) of AttAttr's top k against k random, its lowest
+    k, prefix matching's and attribution patching's top k (paired over the evaluation
+    examples); and for AttAttr's and prefix matching's top k, the rise of the second copy's
+    loss against the rise of the first copy's (paired): a head every token needs raises both,
+    an induction head the second copy's."""
     olsson = "olsson2022"
+    full = losses["none", "", 0]
     out = []
     for k in ks:
-        mine = losses["attattr", "top", k]
+        mine = losses["attattr", "top", k].loss
         out.append(finding(
             STAGE, f"AttAttr's top {k} heads are among the {k} of highest prefix-matching "
             "score beyond chance", f"share of AttAttr's top {k} in prefix matching's top {k} "
@@ -202,6 +256,15 @@ def ablation_findings(losses: dict[tuple[str, str, int], np.ndarray], attattr: n
                 STAGE, f"Mean-ablating AttAttr's top {k} heads raises the next-token loss on "
                 f"the second copy more than ablating {name}",
                 f"loss, AttAttr's top {k} - {name}, paired (nats)",
-                difference(mine, losses[ranking, order, k], paired=True), BEATS,
+                difference(mine, losses[ranking, order, k].loss, paired=True), BEATS,
                 source(paper, key)))
+        for ranking, name in (("attattr", "AttAttr"), ("prefix_matching", "prefix matching")):
+            ablation = losses[ranking, "top", k]
+            out.append(finding(
+                STAGE, f"Mean-ablating {name}'s top {k} heads raises the second copy's loss "
+                "more than the first copy's (the same token)",
+                "rise of the loss, second copy - first copy, paired (nats)",
+                difference(ablation.loss - full.loss,
+                           ablation.first_copy_loss - full.first_copy_loss, paired=True),
+                BEATS, source(olsson, "in_context_loss")))
     return out

@@ -191,6 +191,23 @@ def dump_scores(dump: pd.DataFrame, column: str, n_layers: int, n_heads: int) ->
     return np.stack(dump[column].to_numpy()).reshape(len(dump), n_layers, n_heads)
 
 
+def full_attributions(dump: pd.DataFrame, n_layers: int, n_heads: int,
+                      width: int) -> np.ndarray:
+    """The full per-head attributions of a dump's rows (attr_full, kept with
+    attribution.keep_full) as (N, L, H, width, width), each example's n real tokens first and
+    zero beyond them, as the engine gives right-padded prompts' (`attribution.attribute`).
+
+    Fails unless every row holds them."""
+    if dump["attr_full"].isna().any():
+        raise AttnlabError("the attribution dump holds no full matrices (attr_full): set "
+                           "attribution.keep_full: true and rerun attribute")
+    out = np.zeros((len(dump), n_layers, n_heads, width, width), dtype=np.float32)
+    for row, (n, flat) in enumerate(zip(dump["n_tokens"], dump["attr_full"], strict=True)):
+        out[row, :, :, :n, :n] = np.asarray(flat, dtype=np.float32).reshape(
+            n_layers, n_heads, n, n)
+    return out
+
+
 # The per-head maxima a dump holds, by what they measure: the scores the head analyses
 # (importance, pruning) rank heads by.
 HEAD_SCORES = {"attribution": "attr_max", "attention": "attn_max"}

@@ -427,15 +427,19 @@ def check_layer(model: PreTrainedModel, layer: int, key: str) -> None:
 
 
 def classify(
-    model: PreTrainedModel, hidden: torch.Tensor, attention_mask: torch.Tensor
+    model: PreTrainedModel, hidden: torch.Tensor, attention_mask: torch.Tensor, *,
+    at: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Logits (B, C) from the last layer's hidden states (B, S, d) (every family but BART's
-    classifier); a decoder's are the next-token logits at each example's last real token."""
+    classifier); a decoder's are the next-token logits at each example's last real token, or
+    with `at` (B, P) after each of its P positions, (B, P, C)."""
     family = family_of(model)
-    if family.causal:
-        rows = torch.arange(len(hidden), device=hidden.device)
-        hidden = hidden[rows, read_positions(model, attention_mask)]
-    return HEADS[family.head](model, hidden)
+    if not family.causal:
+        return HEADS[family.head](model, hidden)
+    read = read_positions(model, attention_mask)[:, None] if at is None else at
+    rows = torch.arange(len(hidden), device=hidden.device)[:, None]
+    logits = HEADS[family.head](model, hidden[rows, read])
+    return logits[:, 0] if at is None else logits
 
 
 def logits(

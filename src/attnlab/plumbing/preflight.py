@@ -19,6 +19,7 @@ import csv
 import functools
 import io
 import json
+import math
 import os
 import re
 import sys
@@ -692,6 +693,16 @@ def _check_kind(config: dict[str, Any]) -> None:
         raise ConfigError(f"trees.normalise: {config['trees']['normalise']!r} leaves out a "
                           "classifier's [CLS] row; a decoder's trees (next_token tasks) take "
                           "'layer'")
+    # rule induction reads the attributions rule attribute dumped
+    attribution = config["attribution"]
+    if decoder and not attribution["keep_full"]:
+        raise ConfigError("attribution.keep_full: false; rule induction reads the full "
+                          "attribution matrices from the dumps of a next_token configuration: "
+                          "set it to true")
+    if decoder and (attribution["max_examples"] or math.inf) < config["induction"]["examples"]:
+        raise ConfigError(f"induction.examples: {config['induction']['examples']} is more than "
+                          f"the {attribution['max_examples']} examples rule attribute attributes "
+                          "(attribution.max_examples)")
     for key in ("similar_pairs", "dissimilar_pairs"):
         if decoder and config["heads"][key]:
             raise ConfigError(f"heads.{key}: the cross-task correlation of head importance is "
