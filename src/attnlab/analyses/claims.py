@@ -170,7 +170,10 @@ def on_models(claims: pd.DataFrame, metrics: Mapping[str, Mapping[str, Any]]) ->
     if not reasons:
         return claims
     claims = claims.copy()
-    affected = claims["learned"].astype(bool) & (claims["verdict"] != UNTESTABLE)
+    # a finding with an interval that its data could not judge (at a ceiling, of no width) is
+    # not testable first because the model learned nothing
+    judged = (claims["verdict"] != UNTESTABLE) | claims["low"].notna()
+    affected = claims["learned"].astype(bool) & judged
     claims.loc[affected, "verdict"] = UNTESTABLE
     claims.loc[affected, "reason"] = "; ".join(reasons)
     return claims
