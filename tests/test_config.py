@@ -363,9 +363,10 @@ def test_what_a_synthetic_kind_fixes_is_checked_in_the_dry_run(tmp_path, task, e
 
 
 def test_target_tokens_is_refused_where_a_task_has_no_targets_of_its_own():
+    # keep_full: rule induction reads the full matrices of a next_token configuration's dumps
     config = {"name": "x", "model": {"scratch": {"family": "gpt2"}}, "tasks": {"t": {
         "kind": "next_token", "source": "synthetic", "synthetic": {"kind": "induction"},
-        "text_fields": ["text"], "target_tokens": "first"}}}
+        "text_fields": ["text"], "target_tokens": "first"}}, "attribution": {"keep_full": True}}
     validate_config(config)
     with pytest.raises(ConfigError, match=r"^tasks.t.target_tokens: says how a next_token "
                                           r"task's own targets \(source local"):

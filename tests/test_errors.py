@@ -148,6 +148,8 @@ def test_a_prompt_too_long_for_a_decoder_is_one_line_naming_its_file_and_line(tm
                                     "text_fields": ["text"]}},
               "model": {"scratch": {"family": "llama", "layers": 1, "heads": 2, "hidden": 8,
                                     "intermediate": 8}, "max_length": 6},
+              # the full matrices rule induction reads (the dry run checks it)
+              "attribution": {"keep_full": True},
               # samples the 50 dev prompts hold (the dry run checks them)
               "heads": {"importance_examples": 10, "min_evaluation_examples": 10},
               "induction": {"head_examples": 10, "ablation_examples": 10}}
