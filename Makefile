@@ -37,15 +37,16 @@ endif
 # The config file is read first by attnlab, whatever the profile: Snakemake reports a missing
 # file with a traceback and a YAML syntax error without its line. Hub splits not yet downloaded
 # are downloaded first (attnlab.plumbing.preflight.undownloaded), so that the plan of the run
-# checks every stage's sample against their sizes before any other job starts.
+# checks every stage's sample against their sizes before any other job starts. The targets come
+# first: --configfile takes every word after it as a config file.
 run: $(VENV)/installed
 	@test -f profiles/$(PROFILE)/config.yaml || { echo "make run: PROFILE=$(PROFILE) is not a" \
 		"profile of profiles/ (there: $$(ls profiles | xargs))" >&2; exit 1; }
 	@$(BIN)/python -m attnlab.plumbing.config $(CONFIG)
 	@$(MAKE) --no-print-directory packages FOR=$(CONFIG)
 	@downloads="$$($(BIN)/python -m attnlab.plumbing.preflight $(CONFIG))"; \
-	if [ -n "$$downloads" ]; then $(BIN)/snakemake --profile profiles/$(PROFILE) $(MACHINE) \
-		--configfile $(CONFIG) $(ARGS) $$downloads; fi
+	if [ -n "$$downloads" ]; then $(BIN)/snakemake $$downloads --profile profiles/$(PROFILE) \
+		$(MACHINE) --configfile $(CONFIG) $(ARGS); fi
 	$(BIN)/snakemake --profile profiles/$(PROFILE) $(MACHINE) --configfile $(CONFIG) \
 		--rerun-incomplete $(ARGS)
 	@if [ -f $(REPORT) ] && [ -z "$$(find results/$(NAME) -newer $(REPORT) -type f | head -n 1)" ]; \
