@@ -1,6 +1,6 @@
 # From a fresh checkout, with only Python >= 3.11 and make:
-#   make run    install into .venv (again only after pyproject.toml changes), run the workflow,
-#               then build results/<name>/report.html
+#   make run    install into .venv (again only after pyproject.toml or constraints.txt
+#               changes), run the workflow, then build results/<name>/report.html
 #   make test   the same install, then the tests
 #   make lint   ruff and snakemake --lint
 # Another configuration or core count: make run CONFIG=config/paper.yaml CORES=8
@@ -89,13 +89,14 @@ lint: $(VENV)/installed
 	$(BIN)/ruff check .
 	$(BIN)/snakemake --lint
 
-# The stamp makes the install run once per change of pyproject.toml; the package itself is
-# installed editable, so source edits need no re-install.
-$(VENV)/installed: pyproject.toml
+# The stamp makes the install run once per change of pyproject.toml or constraints.txt; the
+# package itself is installed editable, so source edits need no re-install. The constraints fix
+# every package's version (pyproject.toml gives the library's ranges; docs/running.md).
+$(VENV)/installed: pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
 		{ echo "attnlab needs Python >= 3.11: make ... PYTHON=python3.11"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --no-compile -e '.[test,gguf]'
+	$(BIN)/pip install --no-compile -c constraints.txt -e '.[workflow,test,gguf]'
 	touch $@
 
 # pip would compile all of the 13,700 installed modules to bytecode, one after another: half of

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 PAGES = [README, *DOCS]
-# Generated from workflow/schemas/config.schema.yaml by docs/generate_configuration.py.
+# Generated from src/attnlab/plumbing/config.schema.yaml by docs/generate_configuration.py.
 GENERATED = ROOT / "docs" / "configuration.md"
 
 

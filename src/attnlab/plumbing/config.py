@@ -18,10 +18,9 @@ from jsonschema import Draft202012Validator
 
 from attnlab.plumbing.errors import ConfigError, stop
 
-# The schema is the workflow's own file: attnlab runs from a checkout of the repository (the
-# Snakefile puts src/ on the path; `pip install -e .` installs it in place), so it lies three
-# folders above this module's package.
-SCHEMA = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "config.schema.yaml"
+# Package data beside this module: an installed wheel and a checkout (the Snakefile puts src/
+# on the path) read the same file.
+SCHEMA = Path(__file__).resolve().with_name("config.schema.yaml")
 # YAML 1.1 (PyYAML, Snakemake) reads 2e-5 as a string; 2.0e-5 is a float.
 EXPONENT_WITHOUT_POINT = re.compile(r"[-+]?[0-9]+[eE][-+]?[0-9]+")
 # Bounds of a number in the schema, as they read in an error message.

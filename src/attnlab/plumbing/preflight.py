@@ -1,6 +1,6 @@
 """What can be known wrong with a configuration before any job runs: checked by the dry run.
 
-The schema (workflow/schemas/config.schema.yaml) checks each value on its own; `check_config`
+The schema (src/attnlab/plumbing/config.schema.yaml) checks each value on its own; `check_config`
 checks what the schema cannot: values against each other, against the files they name and
 against the checkpoint's folder, whole (`check_checkpoint`: its config.json, every weights
 file, the tokenizer's files; or the GGUF file model.gguf_file names, `gguf_shape`), so that no
