@@ -368,10 +368,9 @@ def test_attention_norm_as_kobayashi_et_al_compute_it(case):
 @torch.no_grad()
 def test_alti_as_ferrando_et_al_compute_it_and_the_bias_free_variant(case):
     rec, model, example = case
-    ours = alti.METHOD.score(model=model, captured=example, variants=Variants())
+    ours = alti.score(model=model, captured=example, variants=Variants())
     assert np.abs(ours - reference_alti(rec)).max() < TOLERANCE
-    bias_free = alti.METHOD.score(model=model, captured=example,
-                                  variants=Variants(alti_biases=False))
+    bias_free = alti.score(model=model, captured=example, variants=Variants(alti_biases=False))
     assert np.abs(bias_free - reference_alti(rec, include_biases=False)).max() < TOLERANCE
     # with non-zero biases the two differ: the bias terms are not negligible here
     assert np.abs(bias_free - ours).max() > 1e-3
@@ -380,7 +379,7 @@ def test_alti_as_ferrando_et_al_compute_it_and_the_bias_free_variant(case):
 @torch.no_grad()
 def test_globenc_as_modarressi_et_al_compute_it(case):
     rec, model, example = case
-    ours = globenc.METHOD.score(model=model, captured=example)
+    ours = globenc.score(model=model, captured=example)
     # GlobEnc's products of unnormalised norms grow with depth: the tolerance is relative
     assert np.abs(ours - reference_globenc(rec)).max() < TOLERANCE * max(1, np.abs(ours).max())
 

@@ -51,6 +51,17 @@ def dry_run(config: dict, tmp_path: Path) -> subprocess.CompletedProcess:
     )
 
 
+def test_the_config_is_checked_without_torch():
+    """The workflow checks the config when it plans its jobs: reading the method registry for
+    the schema's names (attnlab.plumbing.config.with_methods) imports no torch, which would
+    add seconds to every plan."""
+    check = ("import sys, yaml; from attnlab.plumbing.config import validate_config; "
+             f"validate_config(yaml.safe_load(open({str(ROOT / 'config.yaml')!r}))); "
+             "sys.exit('torch' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True)
+    assert result.returncode == 0, f"checking the config imports torch {result.stderr}"
+
+
 def test_default_config_validates_and_gets_defaults():
     config = default_config()
     validate_config(config)  # as the workflow does: the defaults are filled in

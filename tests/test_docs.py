@@ -13,6 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from attnlab.methods.registry import METHODS
+from attnlab.plumbing.config import load_schema
+
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
@@ -21,9 +24,8 @@ PAGES = [README, *DOCS]
 GENERATED = ROOT / "docs" / "configuration.md"
 
 
-def _generator():
-    spec = importlib.util.spec_from_file_location(
-        "generate_configuration", ROOT / "docs" / "generate_configuration.py")
+def _generator(name: str = "generate_configuration"):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "docs" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -31,9 +33,22 @@ def _generator():
 
 def test_configuration_page_is_current():
     generator = _generator()
-    text, _ = generator.generate(yaml.safe_load(generator.SCHEMA.read_text(encoding="utf-8")))
+    text, _ = generator.generate(load_schema())
     assert GENERATED.read_text(encoding="utf-8") == text, (
         "docs/configuration.md is stale: run python docs/generate_configuration.py")
+
+
+def test_methods_table_is_current():
+    """docs/interaction_methods.md's table of the methods is what docs/generate_method_table.py
+    writes from the registry: one row per method, in the registry's order."""
+    generator = _generator("generate_method_table")
+    page = generator.PAGE.read_text(encoding="utf-8")
+    assert generator.with_table(page) == page, (
+        "docs/interaction_methods.md's methods table is stale: run python "
+        "docs/generate_method_table.py")
+    rows = [line.split(" | ")[0] for line in generator.table().splitlines()
+            if line.startswith("| `")]
+    assert rows == [f"| `{method.name}`" for method in METHODS]
 
 
 def test_results_page_is_its_snapshots_page():
@@ -47,7 +62,7 @@ def test_results_page_is_its_snapshots_page():
 
 def test_every_schema_key_has_a_description():
     generator = _generator()
-    _, missing = generator.generate(yaml.safe_load(generator.SCHEMA.read_text(encoding="utf-8")))
+    _, missing = generator.generate(load_schema())
     assert missing == []
 
 

@@ -665,7 +665,8 @@ def test_a_fetched_dataset_without_the_task_s_columns_stops_before_any_training(
     result = subprocess.run(["make", "--no-print-directory", "run",
                              f"CONFIG={write_config(tmp_path, config)}",
                              f"ARGS=--directory {tmp_path}"], cwd=REPO, capture_output=True,
-                            text=True, env={**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "cache")})
+                            text=True,
+                            env={**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "cache")})
     assert_one_line(result, "resources/datasets/rte_copy/rte/train.parquet: missing column "
                             "'premise' (columns are sentence1, sentence2, label, idx)")
     assert "rule finetune" not in result.stdout

@@ -4,10 +4,13 @@ the stage that runs them all (attnlab.stages.interaction_methods)."""
 
 from __future__ import annotations
 
+import copy
+import sys
 from collections import defaultdict
 from importlib import import_module
 from itertools import islice
 from pathlib import Path
+from types import ModuleType
 
 import networkx as nx
 import numpy as np
@@ -44,19 +47,21 @@ from attnlab.methods.attention_norm import attention_norm
 from attnlab.methods.attention_x_gradient import attention_x_gradient
 from attnlab.methods.edge_masking import masked_probabilities, off_diagonal
 from attnlab.methods.flow import flow
-from attnlab.methods.method import GRADIENTS, Variants
+from attnlab.methods.method import GRADIENTS, Method, Variants
 from attnlab.methods.occlusion import occlusion
 from attnlab.methods.rollout import rollout
 from attnlab.methods.value_zeroing import normalise_rows, value_zeroing
 from attnlab.model_job import ModelJob
+from attnlab.plumbing import code_version
+from attnlab.plumbing.config import load_schema, validate_config
 from attnlab.plumbing.errors import ConfigError
 from attnlab.plumbing.families import CLASSIFIER, names
 from attnlab.stages import interaction_methods
 
 # the fixture: a random tiny BERT with its tokenizer, and a small synthetic dev split
 tiny_shard = test_dumps.tiny_shard
-TABLE_ORDER = ["attention", "attattr", "attention_x_gradient", "rollout", "flow",
-               "attention_norm", "alti", "globenc", "value_zeroing", "occlusion"]
+# every method, in the order of the registry, which is the tables' order
+TABLE_ORDER = [method.name for method in registry.METHODS]
 
 
 def random_attention(layers: int, n: int, seed: int = 0) -> np.ndarray:
@@ -373,16 +378,20 @@ def test_intervals_pairs_and_claims_from_per_example_values():
                    "edge of some layer joins it)"] == "fewer than two methods score this measure"
 
 
-def test_the_registry_holds_every_method_module_once_in_the_order_of_the_tables():
-    assert [method.name for method in registry.METHODS] == TABLE_ORDER
+def test_the_registry_holds_every_method_module_once():
     modules = [import_module(f"attnlab.methods.{path.stem}")
                for path in Path(registry.__file__).parent.glob("*.py")]
-    exposing = {module.__name__.rsplit(".", 1)[1]: module.METHOD
-                for module in modules if hasattr(module, "METHOD")}
-    # one module per method, named for it, each in the registry
-    assert exposing == {method.name: method for method in registry.METHODS}
+    scoring = {module.__name__.rsplit(".", 1)[1] for module in modules if hasattr(module, "score")}
+    # one module per method, named for it, each in the registry once
+    assert sorted(TABLE_ORDER) == sorted(scoring)
+    assert all(method.score is import_module(f"attnlab.methods.{method.name}").score
+               for method in registry.METHODS)
     known = {"attention", "captured", "model", "engine", "batch_size", "variants", GRADIENTS}
     assert all(method.needs <= known for method in registry.METHODS)
+    # each module named in an import statement of the registry, so that the code version of
+    # the rules that score the methods follows it (tests/test_code_closure.py)
+    assert {f"methods.{name}" for name in TABLE_ORDER} <= code_version.attnlab_imports(
+        "methods.registry")
 
 
 def test_every_method_scores_an_example_with_its_defining_property(bert_example):
@@ -420,17 +429,23 @@ def test_every_method_scores_an_example_with_its_defining_property(bert_example)
         # attention x gradient: the slope of F(αA^l) at α = 1 (Euler's sum over the edges)
         assert scores["attention_x_gradient"][layer].sum() == pytest.approx(
             slope_at_one(model, example, layer), abs=1e-4)
-    # every method is timed; the gradient methods run last
-    assert list(seconds) == ["attention", "rollout", "flow", "attention_norm", "alti", "globenc",
-                             "value_zeroing", "occlusion", "attattr", "attention_x_gradient"]
+    # every method is timed; the gradient methods (AttAttr, attention x gradient) run last
+    gradients = [method.name for method in registry.METHODS if GRADIENTS in method.needs]
+    assert {"attattr", "attention_x_gradient"} <= set(gradients)
+    assert list(seconds) == [name for name in TABLE_ORDER if name not in gradients] + gradients
 
 
-def test_the_stage_scores_every_method_and_writes_tables_page_and_figures(tiny_shard, tmp_path):
+def _run_stage(tiny_shard, tmp_path: Path, **settings) -> dict[str, Path]:
+    """Rule interaction_methods on two examples of the tiny shard, with the default config's
+    interaction_methods settings but `settings`: its outputs."""
     task, model_dir, dev = tiny_shard
     run_shard(tiny_shard, tmp_path / "dump.parquet")
-    config = {**DEFAULT_CONFIG, "device": "cpu", "tasks": {"syn_mnli": task}, "model": MODEL_CFG,
-              "interaction_methods": {**DEFAULT_CONFIG["interaction_methods"], "examples": 2,
-                                      "deletion_steps": 3, "batch_size": 64, "bootstrap": 100}}
+    config = validate_config({
+        **copy.deepcopy(DEFAULT_CONFIG), "device": "cpu", "tasks": {"syn_mnli": task},
+        "model": MODEL_CFG,
+        "interaction_methods": {**DEFAULT_CONFIG["interaction_methods"], "examples": 2,
+                                "deletion_steps": 3, "batch_size": 64, "bootstrap": 100,
+                                **settings}})
     out = {name: tmp_path / f"{name}.parquet" for name in (
         "scores", "ground_truth", "deletion", "erasure", "intervals", "pairs", "claims")}
     out |= {"leaderboard": tmp_path / "leaderboard.html",
@@ -441,6 +456,11 @@ def test_the_stage_scores_every_method_and_writes_tables_page_and_figures(tiny_s
         "interaction_methods", config, task="syn_mnli", outputs=out,
         inputs={"model": model_dir, "dev": dev, "parts": [tmp_path / "dump.parquet"],
                 "finetune_metrics": learned_metrics(tmp_path)}))
+    return out
+
+
+def test_the_stage_scores_every_method_and_writes_tables_page_and_figures(tiny_shard, tmp_path):
+    out = _run_stage(tiny_shard, tmp_path)
     scores = pd.read_parquet(out["scores"])
     assert list(scores["method"].unique()) == TABLE_ORDER
     assert "task" not in scores  # its folder, a partition of interaction_scores, names it
@@ -463,10 +483,41 @@ def test_the_stage_scores_every_method_and_writes_tables_page_and_figures(tiny_s
                                                "leaderboard_figure"))
 
 
+def _transposed_attention(attention: np.ndarray) -> np.ndarray:
+    return np.swapaxes(attention, 1, 2)
+
+
+def test_a_new_method_is_its_module_and_its_registry_entry(tiny_shard, tmp_path, monkeypatch):
+    """What docs/design.md says adding a method takes, and nothing else: a module with its
+    `score` (here a module object of the test, head-mean attention read from key to query) and
+    its entry in the registry. The schema then allows it and runs it by default, and the stage
+    scores and judges it beside the others."""
+    module = ModuleType("attnlab.methods.transposed")
+    module.score = _transposed_attention
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    dummy = Method("transposed", "A^l transposed", "baseline", frozenset({"attention"}))
+    monkeypatch.setattr(registry, "METHODS", (*registry.METHODS, dummy))
+    methods = load_schema()["properties"]["interaction_methods"]["properties"]["methods"]
+    assert methods["items"]["enum"][-1] == methods["default"][-1] == "transposed"
+    assert validate_config(copy.deepcopy(
+        {**DEFAULT_CONFIG, "interaction_methods": {}}))["interaction_methods"]["methods"] == [
+        *TABLE_ORDER, "transposed"]
+    out = _run_stage(tiny_shard, tmp_path, methods=["attention", "transposed"])
+    rows = {method: frame.sort_values(["idx", "layer"]) for method, frame
+            in pd.read_parquet(out["scores"]).groupby("method")}
+    assert len(rows["transposed"]) == len(rows["attention"]) == 2 * 2  # 2 examples, 2 layers
+    # its scores are its function's, row by row (one row an example's layer)
+    for attention, transposed, n in zip(rows["attention"]["scores"], rows["transposed"]["scores"],
+                                        rows["attention"]["n_tokens"], strict=True):
+        assert np.array_equal(transposed.reshape(n, n), attention.reshape(n, n).T)
+    table = pd.read_parquet(out["intervals"])
+    assert {"trained", "untrained"} == set(table.loc[table["method"] == "transposed", "model"])
+    assert "<td>transposed</td>" in out["leaderboard"].read_text()
+
+
 # Decoders: F is the next token's probability at the last real token, only the causal edges
 # i > j are scored and ranked, and ALTI and GlobEnc (post-LN encoder sublayers) are left out.
-DECODER_METHODS = ["attention", "attattr", "attention_x_gradient", "rollout", "flow",
-                   "attention_norm", "value_zeroing", "occlusion"]
+DECODER_METHODS = [method.name for method in registry.METHODS if method.decoders]
 
 
 @pytest.fixture(scope="module", params=["gpt2", "llama"])
@@ -549,7 +600,8 @@ def test_a_decoder_gets_the_methods_that_apply_to_it_and_a_named_misfit_is_refus
     every = [method.name for method in registry.METHODS]
     chosen, left_out = registry.chosen(every, decoder=True)
     assert [m.name for m in chosen] == DECODER_METHODS
-    assert left_out == ["alti", "globenc"]
+    assert left_out == [name for name in every if name not in DECODER_METHODS]
+    assert left_out == ["alti", "globenc"]  # the two that decompose a post-LN sublayer
     assert registry.chosen(every, decoder=False) == (list(registry.METHODS), [])
     with pytest.raises(ConfigError, match=r"^interaction_methods.methods: alti \(decomposing an "
                        r"encoder's post-LN attention sublayer\) cannot score .* the methods "

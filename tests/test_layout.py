@@ -72,15 +72,48 @@ def test_every_stage_that_judges_findings_knows_whether_its_model_learned_its_ta
         assert "on_models(" in stage, f"stages/{rule}.py does not call claims.on_models"
 
 
-# What docs/design.md ("Where to add things", "A stage") says a new stage needs: a rule in the
-# rule file of its area, its script, its stage module and its row in docs/outputs.md.
+def _figure_outputs(block: str) -> list[str]:
+    """The figures a rule's block writes (PNG files or folders of them), each as the text of
+    its output item."""
+    outputs = block.split("output:", 1)[1].split("params:", 1)[0]
+    items = re.split(r"^\s{8}(?=\w+=)", outputs, flags=re.M)[1:]
+    return [item for item in items if re.search(r'\.png"', item)]
+
+
+@pytest.mark.parametrize("rule", sorted(rule for rule, block in RULES.items()
+                                        if _figure_outputs(block)))
+def test_every_figure_is_on_the_figures_page_with_its_caption_drawn_by_the_report(rule):
+    """A stage's figure: an output marked report(...) with a caption file of workflow/report/
+    (the figures page gathers every such PNG), drawn by a module of report/ (docs/design.md,
+    "A stage")."""
+    for item in _figure_outputs(RULES[rule]):
+        assert re.match(r"\w+=report\(", item), f"rule {rule}: figure without report(): {item}"
+        caption = re.search(r'caption="\.\./report/([\w.]+\.rst)"', item)
+        assert caption and (ROOT / "workflow" / "report" / caption[1]).is_file(), item
+    drawing = {m for m in code_version.code_closure(f"stages.{rule}")
+               if m.startswith("report.") and m.endswith("_figures")}
+    assert drawing, f"stages/{rule}.py draws its figures with no report/*_figures.py module"
+
+
+# What docs/design.md ("Where to add things", "A stage") says a new stage with claims and a
+# figure needs: a rule in the rule file of its area (its claims with the input
+# finetune_metrics, its figure marked report(...) with a caption file of workflow/report/), its
+# script, its stage module (and its row in docs/outputs.md, and its claims' stage heading in
+# report/findings.py, which the tests of those check without a run).
 DUMMY_RULE = """
 
 rule dummy_stage:
     input:
+        finetune_metrics=rules.finetune.output.metrics,
         dev=rules.prepare_data.output.dev,
     output:
         claims="results/{name}/dummy_stage/{task}/claims.parquet",
+        figure=report(
+            "results/{name}/dummy_stage/{task}/figure.png",
+            caption="../report/dummy_stage.rst",
+            category="Dummy",
+            labels={"task": "{task}"},
+        ),
     params:
         **config_paths("trees.tau"),
         task=task_spec,
@@ -118,17 +151,21 @@ def test_a_new_stage_is_planned_with_only_the_files_the_design_notes_name(tmp_pa
     with (tmp_path / "workflow" / "rules" / "trees.smk").open("a") as rules:
         rules.write(DUMMY_RULE)
     (tmp_path / "workflow" / "scripts" / "dummy_stage.py").write_text(DUMMY_SCRIPT)
+    (tmp_path / "workflow" / "report" / "dummy_stage.rst").write_text("The dummy's figure.\n")
     (tmp_path / "src" / "attnlab" / "stages" / "dummy_stage.py").write_text(DUMMY_STAGE)
     result = subprocess.run(
         [sys.executable, "-m", "snakemake", "-n", "--cores", "1"], cwd=tmp_path,
         env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(tmp_path / "src")},
         capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
-    # one job per task, whose claims the claims page gathers with every other stage's
+    # one job per task, whose claims the claims page gathers with every other stage's and
+    # whose figure the figures page shows
     planned = re.search(r"^dummy_stage\s+(\d+)$", result.stdout, re.M)
     assert planned and int(planned[1]) == len(DEFAULT_CONFIG["tasks"]), result.stdout
-    claims_job = result.stdout.split("rule claims:", 1)[1].split("\n\n", 1)[0]
-    assert "dummy_stage/syn_sst2/claims.parquet" in claims_job
+    for page in ("claims", "figures"):
+        job = result.stdout.split(f"rule {page}:", 1)[1].split("\n\n", 1)[0]
+        expected = "claims.parquet" if page == "claims" else "figure.png"
+        assert f"dummy_stage/syn_sst2/{expected}" in job, page
 
 
 @pytest.mark.parametrize("rule", sorted(RULES))

@@ -25,6 +25,7 @@ from attnlab.data import packages
 from attnlab.data.hub import SOURCE_FILE, fetch_checkpoint
 from attnlab.engine import models
 from attnlab.engine.attribution import attribute
+from attnlab.methods import registry
 from attnlab.plumbing.config import load_config
 from attnlab.plumbing.preflight import ModelShape, checkpoint_shape
 
@@ -156,8 +157,7 @@ SMALL = {
     # sentence, most of the stage's time here; tests/test_interaction_methods.py checks it on
     # tiny models of every family)
     "interaction_methods": {"examples": 1, "deletion_steps": 3, "methods": [
-        "attention", "attattr", "attention_x_gradient", "rollout", "flow", "attention_norm",
-        "alti", "globenc", "value_zeroing"]},
+        method.name for method in registry.METHODS if method.name != "occlusion"]},
 }
 
 

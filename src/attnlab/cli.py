@@ -208,7 +208,7 @@ def parser() -> argparse.ArgumentParser:
     explain_ = commands.add_parser(
         "explain", help="attribute one sentence (or sentence pair) and write its explorer page",
         description="Attribute one input to every attention head with the engine's default "
-        "settings (the adaptive rule, tolerance 1e-3: workflow/schemas/config.schema.yaml), "
+        "settings (the adaptive rule, tolerance 1e-3: src/attnlab/plumbing/config.schema.yaml), "
         "print the prediction, the completeness check and the strongest interactions of every "
         "layer, and write the explorer page of the input (docs/explain.md).")
     explain_.add_argument("model", metavar="MODEL", help="a checkpoint folder (as "

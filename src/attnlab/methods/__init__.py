@@ -1,2 +1,3 @@
 """Token-interaction methods: each one a way to score how much token j feeds token i in a layer.
-One module per method, each exposing one `method.Method`; `registry.METHODS` lists them all."""
+One module per method, named after it, with its function `score`; its `method.Method` entry in
+`registry.METHODS` says what it is and what it reads."""

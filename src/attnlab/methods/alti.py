@@ -26,7 +26,7 @@ from transformers import PreTrainedModel
 
 from attnlab.engine.capture import Captured
 from attnlab.methods.attention_graph import roll_out
-from attnlab.methods.method import Method, Variants, as_scores
+from attnlab.methods.method import Variants, as_scores
 from attnlab.methods.sublayer_parts import Sublayer, normalised_parts, sublayers
 
 
@@ -42,11 +42,7 @@ def alti_layer(sublayer: Sublayer, *, biases: bool = True) -> torch.Tensor:
     return c / c.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(c.dtype).tiny)
 
 
-def _score(model: PreTrainedModel, captured: Captured, variants: Variants) -> np.ndarray:
+def score(model: PreTrainedModel, captured: Captured, variants: Variants) -> np.ndarray:
     contributions = [alti_layer(sublayer, biases=variants.alti_biases)
                      for sublayer in sublayers(model, captured)]
     return roll_out(as_scores(torch.stack(contributions)))
-
-
-METHOD = Method("alti", frozenset({"model", "captured", "variants"}), _score,
-                decoders=False)  # a post-LN encoder sublayer (sublayer_parts)

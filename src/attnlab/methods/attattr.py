@@ -19,7 +19,7 @@ from transformers import PreTrainedModel
 
 from attnlab.engine.attribution import attribute
 from attnlab.engine.capture import Captured
-from attnlab.methods.method import GRADIENTS, Method, as_scores
+from attnlab.methods.method import as_scores
 
 
 def attattr(model: PreTrainedModel, example: Captured, engine: dict[str, Any]) -> torch.Tensor:
@@ -28,8 +28,5 @@ def attattr(model: PreTrainedModel, example: Captured, engine: dict[str, Any]) -
     return attribute(model, example.inputs, target, **engine).attr[0].sum(dim=1)
 
 
-def _score(model: PreTrainedModel, captured: Captured, engine: dict[str, Any]) -> np.ndarray:
+def score(model: PreTrainedModel, captured: Captured, engine: dict[str, Any]) -> np.ndarray:
     return as_scores(attattr(model, captured, engine))
-
-
-METHOD = Method("attattr", frozenset({"model", "captured", "engine", GRADIENTS}), _score)

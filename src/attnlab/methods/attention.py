@@ -5,11 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnlab.methods.method import Method
 
-
-def _score(attention: np.ndarray) -> np.ndarray:
+def score(attention: np.ndarray) -> np.ndarray:
     return attention
-
-
-METHOD = Method("attention", frozenset({"attention"}), _score)

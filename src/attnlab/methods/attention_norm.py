@@ -17,7 +17,7 @@ from transformers import PreTrainedModel
 
 from attnlab.engine import models
 from attnlab.engine.capture import Captured
-from attnlab.methods.method import Method, as_scores
+from attnlab.methods.method import as_scores
 from attnlab.methods.sublayer_parts import head_parts, transformed_values
 
 
@@ -26,13 +26,10 @@ def attention_norm(probs: torch.Tensor, transformed: torch.Tensor) -> torch.Tens
     return head_parts(probs, transformed).norm(dim=-1)
 
 
-def _score(model: PreTrainedModel, captured: Captured) -> np.ndarray:
+def score(model: PreTrainedModel, captured: Captured) -> np.ndarray:
     # no layer norm is involved: the same for a post-LN encoder and a pre-LN decoder, whose
     # captured values already come from its normalised input
     weights = [models.output_projection(model, layer)[0] for layer in range(len(captured.probs))]
     return as_scores(torch.stack([
         attention_norm(probs, transformed_values(values, weight))
         for probs, values, weight in zip(captured.probs, captured.values, weights, strict=True)]))
-
-
-METHOD = Method("attention_norm", frozenset({"model", "captured"}), _score)

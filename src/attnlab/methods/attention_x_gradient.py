@@ -15,7 +15,7 @@ from transformers import PreTrainedModel
 from attnlab.engine import models
 from attnlab.engine.capture import Captured, target_probability
 from attnlab.engine.intervention import Intervention
-from attnlab.methods.method import GRADIENTS, Method, as_scores
+from attnlab.methods.method import as_scores
 
 
 def attention_x_gradient(model: PreTrainedModel, example: Captured) -> torch.Tensor:
@@ -32,8 +32,5 @@ def attention_x_gradient(model: PreTrainedModel, example: Captured) -> torch.Ten
     return torch.stack(out)
 
 
-def _score(model: PreTrainedModel, captured: Captured) -> np.ndarray:
+def score(model: PreTrainedModel, captured: Captured) -> np.ndarray:
     return as_scores(attention_x_gradient(model, captured))
-
-
-METHOD = Method("attention_x_gradient", frozenset({"model", "captured", GRADIENTS}), _score)

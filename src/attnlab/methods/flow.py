@@ -29,7 +29,7 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import maximum_flow
 
 from attnlab.methods.attention_graph import residual_attention
-from attnlab.methods.method import Method, Variants
+from attnlab.methods.method import Variants
 
 SCALE = 2**30  # integer units per unit of capacity
 
@@ -69,8 +69,5 @@ def flow(attention: np.ndarray, *, normalised: bool = True) -> np.ndarray:
     return flows / flows.sum(axis=-1, keepdims=True)
 
 
-def _score(attention: np.ndarray, variants: Variants) -> np.ndarray:
+def score(attention: np.ndarray, variants: Variants) -> np.ndarray:
     return flow(attention, normalised=variants.flow_normalised)
-
-
-METHOD = Method("flow", frozenset({"attention", "variants"}), _score)

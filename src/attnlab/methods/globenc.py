@@ -25,7 +25,7 @@ from transformers import PreTrainedModel
 from attnlab.engine import models
 from attnlab.engine.capture import Captured
 from attnlab.methods.attention_graph import roll_out
-from attnlab.methods.method import Method, as_scores
+from attnlab.methods.method import as_scores
 from attnlab.methods.sublayer_parts import (
     Sublayer,
     normalised_parts,
@@ -43,12 +43,8 @@ def encoder_norm(sublayer: Sublayer, normalised: torch.Tensor, norm: nn.LayerNor
     return closing.norm(dim=-1)
 
 
-def _score(model: PreTrainedModel, captured: Captured) -> np.ndarray:
+def score(model: PreTrainedModel, captured: Captured) -> np.ndarray:
     inputs = output_norm_inputs(model, captured)
     norms = [encoder_norm(sublayer, inputs[layer], models.output_norm(model, layer))
              for layer, sublayer in enumerate(sublayers(model, captured))]
     return roll_out(as_scores(torch.stack(norms)))
-
-
-METHOD = Method("globenc", frozenset({"model", "captured"}), _score,
-                decoders=False)  # a post-LN encoder sublayer (sublayer_parts)

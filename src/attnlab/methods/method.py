@@ -1,9 +1,12 @@
-"""What every token-interaction method is: a name, what it reads, and a score function.
+"""What every token-interaction method is: a name, what it computes and after whom, what it
+reads, and a score function.
 
-A method scores one example at a time: `score` returns its (L, n, n) scores [l, i, j] (layer
-l, query position i, key position j, n real tokens) as float64. It takes, as keyword
-arguments, exactly the sources its `needs` name, the same objects for every method of one
-example (attnlab.analyses.interaction_methods.score_example builds them):
+A method is its entry in attnlab.methods.registry (a `Method`) and its module,
+attnlab.methods.<name>, whose function `score` scores one example at a time: it returns its
+(L, n, n) scores [l, i, j] (layer l, query position i, key position j, n real tokens) as
+float64. It takes, as keyword arguments, exactly the sources its `needs` name, the same
+objects for every method of one example (attnlab.analyses.interaction_methods.score_example
+builds them):
 
     attention   the head-mean attention (L, n, n), float64 (attention_graph.head_mean)
     captured    the example's forward pass (attnlab.engine.capture.Captured)
@@ -20,23 +23,37 @@ and one that is no argument:
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 GRADIENTS = "gradients"
 
 
 @dataclass(frozen=True)
 class Method:
-    name: str  # in the tables and figures
+    name: str  # in the tables and figures, and the name of its module
+    # what it computes, in the notation of docs/interaction_methods.md (its table's row)
+    definition: str
+    # the paper that defines it and the authors' code it equals ("baseline": no paper's)
+    source: str
     needs: frozenset[str]  # the sources it reads (above)
-    score: Callable[..., np.ndarray]  # one example's (L, n, n) scores, from its `needs`
     # whether it applies to a decoder language model (causal, pre-LN): not the methods that
     # decompose an encoder's post-LN sublayer
     decoders: bool = True
+
+    @property
+    def score(self) -> Callable[..., np.ndarray]:
+        """One example's (L, n, n) scores from its `needs`: the function `score` of its module,
+        imported when first asked for, so that reading the registry (the config's schema, when
+        the workflow plans its jobs) imports no torch."""
+        return importlib.import_module(f"attnlab.methods.{self.name}").score
 
 
 @dataclass(frozen=True)

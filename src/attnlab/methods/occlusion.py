@@ -24,7 +24,7 @@ from attnlab.engine import models
 from attnlab.engine.capture import Captured, target_probability
 from attnlab.engine.intervention import Intervention
 from attnlab.methods.edge_masking import masked_probabilities, off_diagonal
-from attnlab.methods.method import Method, as_scores
+from attnlab.methods.method import as_scores
 
 
 def occlusion(model: PreTrainedModel, example: Captured, batch_size: int) -> torch.Tensor:
@@ -92,8 +92,5 @@ def _rows(model: PreTrainedModel, rows: torch.Tensor, context: models.LayerInput
                              intervention)
 
 
-def _score(model: PreTrainedModel, captured: Captured, batch_size: int) -> np.ndarray:
+def score(model: PreTrainedModel, captured: Captured, batch_size: int) -> np.ndarray:
     return as_scores(occlusion(model, captured, batch_size))
-
-
-METHOD = Method("occlusion", frozenset({"model", "captured", "batch_size"}), _score)

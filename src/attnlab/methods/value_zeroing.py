@@ -23,7 +23,7 @@ from transformers import PreTrainedModel
 from attnlab.engine import models
 from attnlab.engine.capture import Captured
 from attnlab.engine.intervention import Intervention
-from attnlab.methods.method import Method, as_scores
+from attnlab.methods.method import as_scores
 
 
 def value_zeroing(model: PreTrainedModel, states: list[torch.Tensor]) -> torch.Tensor:
@@ -49,8 +49,5 @@ def normalise_rows(scores: torch.Tensor) -> torch.Tensor:
     return scores / scores.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(scores.dtype).tiny)
 
 
-def _score(model: PreTrainedModel, captured: Captured) -> np.ndarray:
+def score(model: PreTrainedModel, captured: Captured) -> np.ndarray:
     return as_scores(normalise_rows(value_zeroing(model, captured.states)))
-
-
-METHOD = Method("value_zeroing", frozenset({"model", "captured"}), _score)

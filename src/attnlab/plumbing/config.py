@@ -6,6 +6,7 @@ through `validate_config`, so they get the same defaults and the same one-line e
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import sys
@@ -58,6 +59,29 @@ def _explain(error: jsonschema.ValidationError) -> str:
     return f"{where or 'top level'}: {message}"
 
 
+def load_schema() -> dict[str, Any]:
+    """The config's schema: the schema file, with what the method registry decides filled in
+    (`with_methods`)."""
+    return with_methods(yaml.safe_load(SCHEMA.read_text()))
+
+
+def with_methods(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema` with the names of the token-interaction methods of attnlab.methods.registry,
+    in its order, as the values interaction_methods.methods allows and its default (every
+    method), so that a method is its module and its registry entry, nothing more.
+
+    The registry is a layer above this one (docs/design.md): it is imported by name, not by an
+    import statement, so that no rule's code version follows it from here. None needs to: a
+    rule reads the names as its params' values, which rerun it when they change. The registry
+    imports no torch, so the workflow plans its jobs without it."""
+    registry = importlib.import_module("attnlab.methods.registry")
+    names = [method.name for method in registry.METHODS]
+    methods = schema["properties"]["interaction_methods"]["properties"]["methods"]
+    methods["items"]["enum"] = names
+    methods["default"] = list(names)
+    return schema
+
+
 def validate_config(config: dict[str, Any]) -> dict[str, Any]:
     """Check `config` against the schema, filling in its defaults (in place); fail with one
     clear line (`ConfigError`). Returns `config`.
@@ -65,7 +89,7 @@ def validate_config(config: dict[str, Any]) -> dict[str, Any]:
     snakemake.utils.validate does the same but reports an error with the whole sub-schema
     attached; here the message names the key and the allowed values, and nothing else.
     """
-    schema = yaml.safe_load(SCHEMA.read_text())
+    schema = load_schema()
     validator = _filling_defaults(Draft202012Validator)(schema)
     error = jsonschema.exceptions.best_match(validator.iter_errors(config))
     if error is not None:
@@ -76,7 +100,7 @@ def validate_config(config: dict[str, Any]) -> dict[str, Any]:
 def section_defaults(section: str) -> dict[str, Any]:
     """Config section `section` as the schema's defaults fill it where a config leaves it out
     (the settings `attnlab explain` runs with)."""
-    schema = yaml.safe_load(SCHEMA.read_text())
+    schema = load_schema()
     # the section's own schema, with the definitions its references point to
     section_schema = {**schema["properties"][section], "$defs": schema.get("$defs", {})}
     filled: dict[str, Any] = {}
