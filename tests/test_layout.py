@@ -76,7 +76,8 @@ def test_every_stage_that_judges_findings_knows_whether_its_model_learned_its_ta
 
 
 # What docs/design.md ("Where to add things", "A stage") says a new stage needs: a rule in the
-# rule file of its area, its script, its stage module and its row in docs/outputs.md.
+# rule file of its area, its params in attnlab/rule_params.py, its script, its stage module and
+# its row in docs/outputs.md.
 DUMMY_RULE = """
 
 rule dummy_stage:
