@@ -52,6 +52,13 @@ def test_plumbing_and_the_job_object_rerun_every_rule():
         assert rules_running(module) == set(RULES), module
 
 
+def test_an_edit_of_the_rules_params_reruns_no_rule_through_its_code_hash():
+    # the job object imports them (for jobs outside the workflow), but Snakemake compares the
+    # params themselves: an edit reruns only the rules whose params it changes
+    assert "rule_params" in code_version.attnlab_imports("job")
+    assert rules_running("rule_params") == set()
+
+
 def test_a_figure_edit_reruns_only_rules_that_draw():
     drawing = {rule for rule in RULES if any(
         layer(m) == "report" for m in code_version.attnlab_imports(f"stages.{rule}"))}

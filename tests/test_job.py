@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import shutil
 from types import SimpleNamespace
 
 import pytest
@@ -11,8 +10,7 @@ from conftest import DEFAULT_CONFIG
 from snakemake.iocontainers import InputFiles, Log, OutputFiles, Params, Wildcards
 from test_dumps import CFG, random_result
 
-from attnlab import Job, ModelJob
-from attnlab import job as job_module
+from attnlab import Job, ModelJob, rule_params
 from attnlab.data.dumps import write_dump
 from attnlab.engine.dump_rows import example_row
 from attnlab.plumbing.errors import AttnlabError
@@ -65,14 +63,20 @@ def test_a_job_from_a_config_has_the_params_its_rule_passes_and_no_other_setting
         Job.from_config("trees", DEFAULT_CONFIG, inputs={}, outputs={})
 
 
+def test_a_job_of_a_rule_there_is_not_fails_in_one_line():
+    with pytest.raises(AttnlabError, match=r"^no rule tree \(attnlab.rule_params\)$"):
+        Job.from_config("tree", DEFAULT_CONFIG, task="syn_sst2", inputs={}, outputs={})
+
+
 def test_a_stage_reading_a_key_its_rule_does_not_pass_fails_in_one_line(tmp_path, monkeypatch):
-    rules = tmp_path / "rules"
-    shutil.copytree(job_module.RULES_DIR, rules)
-    rule_file = rules / "trees.smk"
-    text = rule_file.read_text()
-    assert '"trees.examples", ' in text
-    rule_file.write_text(text.replace('"trees.examples", ', "", 1))  # the rule forgets a key
-    monkeypatch.setattr(job_module, "RULES_DIR", rules)
+    passed = rule_params.PARAMS_OF["trees"]
+
+    def forgetful(params: rule_params.RuleParams) -> dict:
+        settings = passed(params)
+        del settings["trees"]["examples"]  # the rule forgets a key
+        return settings
+
+    monkeypatch.setitem(rule_params.PARAMS_OF, "trees", forgetful)
     result = random_result(n_examples=1, layers=2, heads=2, width=5, real=(5,))
     row = {**example_row(result, 0, CFG), "idx": 0, "label": 0, "tokens": ["w"] * 5,
            "segments": [0] * 5, "planted_i": None, "planted_j": None}

@@ -15,15 +15,17 @@ from pathlib import Path
 import pytest
 from conftest import DEFAULT_CONFIG
 
-from attnlab.job import common_names
 from attnlab.plumbing import code_version
+from attnlab.report.summary import FIRST_SEED_ONLY
+from attnlab.rule_params import DECODER_ONLY_RULES, NEXT_TOKEN_RULES, PARAMS_OF, ROLE_RULES
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "attnlab"
 # Each layer may import from its own and the ones before it, never from one after it.
 LAYERS = ("plumbing", "data", "engine", "methods", "analyses", "report", "job", "stages", "cli")
-# The job object sits between the report and the stages: the stages take it, nothing below does.
-JOB_MODULES = {"job": "job", "model_job": "job"}
+# The job object and the rules' params it is built with sit between the report and the stages:
+# the stages take it, nothing below does.
+JOB_MODULES = {"job": "job", "model_job": "job", "rule_params": "job"}
 
 
 def workflow_rules() -> dict[str, str]:
@@ -43,13 +45,14 @@ def layer(module: str) -> str:
 
 
 def test_the_rules_are_the_workflow_s_rules():
-    # the per-kind lists of common.smk name rules there are (`all` is the Snakefile's)
-    names = common_names(DEFAULT_CONFIG)
-    assert set(names["NEXT_TOKEN_RULES"]) - {"all"} <= set(RULES)
-    assert set(names["DECODER_ONLY_RULES"]) <= set(RULES)
-    assert all(set(rules) <= set(RULES) for rules in names["ROLE_RULES"].values())
-    assert set(names["FIRST_SEED_RULES"]) <= set(RULES)
+    # the per-kind lists name rules there are (`all` is the Snakefile's)
+    assert set(NEXT_TOKEN_RULES) - {"all"} <= set(RULES)
+    assert set(DECODER_ONLY_RULES) <= set(RULES)
+    assert all(set(rules) <= set(RULES) for rules in ROLE_RULES.values())
+    assert set(FIRST_SEED_ONLY) <= set(RULES)
     assert {"attribute", "trees", "claims", "finetune", "induction"} <= set(RULES)
+    # each rule's params are the package's, and only a rule has params there
+    assert set(PARAMS_OF) == set(RULES)
 
 
 def test_every_rule_has_its_row_in_the_outputs_page():
@@ -98,8 +101,9 @@ def test_every_figure_is_on_the_figures_page_with_its_caption_drawn_by_the_repor
 # What docs/design.md ("Where to add things", "A stage") says a new stage with claims and a
 # figure needs: a rule in the rule file of its area (its claims with the input
 # finetune_metrics, its figure marked report(...) with a caption file of workflow/report/), its
-# script, its stage module (and its row in docs/outputs.md, and its claims' stage heading in
-# report/findings.py, which the tests of those check without a run).
+# params in attnlab/rule_params.py, its script, its stage module (and its row in
+# docs/outputs.md, and its claims' stage heading in report/findings.py, which the tests of those
+# check without a run).
 DUMMY_RULE = """
 
 rule dummy_stage:
@@ -115,15 +119,19 @@ rule dummy_stage:
             labels={"task": "{task}"},
         ),
     params:
-        **config_paths("trees.tau"),
-        task=task_spec,
-        code=code_version("stages.dummy_stage"),
+        **PARAMS.of("dummy_stage"),
     log:
         "results/{name}/logs/dummy_stage/{task}.log",
     benchmark:
         "results/{name}/benchmarks/dummy_stage/{task}.tsv"
     script:
         "../scripts/dummy_stage.py"
+"""
+DUMMY_PARAMS = """
+
+@_rule
+def dummy_stage(p: RuleParams) -> dict[str, Any]:
+    return {**p.paths("trees.tau"), "task": p.task_spec}
 """
 DUMMY_SCRIPT = '''"""Rule dummy_stage: attnlab.stages.dummy_stage."""
 
@@ -153,6 +161,8 @@ def test_a_new_stage_is_planned_with_only_the_files_the_design_notes_name(tmp_pa
     (tmp_path / "workflow" / "scripts" / "dummy_stage.py").write_text(DUMMY_SCRIPT)
     (tmp_path / "workflow" / "report" / "dummy_stage.rst").write_text("The dummy's figure.\n")
     (tmp_path / "src" / "attnlab" / "stages" / "dummy_stage.py").write_text(DUMMY_STAGE)
+    with (tmp_path / "src" / "attnlab" / "rule_params.py").open("a") as params:
+        params.write(DUMMY_PARAMS)
     result = subprocess.run(
         [sys.executable, "-m", "snakemake", "-n", "--cores", "1"], cwd=tmp_path,
         env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(tmp_path / "src")},
@@ -172,7 +182,8 @@ def test_a_new_stage_is_planned_with_only_the_files_the_design_notes_name(tmp_pa
 def test_a_rule_runs_its_script_which_calls_the_stage_named_after_it(rule):
     block = RULES[rule]
     assert f'"../scripts/{rule}.py"' in block, f"rule {rule} runs another script"
-    assert f'code_version("stages.{rule}")' in block, f"rule {rule} hashes another module"
+    # its own params, whose `code` is its stage's version (attnlab.rule_params)
+    assert f'**PARAMS.of("{rule}"' in block, f"rule {rule} passes another rule's params"
     script = ROOT / "workflow" / "scripts" / f"{rule}.py"
     body = ast.parse(script.read_text()).body
     docstring, job_import, stage_import, call = body  # nothing else

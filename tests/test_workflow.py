@@ -29,9 +29,9 @@ from transformers import BertConfig, BertForSequenceClassification
 from attnlab.analyses.claims import KINDS
 from attnlab.analyses.verdicts import SIDES, UNTESTABLE, VERDICTS, Bar, Interval, verdict
 from attnlab.data.tokenization import build_tokenizer
-from attnlab.job import rule_params
 from attnlab.plumbing.config import validate_config
 from attnlab.report.findings import checks_line, counts, findings_line
+from attnlab.rule_params import rule_params
 
 ROOT = Path(__file__).resolve().parents[1]
 

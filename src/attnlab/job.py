@@ -4,8 +4,8 @@ A rule's script builds it once from Snakemake's `snakemake` object and hands it 
 module named after the rule (`attnlab.stages.<rule>.run`): its named inputs and outputs, its
 params as `Settings` (the config sections the rule reads: what reruns it when they change),
 its wildcards, threads and log. The library and the tests run a stage without Snakemake by
-building the same object themselves, with the params its rule passes (read from the rule's
-block in workflow/rules/, so a stage reading a key its rule does not pass fails there too):
+building the same object themselves, with the params its rule passes (`attnlab.rule_params`,
+which the rules read too, so a stage reading a key its rule does not pass fails there too):
 
     job = Job.from_config("trees", load_config("config.yaml"), task="syn_sst2",
                           inputs={"parts": [...]}, outputs={"trees": ..., ...})
@@ -17,28 +17,21 @@ block in workflow/rules/, so a stage reading a key its rule does not pass fails 
 
 from __future__ import annotations
 
-import ast
 import json
 import os
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pandas as pd
 
 from attnlab.data.prompts import PromptSpec
 from attnlab.data.tasks import TaskSpec, load_split
-from attnlab.plumbing.errors import AttnlabError
 from attnlab.plumbing.outputs import provenance, workflow_job, write_json, write_task_tables
-from attnlab.plumbing.preflight import task_kind
 from attnlab.plumbing.settings import Settings
-
-# The workflow's rule files (the library runs from src/, beside them: envs/attnlab.yaml).
-RULES_DIR = Path(__file__).resolve().parents[2] / "workflow" / "rules"
+from attnlab.rule_params import rule_params
 
 
 def _paths(value: Any) -> str | list[str]:
@@ -145,49 +138,3 @@ class Job:
     def write_json(self, name: str, summary: Mapping[str, Any]) -> None:
         """`summary` with the job's provenance to the output `name`."""
         write_json(self.outputs[name], {**summary, **self.provenance})
-
-
-def rule_params(rule: str, config: Mapping[str, Any], *, task: str | None = None,
-                seed: int | None = None) -> dict[str, Any]:
-    """The params of `rule` (its `params:` block in workflow/rules/) for `config`, evaluated with
-    the helpers of workflow/rules/common.smk (`config_paths`, `task_spec`, ...) as Snakemake
-    evaluates them, for the wildcards `task` and a run of seed `seed` (config `seed` if None)."""
-    helpers = common_names(config)
-    helpers["run_seed"] = lambda wildcards: config["seed"] if seed is None else seed
-    wildcards = SimpleNamespace(name=config["name"], **({} if task is None else {"task": task}))
-    params = eval(f"dict({_params_block(rule)})", helpers)  # noqa: S307 (the workflow's own code)
-    try:
-        return {name: value(wildcards) if callable(value) else value
-                for name, value in params.items()}
-    except AttributeError as err:  # a wildcard not given
-        raise AttnlabError(f"rule {rule}: its params need the wildcard {err.name}") from None
-
-
-def _params_block(rule: str) -> str:
-    """The text inside the `params:` directive of `rule` in its rule file ("" if none)."""
-    for path in sorted(RULES_DIR.glob("*.smk")):
-        found = re.search(rf"^( *)rule {rule}:\n((?:\1 .*\n|\n)*)", path.read_text(), re.M)
-        if found:
-            params = re.search(r"^( +)params:\n((?:\1 .*\n|\n)*)", found[2], re.M)
-            return params[2] if params else ""
-    raise AttnlabError(f"no rule {rule} in {RULES_DIR}")
-
-
-def common_names(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The names workflow/rules/common.smk defines for `config` (its imports, constants and
-    functions: every top-level statement that is plain Python but the config checks, whose
-    result KIND is)."""
-    names: dict[str, Any] = {"config": config, "KIND": task_kind(dict(config))}
-    path = RULES_DIR / "common.smk"
-    text = path.read_text()
-    # a top-level statement: a line at column 0 and the indented or blank lines after it
-    for statement in re.finditer(r"^[^\s#].*\n(?:[ \t].*\n|\n)*", text, re.M):
-        try:
-            (node,) = ast.parse(statement[0]).body
-        except SyntaxError:  # a Snakemake directive (wildcard_constraints:)
-            continue
-        if isinstance(node, ast.Import | ast.ImportFrom | ast.Assign | ast.FunctionDef):
-            # its own line numbers in tracebacks
-            ast.increment_lineno(node, text.count("\n", 0, statement.start()))
-            exec(compile(ast.Module([node], []), str(path), "exec"), names)  # noqa: S102
-    return names

@@ -9,13 +9,7 @@ rule attribute:
         # "_" keeps the summary out of the dataset when pyarrow or pandas read the folder
         summary="results/{name}/attributions/task={task}/shard={shard}/_summary.json",
     params:
-        **config_paths(*ENGINE, "attribution.target", "attribution.top_pairs",
-                       "attribution.keep_full", "attribution.edge_min_fraction",
-                       "attribution.max_edges_per_layer", "attribution.shards",
-                       "attribution.max_examples", "heads.importance_examples", *MODEL_JOB),
-        task=task_spec,
-        head_examples_only=head_examples_only,
-        code=code_version("stages.attribute"),
+        **PARAMS.of("attribute"),
     log:
         "results/{name}/logs/attribute/{task}/shard={shard}.log",
     benchmark:
@@ -49,8 +43,7 @@ rule summarise_attributions:
         ),
         claims="results/{name}/attribution_summary/{task}_claims.parquet",
     params:
-        **config_paths("attribution.shards", "attribution.tolerance"),
-        code=code_version("stages.summarise_attributions"),
+        **PARAMS.of("summarise_attributions"),
     log:
         "results/{name}/logs/summarise_attributions/{task}.log",
     benchmark:
@@ -77,12 +70,7 @@ rule quadrature_study:
             category="Attribution",
         ),
     params:
-        **config_paths(*ENGINE, "attribution.target", "attribution.top_pairs",
-                       "attribution.keep_full", "attribution.edge_min_fraction",
-                       "attribution.max_edges_per_layer", "attribution.study_examples",
-                       "attribution.study_panels", *MODEL_JOB),
-        tasks={task: config["tasks"][task] for task in EVERY_STAGE_TASKS},
-        code=code_version("stages.quadrature_study"),
+        **PARAMS.of("quadrature_study"),
     log:
         "results/{name}/logs/quadrature_study.log",
     benchmark:

@@ -3,14 +3,13 @@ from pathlib import Path
 
 from snakemake.io import strip_wildcard_constraints
 
-from attnlab.engine.options import ENGINE_KEYS
 from attnlab.plumbing.config import validate_config
 from attnlab.plumbing.errors import AttnlabError, ConfigError, stop
-from attnlab.plumbing.code_version import code_version
 from attnlab.plumbing.preflight import (HUB_ID, check_config, check_samples, check_writable,
-                                       hub_files, task_kind, task_role)
+                                       hub_files, task_role)
 from attnlab.plumbing.plan_warnings import gpu_visible, hub_warnings, no_gpu_warning
 from attnlab.report.summary import FIRST_SEED_ONLY
+from attnlab.rule_params import DECODER_ONLY_RULES, NEXT_TOKEN_RULES, ROLE_RULES, RuleParams
 
 
 def pretrained_model():
@@ -46,7 +45,8 @@ try:
     validate_config(config)
     PRETRAINED = pretrained_model()
     check_config(config, PRETRAINED)
-    KIND = task_kind(config)
+    # every rule's params (`params: **PARAMS.of(rule)`); their tasks of different kinds stop here
+    PARAMS = RuleParams(config)
     check_papers()
 except ConfigError as err:
     stop(err, "config error at ")
@@ -57,25 +57,10 @@ try:
 except AttnlabError as err:
     stop(err)
 
-TASKS = list(config["tasks"])
-# A task of a role other than `all` (config tasks.<name>.role) runs only the rules its role
-# names, those of the one analysis it is there for; every other rule with a task runs on the
-# tasks of role `all` (rule_tasks).
-# a task's data, its model and their attributions: what every analysis reads
-ATTRIBUTED_RULES = ("download_data", "prepare_data", "finetune", "attribute",
-                    "summarise_attributions")
-ROLE_RULES = {
-    "correlation": (*ATTRIBUTED_RULES, "head_importance"),  # Hao et al. 2021 Fig. 5
-    "induction_heads": (*ATTRIBUTED_RULES, "induction_heads")}
-EVERY_STAGE_TASKS = [task for task in TASKS if task_role(config["tasks"][task]) == "all"]
-
-
-def head_examples_only(wildcards):
-    """Whether rule attribute attributes only the task's first heads.importance_examples dev
-    examples: of a task whose role runs no rule that reads its attributions but
-    head_importance (and their summary), only those are read (role correlation)."""
-    role = task_role(config["tasks"][wildcards.task])
-    return role in ROLE_RULES and set(ROLE_RULES[role]) <= {*ATTRIBUTED_RULES, "head_importance"}
+# The tasks, and those of role `all`, on which every rule with a task runs (rule_tasks: a task
+# of another role runs the ROLE_RULES of its role only).
+TASKS = PARAMS.tasks
+EVERY_STAGE_TASKS = PARAMS.every_stage_tasks
 
 
 def rule_tasks(name):
@@ -84,18 +69,10 @@ def rule_tasks(name):
             if (role := task_role(config["tasks"][task])) == "all" or name in ROLE_RULES[role]]
 
 
-# Replication (config `seeds`): each seed is a run of its own, laid out as a one-seed run, in
-# results/<name>/seed=<s>/ (one seed: results/<name>/ itself); rule claims gathers them all.
-# RUNS maps the `name` wildcard of each run to its seed.
-SEEDS = config["seeds"] or [config["seed"]]
-if len(SEEDS) == 1:
-    RUNS = {config["name"]: SEEDS[0]}
-else:
-    RUNS = {f"{config['name']}/seed={seed}": seed for seed in SEEDS}
-# Controls (config `controls`): each a run of its own, laid out as a one-seed run, in
-# results/<name>/control=<control>/, with the first seed; rule claims sets its findings beside
-# the run's. CONTROLS maps the `name` wildcard of each to its control.
-CONTROLS = {f"{config['name']}/control={control}": control for control in config["controls"]}
+# The `name` wildcard of each run (config `seeds`) to its seed, and of each control's run (config
+# `controls`) to its control; rule claims gathers them all.
+RUNS = PARAMS.runs
+CONTROLS = PARAMS.controls
 # The rules beyond the papers (and the example views, which show one of them) run in the first
 # seed's run only (not in the later seeds', nor in a control's), each for the reason
 # attnlab.report.summary.FIRST_SEED_ONLY gives, which the claims page writes beside their
@@ -111,26 +88,6 @@ def rule_runs(name):
 SHARDS = range(config["attribution"]["shards"])
 
 
-def config_paths(*paths):
-    """The parts of the config that a stage reads, named by their dotted paths, as one nested
-    mapping. Its rule passes them as params, so a change to any of them reruns it and nothing
-    else does; the stage reads them under the same paths (attnlab.job.Job.settings)."""
-    part = {}
-    for path in paths:
-        *parents, key = path.split(".")
-        source, target = config, part
-        for name in parents:
-            source, target = source[name], target.setdefault(name, {})
-        target[key] = source[key]
-    return part
-
-
-# The settings of every stage that runs a trained model: its tokenization settings (the model
-# itself is an input) and where and in which precision it runs.
-MODEL_JOB = ("model.max_length", "model.truncate", "device", "precision")
-# The settings of every stage that attributes: the attribution engine's, the keyword arguments
-# of attnlab.engine.attribution.attribute.
-ENGINE = tuple(f"attribution.{key}" for key in ENGINE_KEYS)
 # Rules that run a model declare `gpu=GPU`: one GPU is requested (from SLURM, or from the
 # local `gpu` limit of profiles/local) unless the config pins the CPU. Memory and run time
 # depend on the scale of the configuration and the machine, so they live in the profiles.
@@ -144,17 +101,6 @@ wildcard_constraints:
     shard=r"\d+",
 
 
-def run_seed(wildcards):
-    """The seed of a run: model initialisation, training order and every seeded stage (a
-    control's: the first seed's)."""
-    return RUNS.get(wildcards.name, SEEDS[0])
-
-
-def run_control(wildcards):
-    """The control a run is (None: a run of this configuration's own)."""
-    return CONTROLS.get(wildcards.name)
-
-
 def next_seed_importance(wildcards):
     """The head importance of every task at the run's next seed (config `seeds`, cyclically):
     the ceiling of the cross-task correlation, one task fine-tuned twice. None in a one-seed
@@ -166,48 +112,11 @@ def next_seed_importance(wildcards):
     return expand(rules.head_importance.output.importance, name=other, task=TASKS)
 
 
-def data_seed(wildcards):
-    """The seed of a run's data: config `seed` for every run (each seed sees the same data),
-    unless data_per_seed asks for the run's own."""
-    return run_seed(wildcards) if config["data_per_seed"] else config["seed"]
-
-
-def task_data(wildcards):
-    """A task's data settings; its finetune overrides go to the finetune rule only, and its
-    role decides which rules run on it, not what they compute."""
-    return {k: v for k, v in config["tasks"][wildcards.task].items()
-            if k not in ("finetune", "role")}
-
-
-# The rules of a next_token configuration (a decoder language model): every other stage reads
-# a classifier, so it is left out, its outputs neither requested nor gathered by the report.
-NEXT_TOKEN_RULES = ("download_data", "download_model", "prepare_data", "finetune", "attribute",
-                    "summarise_attributions", "trees", "example_views", "head_importance",
-                    "prune_eval", "pruning_figures", "effective_attention", "interaction_methods",
-                    "induction", "induction_heads", "run_summary", "claims", "figures", "all")
-# the rules of next_token configurations only
-DECODER_ONLY_RULES = ("induction", "induction_heads")
-
-
-def columns_of(task):
-    """What the stages after prepare_data use of a task: its columns and class names (a
-    next_token task: its kind, prompt column and target column)."""
-    if KIND == "next_token":
-        keys = ("kind", "text_fields", "target_field")
-    else:
-        keys = ("text_fields", "label_names", "label_field")
-    return {key: config["tasks"][task].get(key) for key in keys}
-
-
 def kinds_rules():
     """The rules this configuration's kind of task runs."""
-    if KIND == "next_token":
+    if PARAMS.kind == "next_token":
         return [rule for rule in workflow.rules if rule.name in NEXT_TOKEN_RULES]
     return [rule for rule in workflow.rules if rule.name not in DECODER_ONLY_RULES]
-
-
-def task_spec(wildcards):
-    return columns_of(wildcards.task)
 
 
 def task_files(wildcards):
@@ -224,16 +133,6 @@ def task_files(wildcards):
         return {f"{part}_{split}": f"results/{wildcards.name}/data/{part}/{split}.parquet"
                 for part in task["mix"] for split in ("train", "dev")}
     return {}
-
-
-def task_parts(wildcards):
-    """The columns and class names of the tasks a mixed task mixes, by name ({} otherwise)."""
-    return {part: columns_of(part) for part in config["tasks"][wildcards.task].get("mix") or []}
-
-
-def task_finetune(wildcards):
-    """The finetune settings of a task: the top-level ones with the task's overrides."""
-    return {**config["finetune"], **config["tasks"][wildcards.task].get("finetune", {})}
 
 
 def for_this_run(step, pattern, runs=None):

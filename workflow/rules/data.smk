@@ -7,7 +7,7 @@ rule download_data:
         split="resources/datasets/{dataset}/{subset}/{split}.parquet",
         source="resources/datasets/{dataset}/{subset}/{split}.source.json",
     params:
-        code=code_version("stages.download_data"),
+        **PARAMS.of("download_data"),
     log:
         "resources/logs/download_data/{dataset}/{subset}/{split}.log",
     wildcard_constraints:
@@ -25,8 +25,7 @@ rule download_model:
     output:
         model=directory("resources/models/{model}"),
     params:
-        **config_paths("model.gguf_file"),
-        code=code_version("stages.download_model"),
+        **PARAMS.of("download_model"),
     log:
         "resources/logs/download_model/{model}.log",
     wildcard_constraints:
@@ -48,11 +47,7 @@ rule prepare_data:
         dev="results/{name}/data/{task}/dev.parquet",
         summary="results/{name}/data/{task}/summary.json",
     params:
-        **config_paths("model.source", "model.gguf_file", "model.max_length", "model.truncate"),
-        task=task_data,
-        parts=task_parts,
-        seed=data_seed,
-        code=code_version("stages.prepare_data"),
+        **PARAMS.of("prepare_data"),
     log:
         "results/{name}/logs/prepare_data/{task}.log",
     benchmark:

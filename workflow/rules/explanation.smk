@@ -21,11 +21,7 @@ rule attention_permutation:
             labels={"task": "{task}", "analysis": "attention permutation"},
         ),
     params:
-        **config_paths("explanation.attention_permutation", "explanation.batch_size",
-                       "explanation.gradient", *MODEL_JOB),
-        task=task_spec,
-        seed=run_seed,
-        code=code_version("stages.attention_permutation"),
+        **PARAMS.of("attention_permutation"),
     log:
         "results/{name}/logs/attention_permutation/{task}.log",
     benchmark:
@@ -57,11 +53,7 @@ rule adversarial_attention:
             labels={"task": "{task}", "analysis": "adversarial keys and attention"},
         ),
     params:
-        **config_paths("explanation.adversarial_keys", "explanation.adversarial_attention",
-                       "explanation.batch_size", *MODEL_JOB),
-        task=task_spec,
-        seed=run_seed,
-        code=code_version("stages.adversarial_attention"),
+        **PARAMS.of("adversarial_attention"),
     log:
         "results/{name}/logs/adversarial_attention/{task}.log",
     benchmark:

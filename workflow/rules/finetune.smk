@@ -10,13 +10,7 @@ if config["model"]["pretrain"]["epochs"]:
             model=directory("results/{name}/pretrain/model"),
             metrics="results/{name}/pretrain/metrics.json",
         params:
-            **config_paths("model.scratch", "model.max_length", "model.pretrain", "device",
-                           "precision",
-                           # every task's columns, in the order of the input train
-                           *(f"tasks.{task}.{key}" for task in TASKS
-                             for key in ("text_fields", "label_names", "label_field"))),
-            seed=run_seed,
-            code=code_version("stages.pretrain"),
+            **PARAMS.of("pretrain"),
         log:
             "results/{name}/logs/pretrain.log",
         benchmark:
@@ -47,15 +41,7 @@ rule finetune:
             labels={"task": "{task}"},
         ),
     params:
-        **config_paths("model", "device", "precision"),
-        task=task_spec,
-        # a merged view, not a config path: the top-level finetune settings with the task's
-        # own (tasks.<task>.finetune) on top, read by the stage as job.settings.finetune
-        finetune=task_finetune,
-        seed=run_seed,
-        # a control run's model: the untrained one fine-tuning starts from (config controls)
-        control=run_control,
-        code=code_version("stages.finetune"),
+        **PARAMS.of("finetune"),
     log:
         "results/{name}/logs/finetune/{task}.log",
     benchmark:

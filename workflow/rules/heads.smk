@@ -11,12 +11,7 @@ rule head_importance:
     output:
         importance="results/{name}/heads/{task}/importance.parquet",
     params:
-        **config_paths("heads.methods", "heads.importance_examples",
-                       "heads.min_evaluation_examples", "heads.random_seeds",
-                       "heads.batch_size", "attribution.target", *MODEL_JOB),
-        task=task_spec,
-        seed=run_seed,
-        code=code_version("stages.head_importance"),
+        **PARAMS.of("head_importance"),
     log:
         "results/{name}/logs/head_importance/{task}.log",
     benchmark:
@@ -43,13 +38,7 @@ rule prune_eval:
         global_="results/{name}/heads/{task}/global.parquet",
         claims="results/{name}/heads/{task}/claims.parquet",
     params:
-        # the misclassified examples are attributed to the label the dumps do not hold
-        **config_paths("heads.prune_percents", "heads.batch_size", "heads.importance_examples",
-                       "heads.min_evaluation_examples", "heads.random_seeds",
-                       "attribution.target", *ENGINE, *MODEL_JOB),
-        task=task_spec,
-        seed=run_seed,
-        code=code_version("stages.prune_eval"),
+        **PARAMS.of("prune_eval"),
     log:
         "results/{name}/logs/prune_eval/{task}.log",
     benchmark:
@@ -85,7 +74,7 @@ rule pruning_figures:
             category="Head importance",
         ),
     params:
-        code=code_version("stages.pruning_figures"),
+        **PARAMS.of("pruning_figures"),
     log:
         "results/{name}/logs/pruning_figures.log",
     benchmark:
@@ -114,12 +103,7 @@ rule task_correlation:
             category="Head importance",
         ),
     params:
-        # the model's source and the tasks' sources decide whether the claims can be tested
-        **config_paths("heads.similar_pairs", "heads.dissimilar_pairs", "model.source",
-                       "model.pretrain.epochs", "tasks"),
-        # the floor's permutations
-        seed=run_seed,
-        code=code_version("stages.task_correlation"),
+        **PARAMS.of("task_correlation"),
     log:
         "results/{name}/logs/task_correlation.log",
     benchmark:

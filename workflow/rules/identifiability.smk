@@ -20,10 +20,7 @@ rule effective_attention:
             labels={"task": "{task}", "analysis": "effective attention"},
         ),
     params:
-        **config_paths("identifiability.effective_attention", "identifiability.batch_size",
-                       *MODEL_JOB),
-        task=task_spec,
-        code=code_version("stages.effective_attention"),
+        **PARAMS.of("effective_attention"),
     log:
         "results/{name}/logs/effective_attention/{task}.log",
     benchmark:
@@ -55,11 +52,7 @@ rule token_identifiability:
             labels={"task": "{task}", "analysis": "token identifiability"},
         ),
     params:
-        **config_paths("identifiability.token_identifiability", "identifiability.batch_size",
-                       *MODEL_JOB),
-        task=task_spec,
-        seed=run_seed,
-        code=code_version("stages.token_identifiability"),
+        **PARAMS.of("token_identifiability"),
     log:
         "results/{name}/logs/token_identifiability/{task}.log",
     benchmark:
@@ -90,11 +83,7 @@ rule token_mixing:
             labels={"task": "{task}", "analysis": "token mixing"},
         ),
     params:
-        # one example at a time: identifiability.batch_size is not read
-        **config_paths("identifiability.token_mixing", *MODEL_JOB),
-        task=task_spec,
-        seed=run_seed,
-        code=code_version("stages.token_mixing"),
+        **PARAMS.of("token_mixing"),
     log:
         "results/{name}/logs/token_mixing/{task}.log",
     benchmark:

@@ -23,10 +23,7 @@ rule induction:
             labels={"task": "{task}"},
         ),
     params:
-        **config_paths("induction.examples", *MODEL_JOB),
-        task=task_spec,
-        seed=run_seed,
-        code=code_version("stages.induction"),
+        **PARAMS.of("induction"),
     log:
         "results/{name}/logs/induction/{task}.log",
     benchmark:
@@ -63,12 +60,7 @@ rule induction_heads:
             labels={"task": "{task}"},
         ),
     params:
-        **config_paths("induction.head_examples", "induction.ablation_examples",
-                       "induction.ablation_k", "induction.random_draws", "heads.batch_size",
-                       "attribution.target", *ENGINE, *MODEL_JOB),
-        task=task_spec,
-        seed=run_seed,
-        code=code_version("stages.induction_heads"),
+        **PARAMS.of("induction_heads"),
     log:
         "results/{name}/logs/induction_heads/{task}.log",
     benchmark:

@@ -44,10 +44,7 @@ rule interaction_methods:
             labels={"task": "{task}", "output": "leaderboard with intervals"},
         ),
     params:
-        # the config's seed, not the run's (run_seed): every run of `seeds` breaks ties alike
-        **config_paths("interaction_methods", "seed", *MODEL_JOB, *ENGINE),
-        task=task_spec,
-        code=code_version("stages.interaction_methods"),
+        **PARAMS.of("interaction_methods"),
     log:
         "results/{name}/logs/interaction_methods/{task}.log",
     benchmark:

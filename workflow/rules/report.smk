@@ -16,8 +16,7 @@ rule run_summary:
             category="Run summary",
         ),
     params:
-        config=config,
-        code=code_version("stages.run_summary"),
+        **PARAMS.of("run_summary"),
     log:
         "results/{name}/logs/run_summary.log",
     threads: 1
@@ -43,8 +42,7 @@ rule claims:
         landing="results/{name}/report/landing.html",
         table="results/{name}/report/findings.parquet",
     params:
-        **config_paths("report.papers"),
-        code=code_version("stages.claims"),
+        **PARAMS.of("claims"),
     log:
         "results/{name}/logs/claims.log",
     threads: 1
@@ -64,10 +62,7 @@ rule figures:
             category="Figures with captions",
         ),
     params:
-        # (path, category, caption file, task) of each figure: a function, so that it sees
-        # every rule
-        figures=report_figures,
-        code=code_version("stages.figures"),
+        **PARAMS.of("figures", figures=report_figures),
     log:
         "results/{name}/logs/figures.log",
     threads: 1

@@ -31,10 +31,7 @@ rule trees:
             labels={"task": "{task}", "output": "tree of example {idx}"},
         ),
     params:
-        **config_paths("trees.tau", "trees.normalise", "trees.examples", "trees.example_idx"),
-        task=task_spec,
-        seed=run_seed,
-        code=code_version("stages.trees"),
+        **PARAMS.of("trees"),
     log:
         "results/{name}/logs/trees/{task}.log",
     benchmark:
@@ -64,12 +61,7 @@ rule example_views:
             labels={"task": "{task}", "output": "example views: {page}"},
         ),
     params:
-        **config_paths("trees.examples", "trees.example_idx", "trees.heatmap_layer", "trees.tau",
-                       "trees.normalise", *ENGINE,
-                       "attribution.target", *MODEL_JOB),
-        task=task_spec,
-        seed=run_seed,
-        code=code_version("stages.example_views"),
+        **PARAMS.of("example_views"),
     log:
         "results/{name}/logs/example_views/{task}.log",
     benchmark:

@@ -12,14 +12,7 @@ rule mine_triggers:
         patterns="results/{name}/triggers/{task}/patterns.parquet",
         triggers="results/{name}/triggers/{task}/triggers.parquet",
     params:
-        # the dumps' engine and edges; target and example count come from triggers (the source
-        # split is the input's)
-        **config_paths("triggers.source_examples", "triggers.target", "triggers.score_threshold",
-                       "triggers.second_pair_ratio", *ENGINE, "attribution.top_pairs",
-                       "attribution.edge_min_fraction", "attribution.max_edges_per_layer",
-                       *MODEL_JOB),
-        task=task_data,
-        code=code_version("stages.mine_triggers"),
+        **PARAMS.of("mine_triggers"),
     log:
         "results/{name}/logs/mine_triggers/{task}.log",
     benchmark:
@@ -52,12 +45,7 @@ rule attack_eval:
             labels={"task": "{task}"},
         ),
     params:
-        **config_paths("triggers.top", "triggers.random_draws", "triggers.batch_size",
-                       *MODEL_JOB),
-        # the data settings too: the figure names a synthetic task's planted triggers
-        task=task_data,
-        seed=run_seed,
-        code=code_version("stages.attack_eval"),
+        **PARAMS.of("attack_eval"),
     log:
         "results/{name}/logs/attack_eval/{task}.log",
     benchmark:

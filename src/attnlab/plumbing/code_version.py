@@ -57,8 +57,15 @@ def attnlab_imports(module: str) -> frozenset[str]:
     return frozenset(name for name in found if module_file(name).exists())
 
 
+# The rules' params (attnlab.rule_params, which the job object imports for jobs outside the
+# workflow) are no code a rule's job runs: Snakemake compares the params themselves, so an edit
+# there reruns the rules whose params it changes, not every rule.
+NOT_RUN_BY_JOBS = frozenset({"rule_params"})
+
+
 def code_closure(*modules: str) -> set[str]:
-    """The named library modules and every attnlab module they import, directly or not."""
+    """The named library modules and every attnlab module they import, directly or not (but
+    through the rules' params, `NOT_RUN_BY_JOBS`)."""
     todo = list(modules)
     closure: set[str] = set()
     while todo:
@@ -68,7 +75,7 @@ def code_closure(*modules: str) -> set[str]:
         if not module_file(name).exists():
             raise ValueError(f"code_version: no module attnlab.{name}")
         closure.add(name)
-        todo.extend(attnlab_imports(name))
+        todo.extend(attnlab_imports(name) - NOT_RUN_BY_JOBS)
     return closure
 
 
