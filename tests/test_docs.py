@@ -60,6 +60,19 @@ def test_results_page_is_its_snapshots_page():
     assert check.returncode == 0, check.stderr
 
 
+def test_a_generated_block_replaces_only_the_text_between_its_markers():
+    results = _generator("generate_results")
+    page = (f"# Decoders\n\nProse.\n\n## SmolLM2\n\nMore prose.\n{results.BEGIN}\nold\n"
+            f"{results.END}\n\n## After\n")
+    placed = results.placed("# What the run finds\n\ntext\n\n## The models\n\nrows", page)
+    # the page's own text stays; the block's headings sit below the section it is in (##)
+    assert placed == (f"# Decoders\n\nProse.\n\n## SmolLM2\n\nMore prose.\n{results.BEGIN}\n"
+                      "### What the run finds\n\ntext\n\n#### The models\n\nrows\n"
+                      f"{results.END}\n\n## After\n")
+    assert results.placed(placed, page) != placed  # written again: the same block, once
+    assert results.placed("# Whole\n", "# an old page\n") == "# Whole\n"
+
+
 def test_every_schema_key_has_a_description():
     generator = _generator()
     _, missing = generator.generate(load_schema())

@@ -183,14 +183,20 @@ def analyse_examples(
     return pd.concat(token_rows, ignore_index=True), offsets
 
 
+def not_self_shares(tokens: pd.DataFrame) -> pd.Series:
+    """Each example's share of tokens at the last layer of the per-token table whose largest
+    contributor is not their own input (Brunner et al.'s "30 %" is of this share)."""
+    at_last = tokens[tokens["layer"] == tokens["layer"].max()]
+    return 1 - at_last.groupby("example")["top_is_self"].mean()
+
+
 def claims(tokens: pd.DataFrame) -> list[dict[str, Any]]:
     """Brunner et al.'s statements on token mixing, judged on one task's per-token table, each
     with its interval over the examples (the tokens of one example share its context, so the
     example is the unit)."""
     last = int(tokens["layer"].max())
     at_last = tokens[tokens["layer"] == last]
-    by_example = at_last.groupby("example")
-    not_self = 1 - by_example["top_is_self"].mean()
+    not_self = not_self_shares(tokens)
     median_self = tokens.groupby(["example", "layer"])["self_contribution"].median().unstack()
     fall = median_self[1] - median_self[last]
     local = (at_last["neighbour_contribution"] - at_last["distant_contribution"]).groupby(
