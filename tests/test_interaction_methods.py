@@ -34,6 +34,7 @@ from attnlab.analyses.interaction_eval import (
     ground_truth_summary,
     intervals,
     pairs,
+    planted_rank,
 )
 from attnlab.analyses.interaction_methods import Options, compare_methods, score_example
 from attnlab.engine import models
@@ -265,6 +266,19 @@ def test_ground_truth_hits_ranks_and_their_summary():
     assert summary.loc[("good", ANY), "hit_share"] == 1 and summary.loc[("good", "0"), "mrr"] == 1
     assert summary.loc[("bad", ANY), "hit_share"] == 0
     assert summary.loc[("bad", ANY), "median_rank"] == 2
+
+
+def test_a_decoder_s_planted_edge_is_ranked_among_its_edges_only():
+    # causal scores: only i > j is an edge; the masked entries above the diagonal are 0
+    scores = np.array([[0, 0, 0], [-1, 0, 0], [-2, -3, 0]], dtype=float)
+    # (1, 0) is the best of the three edges, whichever way the pair is given; before, the
+    # masked entry (0, 1) was ranked too, above every edge, at a rank below 1
+    assert planted_rank(scores, 0, 1, causal=True) == planted_rank(scores, 1, 0, causal=True) == 1
+    assert planted_rank(scores, 2, 1, causal=True) == 3
+    # ties at their mean rank: the three edges all 0
+    assert planted_rank(np.zeros((3, 3)), 1, 0, causal=True) == 2
+    # an encoder ranks both directions: (0, 1) = 0 is the best of its six edges
+    assert planted_rank(scores, 1, 0) == 1 + 0 + (3 - 1) / 2  # three edges at 0, itself one
 
 
 def test_deletion_drop_of_the_top_edge_is_its_occlusion_score(bert_example):

@@ -85,10 +85,12 @@ def edge_order(scores: np.ndarray, ties: np.ndarray, causal: bool = False) -> np
 
 def planted_rank(scores: np.ndarray, a: int, b: int, causal: bool = False) -> float:
     """The rank of the better of the edges a → b and b → a among a layer's edges i ≠ j (a
-    decoder's, `causal`: i > j)."""
+    decoder's, `causal`: i > j, so only the edge from the later token is ranked: the other is
+    none of its edges), ties at their mean rank."""
     values = scores.ravel()[off_diagonal(scores.shape[0], causal).numpy()]
-    ranks = [1 + (values > s).sum() + ((values == s).sum() - 1) / 2
-             for s in (scores[a, b], scores[b, a])]
+    edges = [(i, j) for i, j in ((a, b), (b, a)) if i > j or not causal]
+    ranks = [1 + (values > scores[i, j]).sum() + ((values == scores[i, j]).sum() - 1) / 2
+             for i, j in edges]
     return float(min(ranks))
 
 
