@@ -150,7 +150,9 @@ def _models(run: Path, tasks: list[str]) -> list[list[str]]:
         # training stops at the first epoch whose loss is below stop_loss, else at the cap
         why = (f"loss < {stop:g}" if stop is not None and metrics["epochs"] < cap
                else "the epoch cap")
-        rows.append([task, f"{metrics['n_train']:,}", f"{metrics['epochs']} of {cap} ({why})",
+        epochs = (f"{metrics['epochs']} of {cap} ({why})" if metrics["steps"]
+                  else "none: evaluated as it is")
+        rows.append([task, f"{metrics['n_train']:,}", epochs,
                      f"{metrics['seconds']:.0f} s", metrics["device"],
                      f"{_number(metrics['dev_accuracy'])} ({metrics['n_dev']} examples)"])
     return rows
