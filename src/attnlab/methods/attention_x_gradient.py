@@ -36,4 +36,5 @@ def _score(model: PreTrainedModel, captured: Captured) -> np.ndarray:
     return as_scores(attention_x_gradient(model, captured))
 
 
-METHOD = Method("attention_x_gradient", frozenset({"model", "captured", GRADIENTS}), _score)
+METHOD = Method("attention_x_gradient", frozenset({"model", "captured", GRADIENTS}), _score,
+                target=True)

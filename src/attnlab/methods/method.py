@@ -37,6 +37,9 @@ class Method:
     # whether it applies to a decoder language model (causal, pre-LN): not the methods that
     # decompose an encoder's post-LN sublayer
     decoders: bool = True
+    # whether its scores explain F, the target's probability (attattr's: the engine's score),
+    # and so change with the target; the others read the input alone
+    target: bool = False
 
 
 @dataclass(frozen=True)

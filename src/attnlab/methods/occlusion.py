@@ -96,4 +96,5 @@ def _score(model: PreTrainedModel, captured: Captured, batch_size: int) -> np.nd
     return as_scores(occlusion(model, captured, batch_size))
 
 
-METHOD = Method("occlusion", frozenset({"model", "captured", "batch_size"}), _score)
+METHOD = Method("occlusion", frozenset({"model", "captured", "batch_size"}), _score,
+                target=True)
