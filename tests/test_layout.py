@@ -21,8 +21,8 @@ from attnlab.plumbing import code_version
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "attnlab"
 # Each layer may import from its own and the ones before it, never from one after it.
-LAYERS = ("plumbing", "data", "engine", "methods", "analyses", "report", "explain", "job",
-          "stages", "cli")
+LAYERS = ("plumbing", "data", "engine", "methods", "analyses", "report", "explanation",
+          "job", "stages", "cli")
 # The job object sits between the report and the stages: the stages take it, nothing below does.
 JOB_MODULES = {"job": "job", "model_job": "job"}
 
@@ -185,6 +185,6 @@ def test_the_layer_packages_hold_only_their_docstring():
 def test_the_design_notes_describe_every_layer_folder():
     design = (ROOT / "docs" / "design.md").read_text()
     folders = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
-    assert folders == set(LAYERS) - {"explain", "job", "cli"}
+    assert folders == set(LAYERS) - {"explanation", "job", "cli"}
     for folder in folders:
         assert f"* **`{folder}/`**" in design, folder

@@ -33,8 +33,8 @@ __version__ = "0.1.0"
 # The rules' code hashes (`attnlab.plumbing.code_version`) follow the imports written in
 # the modules, so they stay those of each rule's own modules either way.
 _EXPORTS = {
-    "explain": "explain",
-    "Explanation": "explain",
+    "explain": "explanation",
+    "Explanation": "explanation",
     "attribute": "engine.attribution",
     "Attribution": "engine.attribution",
     "load_classifier": "engine.models",

@@ -439,16 +439,20 @@ def check_memory(model: PreTrainedModel, engine: dict[str, Any], kept: Sequence[
     need = attribution_row_bytes(EncoderShape.of(model.config), tokens, *rule_load(engine),
                                  kept=len(kept), lowest=lowest)
     free = free_bytes(device)
-    print(f"memory: about {need / 2**20:.3g} MiB per attribution row of {tokens} tokens in "
-          f"{len(kept)} layers; {free / 2**30:.1f} GiB free on {device.type}", file=sys.stderr)
+    print(f"memory: about {_size(need)} per attribution row of {tokens} tokens in "
+          f"{len(kept)} layers; {_size(free)} free on {device.type}", file=sys.stderr)
     if need > MEMORY_SHARE * free:
         elsewhere = ("run on the CPU (device='cpu')" if device.type == "cuda"
                      else "use a machine with more memory")
         raise AttnlabError(
-            f"memory: {tokens} tokens take about {need / 2**30:.1f} GiB per attribution row "
-            f"(the engine's estimate, {len(kept)} layers), more than {MEMORY_SHARE:.0%} of the "
-            f"{free / 2**30:.1f} GiB free on {device.type}: keep fewer layers (layers=, "
-            f"--layers), give a shorter input, or {elsewhere}")
+            f"memory: {tokens} tokens take about {_size(need)} per attribution row (the "
+            f"engine's estimate, {len(kept)} layers), more than {MEMORY_SHARE:.0%} of the "
+            f"{_size(free)} free on {device.type}: keep fewer layers (layers=, --layers), "
+            f"give a shorter input, or {elsewhere}")
+
+
+def _size(count: int) -> str:
+    return f"{count / 2**30:.1f} GiB" if count >= 2**30 else f"{count / 2**20:.1f} MiB"
 
 
 def _options(model: PreTrainedModel, method: Method, kept: list[int], device: torch.device, *,
