@@ -175,10 +175,13 @@ class Explanation:
         return pd.concat(frames, ignore_index=True)
 
     def top(self, k: int = 3, *, words: bool = False) -> pd.DataFrame:
-        """The k largest scores of each example and layer (`to_frame`'s rows)."""
-        frame = self.to_frame(words=words).sort_values(["example", "layer", "score"],
-                                                       ascending=[True, True, False])
-        return frame.groupby(["example", "layer"]).head(k).reset_index(drop=True)
+        """The k scores of each example and layer largest in size, signed ones (a contrast's)
+        either way (`to_frame`'s rows)."""
+        frame = self.to_frame(words=words)
+        frame = frame.assign(size=frame["score"].abs()).sort_values(
+            ["example", "layer", "size"], ascending=[True, True, False], kind="stable")
+        return frame.groupby(["example", "layer"]).head(k).drop(columns="size").reset_index(
+            drop=True)
 
     def save(self, folder: str | os.PathLike) -> None:
         """Write the explanation to `folder` (made if missing): its arrays as safetensors
