@@ -6,17 +6,24 @@ refused in one line before anything is computed."""
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from conftest import MINILM
 from test_decoders import _word_tokenizer as word_tokenizer
 from tiny_models import tiny_causal_lm, tiny_classifier
 from transformers import BertTokenizer
 
 import attnlab
 from attnlab.analyses.interaction_methods import Options, score_example
+from attnlab.data import packages
 from attnlab.engine import models
 from attnlab.engine.attribution import engine_options
 from attnlab.engine.batch_size import rows_per_pass
@@ -32,6 +39,7 @@ TOLERANCE = section_defaults("attribution")["tolerance"]  # the completeness bud
 PIECES = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "un", "##sen", "##ti", "##mental",
           "film", "a", ",", "good", "plot"]
 CPU = torch.device("cpu")
+LIBRARY_PAGE = Path(__file__).resolve().parents[1] / "docs" / "library.md"
 
 
 @pytest.fixture(scope="module")
@@ -209,3 +217,43 @@ def test_mistakes_are_one_line(classifier, decoder):
         with pytest.raises(AttnlabError) as refused:
             call()
         assert str(refused.value).startswith(message), refused.value
+
+
+def same_line(got: str, shown: str) -> bool:
+    """Whether a printed line is the page's: its words equal, its numbers within 2 % (or 1e-5:
+    the last digit of a tiny score, the completeness residual), which a machine's float
+    rounding stays within."""
+    got_words, shown_words = got.split(), shown.split()
+    if len(got_words) != len(shown_words):
+        return False
+    for a, b in zip(got_words, shown_words, strict=True):
+        a, b = a.strip("[](),;'"), b.strip("[](),;'")
+        try:
+            if float(a) != pytest.approx(float(b), rel=0.02, abs=1e-5):
+                return False
+        except ValueError:
+            if a != b:
+                return False
+    return True
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(bool(packages.missing_packages({"model": {"pretrained": MINILM}})),
+                    reason=f"needs the package {packages.MINILM.requirement}: "
+                    f"{packages.install_hint(packages.MINILM)}")
+def test_the_library_page_prints_what_it_shows(tmp_path):
+    """docs/library.md's walk-through, run as a reader runs it (offline, from another folder):
+    it prints the page's output block."""
+    page = LIBRARY_PAGE.read_text()
+    code = re.search(r"```python\n(.*?)```", page, re.S).group(1)
+    shown = re.search(r"```text\n(.*?)```", page, re.S).group(1).splitlines()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr
+    printed = done.stdout.splitlines()
+    assert len(printed) == len(shown)
+    for got, line in zip(printed, shown, strict=True):
+        assert same_line(got, line), f"printed {got!r}, the page shows {line!r}"
+    assert (tmp_path / "explained" / "tensors.safetensors").is_file()
+    assert "<title>attnlab explain" in (tmp_path / "explained.html").read_text()
