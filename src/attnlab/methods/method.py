@@ -16,6 +16,9 @@ and one that is no argument:
 
     gradients   it takes gradients through the model: it runs with autograd on, after the
                 methods that do not (those run under torch.no_grad()).
+
+A method whose scores explain F (the target's probability) says so (`target`): attnlab.explain
+then sums its scores over the terms of a continuation or a contrast, and scores the others once.
 """
 
 from __future__ import annotations
