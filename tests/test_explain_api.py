@@ -18,6 +18,7 @@ import pytest
 import torch
 from conftest import MINILM
 from test_decoders import _word_tokenizer as word_tokenizer
+from test_explorer import drawn, needs_browser, svg
 from tiny_models import tiny_causal_lm, tiny_classifier
 from transformers import BertTokenizer
 
@@ -257,3 +258,26 @@ def test_the_library_page_prints_what_it_shows(tmp_path):
         assert same_line(got, line), f"printed {got!r}, the page shows {line!r}"
     assert (tmp_path / "explained" / "tensors.safetensors").is_file()
     assert "<title>attnlab explain" in (tmp_path / "explained.html").read_text()
+
+
+@needs_browser
+def test_the_page_of_another_method_draws_its_scores_beside_the_attention(classifier,
+                                                                         tmp_path):
+    result = attnlab.explain(classifier, "a good film", method="rollout", layers=[1, 2])
+    path = tmp_path / "page.html"
+    path.write_text(result.to_html())
+    dom = drawn(path, "layer=2")
+    assert 'id="map-attention-title">attention, layer 2, ' in dom
+    assert 'id="map-attribution' not in dom  # rollout has no attribution per head
+    found = re.findall(r'class="cell" data-i="(\d+)" data-j="(\d+)" data-v="([^"]+)"',
+                       svg(dom, "method-rollout"))
+    drawn_scores = np.zeros((5, 5))
+    for i, j, value in found:
+        drawn_scores[int(i), int(j)] = float(value)
+    # the page's float16, relative to the layer's largest value
+    np.testing.assert_allclose(drawn_scores, result[0].scores[1], rtol=2.0**-10, atol=1e-7)
+    # a layer not kept is drawn empty
+    empty = [float(v) for v in re.findall(r'class="cell" data-i="\d+" data-j="\d+" '
+                                              r'data-v="([^"]+)"',
+                                              svg(drawn(path, "layer=0"), "method-rollout"))]
+    assert len(empty) == 25 and not any(empty)
