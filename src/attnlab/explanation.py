@@ -29,7 +29,7 @@ import re
 import sys
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -194,9 +194,8 @@ class Explanation:
                    for index, example in enumerate(self.examples) for name in ARRAYS
                    if getattr(example, name) is not None}
         save_file(tensors, str(folder / TENSORS))
-        record = {**asdict(self), "examples": [
-            {key: value for key, value in asdict(example).items() if key not in ARRAYS}
-            for example in self.examples]}
+        record = {**_fields(self, leave=("examples",)),
+                  "examples": [_fields(example, leave=ARRAYS) for example in self.examples]}
         (folder / RECORD).write_text(json.dumps(record, indent=1) + "\n")
 
     @classmethod
@@ -251,13 +250,18 @@ class Explanation:
         return full
 
 
+def _fields(instance: Any, *, leave: Sequence[str]) -> dict[str, Any]:
+    """A dataclass's fields but those named in `leave`, as they are (not copied)."""
+    return {f.name: getattr(instance, f.name) for f in fields(instance) if f.name not in leave}
+
+
 @dataclass(frozen=True)
 class Term:
     """One output F is made of: the token (a classifier: the class) read after the first
     `length` tokens of the input, with its sign."""
 
     length: int
-    token: int
+    token: int | None  # None: the prediction after the prompt (resolved by `_example`)
     sign: int
 
 
