@@ -27,7 +27,13 @@ from attnlab.analyses.interaction_methods import Options, score_example
 from attnlab.data import packages
 from attnlab.engine import models
 from attnlab.engine.attribution import engine_options
-from attnlab.engine.batch_size import rows_per_pass
+from attnlab.engine.batch_size import (
+    MEMORY_SHARE,
+    EncoderShape,
+    attribution_row_bytes,
+    rows_per_pass,
+    rule_load,
+)
 from attnlab.engine.capture import capture
 from attnlab.explanation import Explanation
 from attnlab.methods.method import Variants
@@ -203,6 +209,23 @@ def test_the_memory_refusal_is_one_line_before_any_compute(classifier, monkeypat
     monkeypatch.undo()
     monkeypatch.setattr("attnlab.explanation.free_bytes", lambda device: 2**20)
     assert len(attnlab.explain(classifier, "a good film", method="rollout")) == 1
+
+
+def test_fewer_layers_fit_where_all_do_not(classifier, monkeypatch):
+    # free memory between the estimates of all three layers and of the last alone: the first
+    # refused, the second runs (a pass from layer 2 runs one layer, the engine holds one)
+    model, _ = classifier
+    shape, load = EncoderShape.of(model.config), rule_load(engine_options(
+        section_defaults("attribution")))
+    every = attribution_row_bytes(shape, 62, *load)
+    last = attribution_row_bytes(shape, 62, *load, kept=1, lowest=2)
+    assert last < every
+    monkeypatch.setattr("attnlab.explanation.free_bytes",
+                        lambda device: int((every + last) / 2 / MEMORY_SHARE))
+    with pytest.raises(AttnlabError, match="memory: 62 tokens take about"):
+        attnlab.explain(classifier, "a good film " * 20)
+    assert attnlab.explain(classifier, "a good film " * 20, layers=[2])[0].scores.shape == (
+        1, 62, 62)
 
 
 def test_mistakes_are_one_line(classifier, decoder):
