@@ -6,6 +6,7 @@ refused in one line before anything is computed."""
 
 from __future__ import annotations
 
+import html
 import os
 import re
 import subprocess
@@ -138,6 +139,9 @@ def test_save_and_load_give_the_same_explanation(classifier, tmp_path):
             else:
                 assert getattr(after, name) == value, name
     assert loaded.to_html() == result.to_html()
+    # a notebook shows the page in a frame of its own, its script intact
+    frame = re.fullmatch(r'<iframe srcdoc="([^"]*)" .*</iframe>', loaded._repr_html_(), re.S)
+    assert html.unescape(frame.group(1)) == result.to_html()
     assert result.top(2).groupby(["example", "layer"]).size().tolist() == [2] * 4
 
 
