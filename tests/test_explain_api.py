@@ -37,7 +37,6 @@ from attnlab.engine.batch_size import (
 )
 from attnlab.engine.capture import capture
 from attnlab.explanation import Explanation
-from attnlab.methods.method import Variants
 from attnlab.methods.registry import METHODS
 from attnlab.plumbing.config import section_defaults
 from attnlab.plumbing.errors import AttnlabError
@@ -68,14 +67,10 @@ def stage_scores(model, tokenizer, text: str, method) -> np.ndarray:
     """The method's scores of `text` as stage interaction_methods computes them: its options
     built from the schema's defaults as the stage's `_options` builds them from the config, the
     example captured with the predicted class as target, then `score_example`."""
-    cfg = section_defaults("interaction_methods")
     inputs = dict(tokenizer(text, return_tensors="pt"))
     engine = engine_options(section_defaults("attribution"))
     engine["batch_size"] = rows_per_pass(model.config, engine, inputs["input_ids"].shape[1], CPU)
-    options = Options(methods=[method], variants=Variants(
-        flow_normalised=cfg["flow_normalised"], alti_biases=cfg["alti_biases"]), engine=engine,
-        deletion_steps=cfg["deletion_steps"], erasure_bins=cfg["erasure_bins"],
-        batch_size=cfg["batch_size"], seed=0)
+    options = Options.of([method], section_defaults("interaction_methods"), engine, seed=0)
     with torch.no_grad():
         pred = int(capture(model, inputs, 0).distribution.argmax())
     return score_example(model, capture(model, inputs, pred), options,

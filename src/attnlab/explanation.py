@@ -470,20 +470,16 @@ def _options(model: PreTrainedModel, method: Method, kept: list[int], device: to
     from attnlab.analyses.interaction_methods import Options
     from attnlab.engine.attribution import engine_options
     from attnlab.engine.batch_size import rows_per_pass
-    from attnlab.methods.method import GRADIENTS, Variants
+    from attnlab.methods.method import GRADIENTS
     from attnlab.plumbing.config import section_defaults
 
-    cfg = section_defaults("interaction_methods")
     engine = {**engine_options(section_defaults("attribution")), "score": score}
     if GRADIENTS in method.needs:
         check_memory(model, engine, kept, tokens, device)
     engine["batch_size"] = rows_per_pass(model.config, engine, tokens, device)
     if "engine" in method.needs:
         engine["layers"] = kept
-    return Options(methods=[method], variants=Variants(flow_normalised=cfg["flow_normalised"],
-                                                       alti_biases=cfg["alti_biases"]),
-                   engine=engine, deletion_steps=cfg["deletion_steps"],
-                   erasure_bins=cfg["erasure_bins"], batch_size=cfg["batch_size"], seed=SEED)
+    return Options.of([method], section_defaults("interaction_methods"), engine, seed=SEED)
 
 
 def _scored(model: PreTrainedModel, example: Captured, options: Any, kept: list[int]
