@@ -33,7 +33,7 @@ point falls inside it); a narrower one is found only if a Gauss–Legendre node 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,7 +88,8 @@ def composite_gauss_legendre(panels: int, steps: int) -> tuple[torch.Tensor, tor
 
 @dataclass
 class Attribution:
-    """Attributions of a batch of B examples over L layers and H heads (S = padded length).
+    """Attributions of a batch of B examples over L layers (those attributed: every layer, or
+    `attribute`'s `layers`) and H heads (S = padded length).
 
     attr and attention are zero outside each example's real tokens.
     """
@@ -325,8 +326,10 @@ def attribute(
     max_steps: int = 120,
     scan_steps: int = 8,
     score: str = "probability",
+    layers: Sequence[int] | None = None,
 ) -> Attribution:
-    """Attr_h(A^l) for every layer l and head h of every example in `inputs`.
+    """Attr_h(A^l) for every layer l and head h of every example in `inputs`, or for the
+    `layers` named (in increasing order; the result's layer axis holds those alone).
 
     `inputs` is a tokenized batch (input_ids, attention_mask, optional token_type_ids, and
     `labels` when target is "gold"). `target`: "gold", "pred" or a tensor of class indices;
@@ -338,6 +341,8 @@ def attribute(
     `max_steps` (gradient nodes per example and layer) and `scan_steps` (forward-only points
     of the scan) steer the adaptive rule. `batch_size` is the number of scaled copies per
     forward pass (fewer where their examples' lengths differ much: `_Runner.passes`).
+    `layers` saves the time and the memory of the others (the engine holds per example only
+    the analysed layers' matrices): what `attnlab.explain` offers for a long input.
     """
     if quadrature == "adaptive":
         if max_steps < PANEL_NODES * scan_steps:
@@ -357,6 +362,11 @@ def attribute(
             raise ValueError(f"attribution.target: {target!r} is not one of {', '.join(TARGETS)}")
         target = inputs["labels"] if target == "gold" else runner.logits.argmax(-1)
     target = target.to(device)
+    every = list(range(runner.attention.shape[1]))
+    analysed = every if layers is None else list(layers)
+    if not analysed or analysed != sorted(set(analysed)) or not set(analysed) <= set(every):
+        raise ValueError(f"layers: {layers} are not increasing layers of 0..{every[-1]}")
+    runner.attention = runner.attention[:, analysed]
     n_examples, n_layers = runner.attention.shape[:2]
     f_full = _score(runner.logits, target, score)
     everyone = torch.arange(n_examples, device=device)
@@ -369,20 +379,20 @@ def attribute(
     integral = torch.zeros(runner.attention.shape, dtype=torch.float64, device=device)
     f_zero = torch.zeros(n_examples, n_layers, dtype=f_full.dtype, device=device)
     nodes = torch.zeros(n_examples, n_layers, dtype=torch.long, device=device)
-    for layer in range(n_layers):
-        f_zero[:, layer] = runner.scan(
+    for index, layer in enumerate(analysed):
+        f_zero[:, index] = runner.scan(
             layer, everyone, torch.zeros(n_examples, dtype=runner.attention.dtype, device=device),
             target, batch_size
         ).to(f_full.dtype)
         if rule is None:
-            integral[:, layer], nodes[:, layer] = _adaptive_layer(
-                runner, layer, attention[:, layer].double(), target=target,
-                f_zero=f_zero[:, layer], f_full=f_full, tolerance=tolerance,
+            integral[:, index], nodes[:, index] = _adaptive_layer(
+                runner, layer, attention[:, index].double(), target=target,
+                f_zero=f_zero[:, index], f_full=f_full, tolerance=tolerance,
                 max_steps=max_steps, scan_steps=scan_steps, batch_size=batch_size,
             )
         else:
-            integral[:, layer], _ = runner.integrate(layer, whole_path, rule, target, batch_size)
-            nodes[:, layer] = len(rule[0])
+            integral[:, index], _ = runner.integrate(layer, whole_path, rule, target, batch_size)
+            nodes[:, index] = len(rule[0])
 
     attr = attention.double() * integral * real_pairs
     residual = attr.sum(dim=(2, 3, 4)) - (f_full[:, None] - f_zero).double()
