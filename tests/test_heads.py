@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import learned_metrics
+from conftest import gate_central_difference, learned_metrics
 from scipy import stats
 from test_config import default_config, dry_run
 from tiny_models import (
@@ -126,11 +126,6 @@ def test_outcomes_under_many_masks_start_late_and_equal_whole_passes(family):
     assert (prob - examples.outcomes(model, batch, shared[:1])[1]).abs().max() > 1e-2
 
 
-def _loss(model, batch, gates):
-    logits = models.logits(model, batch, Intervention(head_mask=gates))
-    return torch.nn.functional.cross_entropy(logits, batch["labels"], reduction="none")
-
-
 def test_taylor_gradients_match_finite_differences():
     """∂L(x)/∂ξ_h per example against a central difference in float64 (error ~eps² ≈ 1e-12,
     far below the 1e-3 relative tolerance). Batches of 4 over 6 examples: the padding and the
@@ -139,15 +134,9 @@ def test_taylor_gradients_match_finite_differences():
     batch = tiny_batch("bert", LENGTHS)
     grads = heads.taylor_gradients(model, batch, batch_size=4)
     assert grads.shape == (len(LENGTHS), 3, 4)
-    eps = 1e-6
-    with torch.no_grad():
-        for layer, head in [(0, 1), (1, 3), (2, 0)]:
-            up = torch.ones(3, 4, dtype=torch.float64)
-            down = up.clone()
-            up[layer, head] += eps
-            down[layer, head] -= eps
-            numeric = (_loss(model, batch, up) - _loss(model, batch, down)) / (2 * eps)
-            assert torch.allclose(grads[:, layer, head], numeric, rtol=1e-3, atol=1e-9)
+    for layer, head in [(0, 1), (1, 3), (2, 0)]:
+        numeric = gate_central_difference(model, batch, layer, head, eps=1e-6)
+        assert torch.allclose(grads[:, layer, head], numeric, rtol=1e-3, atol=1e-9)
 
 
 def test_taylor_importance_is_mean_absolute_gradient_normalised_per_layer():
