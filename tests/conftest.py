@@ -171,6 +171,15 @@ def learned_metrics(folder: Path, task: str = "syn_mnli", *, accuracy: float = 1
     return str(path)
 
 
+def out_of_memory_in(monkeypatch, module, name: str) -> None:
+    """`module.name` raises torch's CUDA out-of-memory error (its first sentences: asked for
+    1.00 GiB) when called: a job's way out of memory, taken on a CPU."""
+    def out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 ...")
+
+    monkeypatch.setattr(module, name, out_of_memory)
+
+
 def gated_loss(model, batch: dict[str, torch.Tensor], gates: torch.Tensor,
                fill: dict[int, torch.Tensor] | None = None) -> torch.Tensor:
     """Each example's cross-entropy of its label with every head's attention multiplied by its

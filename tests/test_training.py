@@ -5,6 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import out_of_memory_in
 from safetensors.torch import load_file
 from tiny_models import FAMILIES, tiny_batch, tiny_classifier
 from transformers import (
@@ -257,11 +258,7 @@ def test_length_buckets_train_reproducibly(tmp_path, small_task):
 
 def test_out_of_memory_in_training_names_finetune_batch_size(tmp_path, small_task, monkeypatch):
     spec, train, dev = small_task
-
-    def out_of_memory(*args, **kwargs):
-        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB. More.")
-
-    monkeypatch.setattr(training, "_train", out_of_memory)
+    out_of_memory_in(monkeypatch, training, "_train")
     with pytest.raises(ConfigError, match=(
             r"^out of GPU memory fine-tuning task syn_mnli \(up to \d+ tokens\) with "
             r"finetune.batch_size=16: lower it \(e.g. 8\) \(CUDA out of memory. Tried to "
