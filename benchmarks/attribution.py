@@ -46,10 +46,9 @@ from measure import (
     bert_config,
     device_report,
     forward_flops,
-    peak_memory,
-    reset_peak_memory,
     significant,
     start_device,
+    timed_on,
     write_report,
 )
 from transformers import BertConfig, BertForSequenceClassification
@@ -190,14 +189,9 @@ def end_to_end(model, config: BertConfig, args: argparse.Namespace, device: torc
         model_dir, dev_path, spec = write_model_and_dev(model.cpu(), folder, args.shard_examples,
                                                         args.tokens, seed=1)
         model_cfg = {"max_length": args.tokens, "truncate": False}
-        reset_peak_memory(device)
-        start = time.perf_counter()
-        batch_size = attribute_end_to_end(model_dir, dev_path, spec, attribution, model_cfg, device,
-                                          folder / "dump.parquet", bf16=precision == "bf16")
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        seconds = time.perf_counter() - start
-        memory = peak_memory(device)
+        batch_size, seconds, memory = timed_on(device, lambda: attribute_end_to_end(
+            model_dir, dev_path, spec, attribution, model_cfg, device, folder / "dump.parquet",
+            bf16=precision == "bf16"))
         dump, _ = read_dump(folder / "dump.parquet")
         adaptive = attribution["quadrature"] == "adaptive"
         forward_rows = 1 + (attribution["scan_steps"] - 1 if adaptive else 0)

@@ -16,7 +16,6 @@ Usage: python benchmarks/finetune.py [--device cuda] [--precision bf16] [--min-t
 from __future__ import annotations
 
 import argparse
-import time
 from functools import partial
 
 import torch
@@ -26,10 +25,9 @@ from measure import (
     bert_config,
     device_report,
     forward_flops,
-    peak_memory,
-    reset_peak_memory,
     significant,
     start_device,
+    timed_on,
     write_report,
 )
 from transformers import BertForSequenceClassification
@@ -99,12 +97,7 @@ def timed_epoch(train_loop, config, train: dict[str, torch.Tensor], device: torc
     rate, padding, peak memory and FLOPs."""
     torch.manual_seed(SEED)
     model = BertForSequenceClassification(config).to(device)
-    reset_peak_memory(device)
-    start = time.perf_counter()
-    train_loop(model, train, train_cfg=train_cfg)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    seconds = time.perf_counter() - start
+    _, seconds, memory = timed_on(device, lambda: train_loop(model, train, train_cfg=train_cfg))
     widths = padded_widths(train, args.batch_size, train_cfg["length_buckets"])
     sizes = [len(rows) for rows in torch.arange(args.train_examples).split(args.batch_size)]
     # forward, and a backward of about twice its cost (activations' and weights' gradients)
@@ -115,7 +108,7 @@ def timed_epoch(train_loop, config, train: dict[str, torch.Tensor], device: torc
         "examples_per_s": significant(rate),
         "seconds": round(seconds, 2),
         "mean_padded_width": significant(sum(widths) / len(widths)),
-        "memory": peak_memory(device),
+        "memory": memory,
         "mnli_3_epochs_hours": significant(3 * MNLI_TRAIN / rate / 3600),
         **device_report(device, precision, flops, seconds),
     }

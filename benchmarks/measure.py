@@ -105,6 +105,17 @@ def peak_memory(device: torch.device) -> dict[str, Any]:
             "kind": "process max RSS (CPU)"}
 
 
+def timed_on(device: torch.device, work: Callable[[], Any]) -> tuple[Any, float, dict[str, Any]]:
+    """`work()`'s result, the wall seconds it took (the device's queued kernels included) and
+    the peak memory while it ran (`peak_memory`)."""
+    reset_peak_memory(device)
+    start = time.perf_counter()
+    result = work()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return result, time.perf_counter() - start, peak_memory(device)
+
+
 def forward_flops(shape: EncoderShape, tokens: int, layers: int | None = None) -> float:
     """Multiply-adds x 2 of one row's forward pass through `layers` (all by default) encoder
     layers of `tokens` tokens: the Q, K, V and output projections (8 S d²), the feed-forward
