@@ -16,10 +16,12 @@ from test_config import default_config, dry_run
 from tiny_models import (
     CAUSAL_FAMILIES,
     FAMILIES,
+    LENGTHS,
     tiny_batch,
     tiny_causal_lm,
     tiny_classifier,
     tiny_prompts,
+    without_labels,
 )
 
 from attnlab.analyses import heads, task_correlation
@@ -29,12 +31,6 @@ from attnlab.job import Job
 from attnlab.plumbing.errors import ConfigError
 from attnlab.stages import task_correlation as task_correlation_stage
 
-LENGTHS = (9, 6, 8, 7, 9, 5)
-
-
-def _inputs(batch):
-    return {k: v for k, v in batch.items() if k != "labels"}
-
 
 @pytest.mark.parametrize("layer, head", [(0, 0), (1, 2), (2, 3)])
 def test_masking_a_head_equals_zeroing_its_value_projection(layer, head):
@@ -42,7 +38,7 @@ def test_masking_a_head_equals_zeroing_its_value_projection(layer, head):
     vectors are 0 does. 1e-6: the two runs multiply different (but equivalent) tensors, so the
     float32 kernels may round in a different order; a leak of the head (weights ~0.1) would move
     the logits by far more (checked: masking does change them)."""
-    batch = _inputs(tiny_batch("bert", LENGTHS))
+    batch = without_labels(tiny_batch("bert", LENGTHS))
     stock = tiny_classifier("bert")
     value = stock.bert.encoder.layer[layer].attention.self.value
     size = value.out_features // stock.config.num_attention_heads
@@ -60,7 +56,7 @@ def test_masking_a_head_equals_zeroing_its_value_projection(layer, head):
 
 def test_all_ones_mask_is_bit_identical_to_no_mask():
     """Multiplying by 1.0 is exact in floating point, for shared and per-example masks."""
-    batch = _inputs(tiny_batch("bert", LENGTHS))
+    batch = without_labels(tiny_batch("bert", LENGTHS))
     model = models.prepare_model(tiny_classifier("bert"))
     with torch.no_grad():
         plain = models.logits(model, batch)

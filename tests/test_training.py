@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import out_of_memory_in
 from safetensors.torch import load_file
-from tiny_models import FAMILIES, tiny_batch, tiny_classifier
+from tiny_models import FAMILIES, tiny_batch, tiny_classifier, without_labels
 from transformers import (
     AutoModelForSequenceClassification,
     AutoTokenizer,
@@ -165,7 +165,7 @@ def test_a_published_classifier_takes_the_task_order_of_classes(family):
     model = tiny_classifier(family)
     model.config.id2label = {0: "contradiction", 1: "neutral", 2: "entailment"}
     batch = tiny_batch(family)
-    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    inputs = without_labels(batch)
     with torch.no_grad():
         before = model(**inputs).logits
         align_labels(model, ["Entailment", "neutral", "contradiction"])
