@@ -15,6 +15,8 @@ from transformers import (
     BertForSequenceClassification,
 )
 
+from attnlab.data import induction
+from attnlab.data.prompts import PromptSpec
 from attnlab.data.tasks import TaskSpec, load_split, prepare_task
 from attnlab.data.tokenization import build_tokenizer, training_words
 from attnlab.engine import training
@@ -265,6 +267,21 @@ def test_out_of_memory_in_training_names_finetune_batch_size(tmp_path, small_tas
             r"allocate 1.00 GiB\)$")):
         run_finetune(spec, train, dev, tmp_path / "model")
     assert not (tmp_path / "model").exists()
+
+
+def test_out_of_memory_in_training_a_language_model_names_finetune_batch_size(monkeypatch):
+    """A decoder's training is the classifiers' (`training._fit`): out of memory, it names
+    the same setting."""
+    out_of_memory_in(monkeypatch, training, "_train")
+    model = {"source": "scratch", "max_length": 32, "scratch": {
+        "family": "llama", "layers": 1, "heads": 2, "hidden": 16, "intermediate": 32}}
+    with pytest.raises(ConfigError, match=(
+            r"^out of GPU memory fine-tuning task induction \(up to \d+ tokens\) with "
+            r"finetune.batch_size=16: lower it \(e.g. 8\)")):
+        training.train_language_model(
+            induction.generate(20, seed=0), induction.generate(10, seed=1),
+            spec=PromptSpec("induction"), model_cfg=model, train_cfg=SHORT_TRAINING, device=CPU,
+            seed=0)
 
 
 PRETRAIN = {"epochs": 2, "batch_size": 32, "learning_rate": 1e-3, "mask_rate": 0.15}
