@@ -41,13 +41,14 @@ import pandas as pd
 import pyarrow.parquet as pq
 import torch
 from measure import (
+    add_bert_shape,
+    add_device_options,
+    bert_config,
     device_report,
     forward_flops,
-    peak_memory,
-    pick_device,
-    precision_in_use,
-    reset_peak_memory,
     significant,
+    start_device,
+    timed_on,
     write_report,
 )
 from transformers import BertConfig, BertForSequenceClassification
@@ -188,14 +189,9 @@ def end_to_end(model, config: BertConfig, args: argparse.Namespace, device: torc
         model_dir, dev_path, spec = write_model_and_dev(model.cpu(), folder, args.shard_examples,
                                                         args.tokens, seed=1)
         model_cfg = {"max_length": args.tokens, "truncate": False}
-        reset_peak_memory(device)
-        start = time.perf_counter()
-        batch_size = attribute_end_to_end(model_dir, dev_path, spec, attribution, model_cfg, device,
-                                          folder / "dump.parquet", bf16=precision == "bf16")
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        seconds = time.perf_counter() - start
-        memory = peak_memory(device)
+        batch_size, seconds, memory = timed_on(device, lambda: attribute_end_to_end(
+            model_dir, dev_path, spec, attribution, model_cfg, device, folder / "dump.parquet",
+            bf16=precision == "bf16"))
         dump, _ = read_dump(folder / "dump.parquet")
         adaptive = attribution["quadrature"] == "adaptive"
         forward_rows = 1 + (attribution["scan_steps"] - 1 if adaptive else 0)
@@ -232,44 +228,27 @@ def end_to_end(model, config: BertConfig, args: argparse.Namespace, device: torc
     return report
 
 
-def main() -> None:
+def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--layers", type=int, default=12)
-    parser.add_argument("--heads", type=int, default=12)
-    parser.add_argument("--hidden", type=int, default=768)
-    parser.add_argument("--tokens", type=int, default=128)
+    add_bert_shape(parser)
     parser.add_argument("--examples", type=int, default=2,
                         help="examples of the per-example comparison with the naive loop")
     # BERT's own initialisation (std 0.02): F(αA) is smooth, and every rule but Riemann's is
     # exact to float32 rounding there. With 0.05 F is no longer smooth (docs/benchmarks.md).
     parser.add_argument("--init", type=float, default=BertConfig().initializer_range)
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    parser.add_argument("--precision", choices=("fp32", "tf32", "bf16"), default="fp32")
     parser.add_argument("--shard-examples", type=int, default=0,
                         help="examples attributed end to end as an attribute job does (0: none)")
     parser.add_argument("--shard-rule", default="adaptive",
                         choices=("adaptive", "riemann_right", "riemann_left", "gauss_legendre"))
     parser.add_argument("--shard-steps", type=int, default=20, help="nodes of a fixed rule")
     parser.add_argument("--batch-size", default="auto", help="rows per pass: auto or a number")
-    parser.add_argument("--out", help="also write the JSON report to this file")
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    device = pick_device(args.device)
-    precision = precision_in_use(args.precision, device)
-    autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16"
-                else contextlib.nullcontext())
-    torch.manual_seed(0)
-    config = BertConfig(num_hidden_layers=args.layers, num_attention_heads=args.heads,
-                        hidden_size=args.hidden, intermediate_size=4 * args.hidden,
-                        num_labels=3, initializer_range=args.init)
-    model = models.prepare_model(BertForSequenceClassification(config)).to(device)
-    inputs = {
-        "input_ids": torch.randint(1000, config.vocab_size, (args.examples, args.tokens)),
-        "attention_mask": torch.ones(args.examples, args.tokens, dtype=torch.long),
-        "labels": torch.arange(args.examples) % 3,
-    }
-    inputs = {k: v.to(device) for k, v in inputs.items()}
+    add_device_options(parser)
+    return parser.parse_args()
+
+
+def variants_of(model) -> tuple[dict, dict[str, int]]:
+    """The variants compared per example, each a function of a one-example batch, and the
+    forward-only rows per layer each runs besides its gradient nodes (F(0·A^l), the scan)."""
     engine_default = f"engine_{ENGINE_DEFAULTS['quadrature'].default}"
     variants = {
         "naive_riemann_right_20": lambda one: naive_attribute(model, one, 20),
@@ -279,12 +258,17 @@ def main() -> None:
         **{f"{engine_default}_scan_{scan}": partial(attribute, model, scan_steps=scan)
            for scan in COARSER_SCANS},
     }
-    # forward-only rows per layer besides the gradient nodes: F(0·A^l), and the scan
     scan_rows = {engine_default: ENGINE_DEFAULTS["scan_steps"].default - 1,
                  **{f"{engine_default}_scan_{scan}": scan - 1 for scan in COARSER_SCANS}}
-    shape = EncoderShape.of(config)
-    # One example per round, every variant on it in a rotated order, so that load from other
-    # jobs on a shared machine falls on every variant alike.
+    return variants, scan_rows
+
+
+def compare_variants(variants: dict, scan_rows: dict[str, int], inputs: dict[str, torch.Tensor],
+                     shape: EncoderShape, args: argparse.Namespace, device: torch.device,
+                     autocast) -> tuple[dict, Attribution, float, float]:
+    """Every variant on every example, one example per round, every variant on it in a
+    rotated order, so that load from other jobs on a shared machine falls on every variant
+    alike: each variant's report, the last attribution, and the FLOPs and seconds of all."""
     seconds = dict.fromkeys(variants, 0.0)
     flops = dict.fromkeys(variants, 0.0)
     errors: dict[str, list[torch.Tensor]] = {name: [] for name in variants}
@@ -304,10 +288,10 @@ def main() -> None:
             flops[name] += (naive_flops(shape, args.tokens, 20) if name.startswith("naive")
                             else engine_flops(shape, args.tokens, result.nodes[0].tolist(),
                                               1 + scan_rows.get(name, 0)))
-    report = {"shape": vars(args), "variants": {}}
+    reports = {}
     for name in variants:
         error = torch.cat(errors[name])
-        report["variants"][name] = {
+        reports[name] = {
             "seconds_per_example": round(seconds[name] / args.examples, 3),
             "examples_per_s": round(args.examples / seconds[name], 2),
             "completeness_error_median": float(error.median()),
@@ -315,19 +299,43 @@ def main() -> None:
             "grad_nodes_mean": float(torch.stack(nodes[name]).mean()),
             "achieved_tflops": significant(flops[name] / seconds[name] / 1e12),
         }
-    naive = report["variants"]["naive_riemann_right_20"]["seconds_per_example"]
-    for entry in report["variants"].values():
-        entry["speedup_vs_naive"] = round(naive / entry["seconds_per_example"], 2)
-    # the target: the engine's default rule >= 6x faster than naive at a smaller error
-    default = report["variants"][engine_default]
-    smaller = (default["completeness_error_median"]
-               < report["variants"]["naive_riemann_right_20"]["completeness_error_median"])
-    report["target"] = {"variant": engine_default, "speedup_vs_naive": default["speedup_vs_naive"],
-                        "smaller_median_error": smaller,
-                        "met": default["speedup_vs_naive"] >= 6 and smaller}
-    report["dump_bytes_per_example"] = round(dump_bytes_per_example(result))
-    report["device"] = device_report(device, precision, sum(flops.values()),
-                                     sum(seconds.values()))["device"]
+    return reports, result, sum(flops.values()), sum(seconds.values())
+
+
+def against_naive(reports: dict) -> dict:
+    """Each variant's speed-up over the naive loop, added to its report, and the target: the
+    engine's default rule >= 6x faster than naive at a smaller median error."""
+    naive = reports["naive_riemann_right_20"]
+    for entry in reports.values():
+        entry["speedup_vs_naive"] = round(naive["seconds_per_example"]
+                                          / entry["seconds_per_example"], 2)
+    engine_default = f"engine_{ENGINE_DEFAULTS['quadrature'].default}"
+    default = reports[engine_default]
+    smaller = default["completeness_error_median"] < naive["completeness_error_median"]
+    return {"variant": engine_default, "speedup_vs_naive": default["speedup_vs_naive"],
+            "smaller_median_error": smaller,
+            "met": default["speedup_vs_naive"] >= 6 and smaller}
+
+
+def main() -> None:
+    args = arguments()
+    device, precision = start_device(args)
+    autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16"
+                else contextlib.nullcontext())
+    torch.manual_seed(0)
+    config = bert_config(args, initializer_range=args.init)
+    model = models.prepare_model(BertForSequenceClassification(config)).to(device)
+    inputs = {
+        "input_ids": torch.randint(1000, config.vocab_size, (args.examples, args.tokens)),
+        "attention_mask": torch.ones(args.examples, args.tokens, dtype=torch.long),
+        "labels": torch.arange(args.examples) % 3,
+    }
+    inputs = {k: v.to(device) for k, v in inputs.items()}
+    reports, result, flops, seconds = compare_variants(
+        *variants_of(model), inputs, EncoderShape.of(config), args, device, autocast)
+    report = {"shape": vars(args), "variants": reports, "target": against_naive(reports),
+              "dump_bytes_per_example": round(dump_bytes_per_example(result)),
+              "device": device_report(device, precision, flops, seconds)["device"]}
     if args.shard_examples:
         report["end_to_end"] = end_to_end(model, config, args, device, precision)
     write_report(report, args.out)

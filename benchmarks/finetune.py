@@ -16,21 +16,21 @@ Usage: python benchmarks/finetune.py [--device cuda] [--precision bf16] [--min-t
 from __future__ import annotations
 
 import argparse
-import time
 from functools import partial
 
 import torch
 from measure import (
+    add_bert_shape,
+    add_device_options,
+    bert_config,
     device_report,
     forward_flops,
-    peak_memory,
-    pick_device,
-    precision_in_use,
-    reset_peak_memory,
     significant,
+    start_device,
+    timed_on,
     write_report,
 )
-from transformers import BertConfig, BertForSequenceClassification
+from transformers import BertForSequenceClassification
 
 from attnlab.data.tasks import TaskSpec
 from attnlab.engine.batch_size import EncoderShape
@@ -62,25 +62,14 @@ def padded_widths(train: dict[str, torch.Tensor], batch_size: int, buckets: bool
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--layers", type=int, default=12)
-    parser.add_argument("--heads", type=int, default=12)
-    parser.add_argument("--hidden", type=int, default=768)
-    parser.add_argument("--tokens", type=int, default=128)
+    add_bert_shape(parser)
     parser.add_argument("--min-tokens", type=int, help="shortest example (default: --tokens)")
     parser.add_argument("--train-examples", type=int, default=4096)
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    parser.add_argument("--precision", choices=("fp32", "tf32", "bf16"), default="fp32")
-    parser.add_argument("--out", help="also write the JSON report to this file")
+    add_device_options(parser)
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    device = pick_device(args.device)
-    precision = precision_in_use(args.precision, device)
-    config = BertConfig(num_hidden_layers=args.layers, num_attention_heads=args.heads,
-                        hidden_size=args.hidden, intermediate_size=4 * args.hidden,
-                        num_labels=3, attn_implementation="eager")
-    shape = EncoderShape.of(config)
+    device, precision = start_device(args)
+    config = bert_config(args, attn_implementation="eager")
     data = torch.Generator().manual_seed(SEED)
     train = random_split(args.train_examples, args.min_tokens or args.tokens, args.tokens,
                          config.vocab_size, data)
@@ -88,39 +77,41 @@ def main() -> None:
     spec = TaskSpec("bench", ("sentence",), ("a", "b", "c"))
     train_cfg = {"epochs": 1, "batch_size": args.batch_size, "learning_rate": 2e-5,
                  "warmup": 0.1, "weight_decay": 0.01}
-    # a few untimed steps first, so that neither variant pays for CUDA's and the allocator's
-    # start-up
-    warm = {key: value[: 2 * args.batch_size] for key, value in train.items()}
     evaluate = partial(accuracy, data=dev, batch_size=args.batch_size, device=device)
     train_loop = partial(_train, loss_of=_classifier_loss, evaluate=evaluate, name=spec.name,
                          device=device, seed=SEED, bf16=precision == "bf16")
+    # a few untimed steps first, so that neither variant pays for CUDA's and the allocator's
+    # start-up
+    warm = {key: value[: 2 * args.batch_size] for key, value in train.items()}
     train_loop(BertForSequenceClassification(config).to(device), warm, train_cfg=train_cfg)
-    report = {"shape": vars(args), "variants": {}}
-    for name, buckets in (("random_batches", False), ("length_buckets", True)):
-        torch.manual_seed(SEED)
-        model = BertForSequenceClassification(config).to(device)
-        reset_peak_memory(device)
-        start = time.perf_counter()
-        train_loop(model, train, train_cfg={**train_cfg, "length_buckets": buckets})
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        seconds = time.perf_counter() - start
-        widths = padded_widths(train, args.batch_size, buckets)
-        sizes = [len(rows) for rows in torch.arange(args.train_examples).split(args.batch_size)]
-        # forward, and a backward of about twice its cost (activations' and weights' gradients)
-        flops = sum(3 * rows * forward_flops(shape, width)
-                    for rows, width in zip(sizes, widths, strict=True))
-        rate = args.train_examples / seconds
-        report["variants"][name] = {
-            "examples_per_s": significant(rate),
-            "seconds": round(seconds, 2),
-            "mean_padded_width": significant(sum(widths) / len(widths)),
-            "memory": peak_memory(device),
-            "mnli_3_epochs_hours": significant(3 * MNLI_TRAIN / rate / 3600),
-            **device_report(device, precision, flops, seconds),
-        }
-        del model
+    report = {"shape": vars(args), "variants": {
+        name: timed_epoch(train_loop, config, train, device, precision, args, train_cfg={
+            **train_cfg, "length_buckets": buckets})
+        for name, buckets in (("random_batches", False), ("length_buckets", True))}}
     write_report(report, args.out)
+
+
+def timed_epoch(train_loop, config, train: dict[str, torch.Tensor], device: torch.device,
+                precision: str, args: argparse.Namespace, train_cfg: dict) -> dict:
+    """One epoch of a fresh model (seed SEED) by `train_loop` with `train_cfg`, timed: its
+    rate, padding, peak memory and FLOPs."""
+    torch.manual_seed(SEED)
+    model = BertForSequenceClassification(config).to(device)
+    _, seconds, memory = timed_on(device, lambda: train_loop(model, train, train_cfg=train_cfg))
+    widths = padded_widths(train, args.batch_size, train_cfg["length_buckets"])
+    sizes = [len(rows) for rows in torch.arange(args.train_examples).split(args.batch_size)]
+    # forward, and a backward of about twice its cost (activations' and weights' gradients)
+    flops = sum(3 * rows * forward_flops(EncoderShape.of(config), width)
+                for rows, width in zip(sizes, widths, strict=True))
+    rate = args.train_examples / seconds
+    return {
+        "examples_per_s": significant(rate),
+        "seconds": round(seconds, 2),
+        "mean_padded_width": significant(sum(widths) / len(widths)),
+        "memory": memory,
+        "mnli_3_epochs_hours": significant(3 * MNLI_TRAIN / rate / 3600),
+        **device_report(device, precision, flops, seconds),
+    }
 
 
 if __name__ == "__main__":

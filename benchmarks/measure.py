@@ -1,10 +1,12 @@
-"""What the benchmarks share: the device they run on, peak memory, FLOPs of a BERT-shaped
+"""What the benchmarks share: the options of a BERT shape and of the device, the device they
+run on, peak memory, FLOPs of a BERT-shaped
 encoder set against the device's peak, and for those that time the code before a change
 against today's, the old module and the work through the model's layers (imported by the
 scripts beside it)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import resource
 import subprocess
@@ -16,6 +18,7 @@ from types import ModuleType
 from typing import Any
 
 import torch
+from transformers import BertConfig
 
 from attnlab.engine import models
 from attnlab.engine.batch_size import EncoderShape
@@ -31,6 +34,39 @@ PEAK_TFLOPS = {
     "H200": {"fp32": 66.9, "tf32": 494.7, "bf16": 989.4},  # the H100 SXM's chip, more memory
     "A100": {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0},
 }
+
+
+def add_bert_shape(parser: argparse.ArgumentParser) -> None:
+    """The options of a BERT-shaped model and its examples: --layers, --heads, --hidden
+    (BERT-base's by default) and --tokens per example (the papers' padded 128)."""
+    parser.add_argument("--layers", type=int, default=12)
+    parser.add_argument("--heads", type=int, default=12)
+    parser.add_argument("--hidden", type=int, default=768)
+    parser.add_argument("--tokens", type=int, default=128)
+
+
+def bert_config(args: argparse.Namespace, **settings: Any) -> BertConfig:
+    """The 3-class BERT classifier of `add_bert_shape`'s options (a feed-forward 4 x hidden,
+    as BERT's), with the further config `settings`."""
+    return BertConfig(num_hidden_layers=args.layers, num_attention_heads=args.heads,
+                      hidden_size=args.hidden, intermediate_size=4 * args.hidden,
+                      num_labels=3, **settings)
+
+
+def add_device_options(parser: argparse.ArgumentParser) -> None:
+    """The options of a benchmark timed on a device: --threads, --device, --precision, --out."""
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--precision", choices=("fp32", "tf32", "bf16"), default="fp32")
+    parser.add_argument("--out", help="also write the JSON report to this file")
+
+
+def start_device(args: argparse.Namespace) -> tuple[torch.device, str]:
+    """The threads, device and precision `add_device_options`' options ask for, set: (the
+    device, the precision in use)."""
+    torch.set_num_threads(args.threads)
+    device = pick_device(args.device)
+    return device, precision_in_use(args.precision, device)
 
 
 def pick_device(asked: str) -> torch.device:
@@ -67,6 +103,17 @@ def peak_memory(device: torch.device) -> dict[str, Any]:
                 "kind": "torch.cuda.max_memory_allocated"}
     return {"peak_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
             "kind": "process max RSS (CPU)"}
+
+
+def timed_on(device: torch.device, work: Callable[[], Any]) -> tuple[Any, float, dict[str, Any]]:
+    """`work()`'s result, the wall seconds it took (the device's queued kernels included) and
+    the peak memory while it ran (`peak_memory`)."""
+    reset_peak_memory(device)
+    start = time.perf_counter()
+    result = work()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return result, time.perf_counter() - start, peak_memory(device)
 
 
 def forward_flops(shape: EncoderShape, tokens: int, layers: int | None = None) -> float:

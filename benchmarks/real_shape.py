@@ -495,7 +495,7 @@ def variant_report(run: Run, clocked: np.ndarray, tokens: int, peak: np.ndarray)
     return entry
 
 
-def main() -> None:
+def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     # relative paths are read from the repository's root
     parser.add_argument("--model", default="results/real/finetune/rotten_tomatoes/model",
@@ -514,69 +514,61 @@ def main() -> None:
     # as the workflow's attribute jobs run (threads: 1); the matmul peak at the same count
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", help="also write the JSON report to this file")
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    return parser.parse_args()
 
-    model, inputs = load_examples(ROOT / args.model, ROOT / args.data, args.examples)
-    shape = EncoderShape.of(model.config)
-    options = engine_options(load_config(ROOT / args.config)["attribution"])
-    lengths = real_lengths(inputs)
-    # `auto` as the attribute job resolves it on the CPU
-    options["batch_size"] = rows_per_pass(model.config, options, max(lengths),
-                                          torch.device("cpu"))
+
+def variants_of(model, inputs: dict[str, torch.Tensor], options: dict) -> dict[str, Callable]:
+    """The four variants, each a function of the rows it attributes."""
     riemann = {**options, "quadrature": "riemann_right", "steps": STEPS}
-    n = len(inputs["input_ids"])
-    # a pass's rows are copies of examples of similar length, run as wide as the longest
-    width = int(statistics.median(lengths))
-    shapes = matmul_shapes(shape, options["batch_size"], width)
-    variants = {
+    return {
         ENGINE: lambda rows: run_engine(model, inputs, rows, options),
         ENGINE_RIEMANN: lambda rows: run_engine(model, inputs, rows, riemann),
         NAIVE: lambda rows: run_naive(model, inputs, rows, STEPS),
         CAPTUM: lambda rows: run_captum(model, inputs, rows, STEPS, options["batch_size"]),
     }
-    # The engine's speed depends on how many examples share its passes, so it attributes all of
-    # a round's examples, as an attribute job its shard; naive and Captum, whose speed per
-    # example does not, a few of them spread over their lengths (the costliest part of the run).
+
+
+def rounds_of(lengths: list[int], args: argparse.Namespace) -> list[dict[str, list[int]]]:
+    """The rows each variant attributes in each round. The engine's speed depends on how many
+    examples share its passes, so it attributes all of a round's examples, as an attribute job
+    its shard; naive and Captum, whose speed per example does not, a few of them spread over
+    their lengths (the costliest part of the run)."""
     rounds = []
-    for rows in np.array_split(np.arange(n), args.rounds):
+    for rows in np.array_split(np.arange(len(lengths)), args.rounds):
         few = stratified(rows.tolist(), lengths, -(-args.compare_examples // args.rounds))
         rounds.append({ENGINE: rows.tolist(), ENGINE_RIEMANN: rows.tolist(), NAIVE: few,
                        CAPTUM: few})
-    runs, seconds, round_rates = compare(variants, rounds, shapes)
+    return rounds
 
-    # per shape the median over the rounds, of GFLOP per wall second and per CPU second
-    medians = {name: np.median([r[name] for r in round_rates], axis=0) for name in shapes}
+
+def matmul_report(round_rates: list[dict], options: dict, width: int) -> dict:
+    """The matmul rates: per shape the median over the rounds, of GFLOP per wall second and
+    per CPU second, and the peaks."""
+    medians = {name: np.median([r[name] for r in round_rates], axis=0) for name in round_rates[0]}
     rates = {name: significant(float(rate[0])) for name, rate in medians.items()}
-    peak = max(rates.values())
-    peak_cpu = significant(max(float(rate[1]) for rate in medians.values()))
-    report = {
-        "model": args.model, "data": args.data, "examples": n,
-        "compared_examples": sorted(runs[NAIVE].attributions), "rounds": args.rounds,
-        "threads": args.threads,
-        "shape": {"layers": shape.layers, "heads": shape.heads, "hidden": shape.hidden,
-                  "d_head": shape.hidden // shape.heads, "intermediate": shape.intermediate},
-        "tokens": {"mean": round(float(np.mean(lengths)), 1), "min": min(lengths),
-                   "max": max(lengths)},
-        "engine_settings": options,
-        "matmul": {"rows_per_pass": options["batch_size"], "width": width,
-                   "gflops_by_shape": rates, "peak_gflops": peak,
-                   "peak_gflops_by_round": [significant(max(float(v[0]) for v in r.values()))
-                                            for r in round_rates],
-                   "peak_gflop_per_cpu_second": peak_cpu},
-        "variants": {name: variant_report(runs[name], seconds[name],
-                                          sum(lengths[row] for row in runs[name].attributions),
-                                          np.array([peak, peak_cpu])) for name in variants},
-    }
-    # by tokens/s: the variants attribute different numbers of examples of different lengths
-    speed = {name: v["tokens_per_s"] for name, v in report["variants"].items()}
-    cpu_speed = {name: v["tokens_per_cpu_s"] for name, v in report["variants"].items()}
+    return {"rows_per_pass": options["batch_size"], "width": width,
+            "gflops_by_shape": rates, "peak_gflops": max(rates.values()),
+            "peak_gflops_by_round": [significant(max(float(v[0]) for v in r.values()))
+                                     for r in round_rates],
+            "peak_gflop_per_cpu_second": significant(max(float(rate[1])
+                                                         for rate in medians.values()))}
+
+
+def compared(variants: dict) -> dict:
+    """The variants' speeds against each other, by tokens/s (the variants attribute different
+    numbers of examples of different lengths) and by CPU time."""
+    speed = {name: v["tokens_per_s"] for name, v in variants.items()}
+    cpu_speed = {name: v["tokens_per_cpu_s"] for name, v in variants.items()}
     pairs = [(a, b) for a in (ENGINE, ENGINE_RIEMANN) for b in (NAIVE, CAPTUM)]
-    report["ratios"] = {f"{a}_vs_{b}": round(speed[a] / speed[b], 2) for a, b in pairs}
-    report["ratios_by_cpu_time"] = {f"{a}_vs_{b}": round(cpu_speed[a] / cpu_speed[b], 2)
-                                    for a, b in pairs}
+    return {"ratios": {f"{a}_vs_{b}": round(speed[a] / speed[b], 2) for a, b in pairs},
+            "ratios_by_cpu_time": {f"{a}_vs_{b}": round(cpu_speed[a] / cpu_speed[b], 2)
+                                   for a, b in pairs}}
+
+
+def agreements(runs: dict) -> dict:
+    """How far the variants' attributions of the compared examples are apart."""
     attributions = {name: run.attributions for name, run in runs.items()}
-    report["agreement"] = {
+    return {
         "rule": f"riemann_right {STEPS}; max |difference| over every attribution of the "
                 "compared examples, float32",
         "attr_abs_max": significant(max(float(a.abs().max())
@@ -589,9 +581,14 @@ def main() -> None:
         "engine_adaptive_vs_riemann_20": significant(agreement(attributions[ENGINE],
                                                                attributions[ENGINE_RIEMANN])),
     }
-    engine = report["variants"][ENGINE]
-    matmul_only = matmul_only_rate(rates, runs[ENGINE].executed, shape)
-    report["goal"] = {
+
+
+def goal(engine: dict, matmul: dict, executed, shape: EncoderShape) -> dict:
+    """The engine (its variant report `engine`, its FLOPs `executed`) against the goal of
+    half the measured matmul peak, and the rate of its matmuls alone."""
+    peak = matmul["peak_gflops"]
+    matmul_only = matmul_only_rate(matmul["gflops_by_shape"], executed, shape)
+    return {
         "engine_gflops": engine["gflops"], "peak_gflops": peak,
         "fraction_of_peak": engine["fraction_of_peak"],
         "half_of_peak_met": engine["fraction_of_peak"] >= 0.5,
@@ -601,6 +598,43 @@ def main() -> None:
         "matmul_only_gflops": significant(matmul_only),
         "matmul_only_fraction_of_peak": round(matmul_only / peak, 3),
     }
+
+
+def main() -> None:
+    args = arguments()
+    torch.set_num_threads(args.threads)
+    model, inputs = load_examples(ROOT / args.model, ROOT / args.data, args.examples)
+    shape = EncoderShape.of(model.config)
+    options = engine_options(load_config(ROOT / args.config)["attribution"])
+    lengths = real_lengths(inputs)
+    # `auto` as the attribute job resolves it on the CPU
+    options["batch_size"] = rows_per_pass(model.config, options, max(lengths),
+                                          torch.device("cpu"))
+    n = len(inputs["input_ids"])
+    # a pass's rows are copies of examples of similar length, run as wide as the longest
+    width = int(statistics.median(lengths))
+    variants = variants_of(model, inputs, options)
+    runs, seconds, round_rates = compare(variants, rounds_of(lengths, args),
+                                         matmul_shapes(shape, options["batch_size"], width))
+    matmul = matmul_report(round_rates, options, width)
+    peaks = np.array([matmul["peak_gflops"], matmul["peak_gflop_per_cpu_second"]])
+    report = {
+        "model": args.model, "data": args.data, "examples": n,
+        "compared_examples": sorted(runs[NAIVE].attributions), "rounds": args.rounds,
+        "threads": args.threads,
+        "shape": {"layers": shape.layers, "heads": shape.heads, "hidden": shape.hidden,
+                  "d_head": shape.hidden // shape.heads, "intermediate": shape.intermediate},
+        "tokens": {"mean": round(float(np.mean(lengths)), 1), "min": min(lengths),
+                   "max": max(lengths)},
+        "engine_settings": options,
+        "matmul": matmul,
+        "variants": {name: variant_report(runs[name], seconds[name],
+                                          sum(lengths[row] for row in runs[name].attributions),
+                                          peaks) for name in variants},
+    }
+    report |= compared(report["variants"])
+    report["agreement"] = agreements(runs)
+    report["goal"] = goal(report["variants"][ENGINE], matmul, runs[ENGINE].executed, shape)
     if args.profile_examples:
         rows = engine_groups(inputs, list(range(min(args.profile_examples, n))), n)[0]
         report["profile"] = profile_engine(model, select(inputs, rows), options)
@@ -608,51 +642,55 @@ def main() -> None:
     write_report(report, args.out)
 
 
+# How the report's numbers are counted: the first of its notes.
+COUNTING = [
+    "FLOPs (2 per multiply-add) per layer of s tokens, d = hidden, i = intermediate: "
+    "forward 8 s d² + 4 s d i + 4 s² d (Q, K, V, W_O; feed-forward; Q Kᵀ and A V); "
+    "input-gradient backward of a layer above the scaled one 8 s d² + 4 s d i + 8 s² d "
+    "(every linear's dX; both operands of Q Kᵀ and A V; no weight gradients: autograd.grad "
+    "asks only for the scaled attention); backward of the scaled layer l 2 s d² + 4 s d i + "
+    "2 s² d (feed-forward, W_O, dA = dO Vᵀ). As run (gflop_per_example, gflops, "
+    "fraction_of_peak), s is the width of each pass: the engine's passes are recorded (a "
+    "wrapper of _Runner.target_probability) with their rows and width, Captum's run at "
+    "their call's padded width; on 4 examples this count and torch.profiler's with_flops "
+    "count of aten::mm, addmm and bmm agreed within 0.2 % (the rest: pooler, classifier). "
+    "useful_*: s is each example's own length, padding is not counted. Engine, per "
+    "example: one "
+    "forward of all L layers (the cache) and, per layer l, scan_steps (adaptive; 1 for a "
+    "fixed rule) forward-only rows of L − l layers (F(0·A^l), the scan) and per "
+    "gradient node (L − l) forwards + the scaled layer's backward + (L − l − 1) backwards. "
+    "Naive and Captum, per example: one forward of L layers (capturing A) and, per layer l "
+    "and node, L forwards + the scaled layer's backward + (L − l − 1) backwards. "
+    "Embeddings, LayerNorm, softmax, GELU, the pooler and the classifier are not counted.",
+    "Peak: torch.matmul in float32 at the engine's shapes (a pass of rows_per_pass rows at "
+    "the examples' median length), the same threads, in every round the best of 3 timings, "
+    "the median over the rounds; peak_gflops is the fastest shape. "
+    "goal.matmul_only_gflops: the rate the engine's FLOPs would run at if it did nothing "
+    "but its matmuls, each at the rate measured at its shape. *_by_cpu_time and "
+    "peak_gflop_per_cpu_second: the same by the process's CPU time (all its threads), "
+    "which other jobs' load on the cores inflates less than wall time.",
+    "naive: the authors' loop (github.com/YRdddream/attattr, "
+    "examples/generate_attrscore.py) with one alpha per pass: per example and layer, for "
+    "each alpha a whole forward with layer l's attention scaled and a backward to it. Their "
+    "code batches batch_size copies of one example (16 by default) and pads every example to "
+    "max_seq_length; here each example runs alone at its own length, with the paper's right "
+    "Riemann sum (their code's is the left one), node for node the engine's riemann_right 20.",
+    "captum: captum.attr.IntegratedGradients (captum 0.9.0 installed into the venv, torch "
+    "and numpy unchanged) on A^l with baseline 0, method riemann_right, n_steps 20, "
+    "internal_batch_size = the engine's batch_size; each scaled copy replaces layer l's "
+    "probabilities and the model runs whole from the embeddings; examples grouped as the "
+    "engine's fixed rule groups them (batch_size // 20 per call).",
+    "The engine attributes all examples, a round's in the calls an attribute job would make "
+    "(its speed depends on how many examples share its passes); naive and Captum "
+    "compared_examples, spread over the lengths (their speed per example does not depend "
+    "on that). ratios are of tokens/s, which corrects for the different lengths; "
+    "ratios_by_cpu_time the same by CPU time.",
+]
+
+
 def notes(report: dict) -> list[str]:
-    """How the numbers were counted, and the reading of the profile."""
-    lines = [
-        "FLOPs (2 per multiply-add) per layer of s tokens, d = hidden, i = intermediate: "
-        "forward 8 s d² + 4 s d i + 4 s² d (Q, K, V, W_O; feed-forward; Q Kᵀ and A V); "
-        "input-gradient backward of a layer above the scaled one 8 s d² + 4 s d i + 8 s² d "
-        "(every linear's dX; both operands of Q Kᵀ and A V; no weight gradients: autograd.grad "
-        "asks only for the scaled attention); backward of the scaled layer l 2 s d² + 4 s d i + "
-        "2 s² d (feed-forward, W_O, dA = dO Vᵀ). As run (gflop_per_example, gflops, "
-        "fraction_of_peak), s is the width of each pass: the engine's passes are recorded (a "
-        "wrapper of _Runner.target_probability) with their rows and width, Captum's run at "
-        "their call's padded width; on 4 examples this count and torch.profiler's with_flops "
-        "count of aten::mm, addmm and bmm agreed within 0.2 % (the rest: pooler, classifier). "
-        "useful_*: s is each example's own length, padding is not counted. Engine, per "
-        "example: one "
-        "forward of all L layers (the cache) and, per layer l, scan_steps (adaptive; 1 for a "
-        "fixed rule) forward-only rows of L − l layers (F(0·A^l), the scan) and per "
-        "gradient node (L − l) forwards + the scaled layer's backward + (L − l − 1) backwards. "
-        "Naive and Captum, per example: one forward of L layers (capturing A) and, per layer l "
-        "and node, L forwards + the scaled layer's backward + (L − l − 1) backwards. "
-        "Embeddings, LayerNorm, softmax, GELU, the pooler and the classifier are not counted.",
-        "Peak: torch.matmul in float32 at the engine's shapes (a pass of rows_per_pass rows at "
-        "the examples' median length), the same threads, in every round the best of 3 timings, "
-        "the median over the rounds; peak_gflops is the fastest shape. "
-        "goal.matmul_only_gflops: the rate the engine's FLOPs would run at if it did nothing "
-        "but its matmuls, each at the rate measured at its shape. *_by_cpu_time and "
-        "peak_gflop_per_cpu_second: the same by the process's CPU time (all its threads), "
-        "which other jobs' load on the cores inflates less than wall time.",
-        "naive: the authors' loop (github.com/YRdddream/attattr, "
-        "examples/generate_attrscore.py) with one alpha per pass: per example and layer, for "
-        "each alpha a whole forward with layer l's attention scaled and a backward to it. Their "
-        "code batches batch_size copies of one example (16 by default) and pads every example to "
-        "max_seq_length; here each example runs alone at its own length, with the paper's right "
-        "Riemann sum (their code's is the left one), node for node the engine's riemann_right 20.",
-        "captum: captum.attr.IntegratedGradients (captum 0.9.0 installed into the venv, torch "
-        "and numpy unchanged) on A^l with baseline 0, method riemann_right, n_steps 20, "
-        "internal_batch_size = the engine's batch_size; each scaled copy replaces layer l's "
-        "probabilities and the model runs whole from the embeddings; examples grouped as the "
-        "engine's fixed rule groups them (batch_size // 20 per call).",
-        "The engine attributes all examples, a round's in the calls an attribute job would make "
-        "(its speed depends on how many examples share its passes); naive and Captum "
-        "compared_examples, spread over the lengths (their speed per example does not depend "
-        "on that). ratios are of tokens/s, which corrects for the different lengths; "
-        "ratios_by_cpu_time the same by CPU time.",
-    ]
+    """How the numbers were counted (COUNTING), and the reading of the profile and the goal."""
+    lines = list(COUNTING)
     if "profile" in report:
         p = report["profile"]
         lines.append(

@@ -171,6 +171,43 @@ def learned_metrics(folder: Path, task: str = "syn_mnli", *, accuracy: float = 1
     return str(path)
 
 
+def out_of_memory_in(monkeypatch, module, name: str) -> None:
+    """`module.name` raises torch's CUDA out-of-memory error (its first sentences: asked for
+    1.00 GiB) when called: a job's way out of memory, taken on a CPU."""
+    def out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 ...")
+
+    monkeypatch.setattr(module, name, out_of_memory)
+
+
+def gated_loss(model, batch: dict[str, torch.Tensor], gates: torch.Tensor,
+               fill: dict[int, torch.Tensor] | None = None) -> torch.Tensor:
+    """Each example's cross-entropy of its label with every head's attention multiplied by its
+    gate (`gates`: layers × heads), a gated head's lost share filled from `fill` (None: zero)."""
+    # imported here: transformers at this module's top would slow every test's collection
+    from attnlab.engine import models
+    from attnlab.engine.intervention import Intervention
+
+    logits = models.logits(model, batch, Intervention(head_mask=gates, head_fill=fill or {}))
+    return torch.nn.functional.cross_entropy(logits, batch["labels"], reduction="none")
+
+
+def gate_central_difference(model, batch: dict[str, torch.Tensor], layer: int, head: int, *,
+                            eps: float, fill: dict[int, torch.Tensor] | None = None
+                            ) -> torch.Tensor:
+    """∂`gated_loss`/∂ξ of head `head` of layer `layer`, all gates at 1, per example: the central
+    difference (L(1 + eps) - L(1 - eps)) / 2 eps, in float64 (its error is ~eps² times the third
+    derivative, plus the loss's own rounding divided by eps)."""
+    config = model.config
+    up = torch.ones(config.num_hidden_layers, config.num_attention_heads, dtype=torch.float64)
+    down = up.clone()
+    up[layer, head] += eps
+    down[layer, head] -= eps
+    with torch.no_grad():
+        return (gated_loss(model, batch, up, fill)
+                - gated_loss(model, batch, down, fill)) / (2 * eps)
+
+
 def _train_default_task(name: str, folder: Path) -> dict:
     """Prepare and train task `name` of config.yaml exactly as `make run` does (same config
     values and seed, unless ATTNLAB_TEST_SEED or ATTNLAB_TEST_THREADS say otherwise) into

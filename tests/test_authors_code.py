@@ -36,7 +36,7 @@ import networkx as nx
 import numpy as np
 import pytest
 import torch
-from tiny_models import tiny_batch, tiny_classifier
+from tiny_models import tiny_batch, tiny_classifier, without_labels
 from torch import nn
 
 from attnlab.engine import models
@@ -328,7 +328,7 @@ def case(request):
     reference = random_biased(family, seed)
     ours = models.prepare_model(copy.deepcopy(reference))
     inputs = tiny_batch(family, lengths=(7,), seed=seed)
-    inputs = {k: v for k, v in inputs.items() if k != "labels"}
+    inputs = without_labels(inputs)
     return Recorded(reference, family, inputs), ours, capture(ours, inputs, target=1)
 
 

@@ -62,8 +62,7 @@ def test_explain_a_pair_on_a_tiny_model_writes_the_engines_attribution(tiny, tmp
     expected = attribute(model, inputs, torch.tensor([2])).attr[0].double().numpy()
     (example,) = embedded(page.read_text())["examples"]
     assert example["tokens"] == ["[CLS]", "w1", "w2", "w3", "w4", "[SEP]", "w5", "w6", "[SEP]"]
-    assert example["gold"] is None and list(example["maps"]) == [
-        "attention", "effective attention", "attribution"]
+    assert example["gold"] is None and list(example["maps"]) == ["attention", "attribution"]
     np.testing.assert_allclose(stored(example["maps"]["attribution"]),
                                expected.reshape(3, -1), rtol=2.0**-11, atol=1e-7)
 
@@ -94,7 +93,7 @@ def test_explain_the_next_token_of_a_tiny_decoder(tmp_path, capsys):
     page = tmp_path / "page.html"
     cli.main(["explain", str(folder), "w1 w2 w3 w1 w2", "--target", "3", "--out", str(page)])
     out = capsys.readouterr().out
-    assert "attributed: 'w3'" in out and residual(out) <= TOLERANCE
+    assert "F = probability of 'w3'" in out and residual(out) <= TOLERANCE
     assert "  layer 1: w2[4] -> " in out  # the last token reads, the causal mask keeps the rest
     (example,) = embedded(page.read_text())["examples"]
     assert example["root"] == 4 and example["maps"]["attribution"]["heads"] == 4
@@ -111,7 +110,7 @@ def test_explain_the_next_token_of_a_gguf_file(tmp_path, capsys):
     page = tmp_path / "page.html"
     cli.main(["explain", str(path), "abab", "--out", str(page)])
     out = capsys.readouterr().out
-    assert "attributed: " in out and residual(out) <= TOLERANCE
+    assert "F = probability of " in out and residual(out) <= TOLERANCE
     (example,) = embedded(page.read_text())["examples"]
     assert example["root"] == len(example["tokens"]) - 1
     assert example["maps"]["attribution"]["heads"] == 4
@@ -121,12 +120,19 @@ def test_explain_the_next_token_of_a_gguf_file(tmp_path, capsys):
     (["model.gguf", "hi"], "model.gguf: no such GGUF file"),
     (["./nowhere", "hi"], "./nowhere: neither a checkpoint folder nor a hub id"),
     (["{tiny}", " "], "TEXT: the input is empty"),
-    (["{tiny}", "w1", "--target", "3"], "--target: '3' is neither 'pred' nor a class index 0..2"),
-    (["{tiny}", "w1", "--target", "first"], "--target: 'first' is neither"),
-    (["{tiny}", "w1 " * 600], "TEXT: 602 tokens, more than the model takes (512)"),
+    (["{tiny}"], "TEXT: give a text, or --file"),
+    (["{tiny}", "--file", "no-such-file"], "--file: no-such-file: cannot be read"),
+    (["{tiny}", "w1", "--target", "3"],
+     "target: 3 is neither a class index 0..2 nor a class name (LABEL_0, LABEL_1, LABEL_2)"),
+    (["{tiny}", "w1", "--target", "first"], "target: 'first' is neither"),
+    (["{tiny}", "w1", "--method", "lrp"], "method: 'lrp' is none of attention, attattr"),
+    (["{tiny}", "w1", "--layers", "2-1"], "--layers: '2-1' is not a layer A or a range A-B"),
+    (["{tiny}", "w1 " * 600], "texts: 602 tokens, more than the model takes (512)"),
     (["{tiny}", "w1", "--top", "0"], "--top: 0 is not a positive number of interactions"),
     (["{tiny}", "w1", "--out", "no/such/folder/page.html"],
      "--out: no/such/folder/page.html: its folder does not exist"),
+    (["{tiny}", "w1", "--json", "no/such/folder/out.json"],
+     "--json: no/such/folder/out.json: its folder does not exist"),
 ])
 def test_a_mistake_is_one_line(tiny, capsys, args, message):
     with pytest.raises(SystemExit) as stopped:
@@ -140,9 +146,43 @@ def test_the_help_names_every_option(capsys):
     with pytest.raises(SystemExit):
         cli.main(["explain", "--help"])
     out = capsys.readouterr().out
-    for option in ("MODEL", "TEXT", "--pair", "--target", "--out", "--top", "--device"):
+    for option in ("MODEL", "TEXT", "--file", "--pair", "--method", "--target", "--contrast",
+                   "--layers", "--json", "--out", "--top", "--device"):
         assert option in out
     with pytest.raises(SystemExit) as stopped:
-        cli.main(["explain", "only-a-model"])
+        cli.main(["explain", "a-model", "a text", "--no-such-option"])
     assert stopped.value.code == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_explain_texts_of_a_file_by_another_method_writes_json(tiny, tmp_path, capsys):
+    """Several texts (the command line's, then --file's), a method of the registry, a range of
+    layers: the JSON holds the scores `attnlab.explain` gives."""
+    import json
+
+    import attnlab
+
+    texts = tmp_path / "texts.txt"
+    texts.write_text("w3 w4\n\nw5 w6 w7\n")
+    out = tmp_path / "out.json"
+    cli.main(["explain", str(tiny), "w1 w2", "--file", str(texts), "--method", "rollout",
+              "--layers", "1-2", "--json", str(out), "--out", str(tmp_path / "page.html")])
+    printed = capsys.readouterr().out
+    assert printed.count("\ntext ") == 3 and "completeness" not in printed
+    assert len(re.findall(r"^  layer [12]: ", printed, re.M)) == 6
+    record = json.loads(out.read_text())
+    assert record["method"] == "rollout" and record["layers"] == [1, 2]
+    expected = attnlab.explain(str(tiny), "w5 w6 w7", method="rollout", layers=[1, 2])
+    np.testing.assert_allclose(record["examples"][2]["scores"], expected[0].scores, rtol=1e-12)
+    (example,) = embedded((tmp_path / "page.html").read_text())["examples"][:1]
+    assert list(example["maps"]) == ["attention"] and list(example["methods"]) == ["rollout"]
+
+
+def test_methods_lists_the_registry_and_its_families(capsys):
+    from attnlab.methods.registry import METHODS
+
+    cli.main(["methods"])
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == [method.name for method in METHODS]
+    alti = next(line for line in lines if line.startswith("alti "))
+    assert "bert" in alti and "gpt2" not in alti  # an encoder's post-LN sublayer only

@@ -12,14 +12,13 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from conftest import learned_metrics
+from conftest import gate_central_difference, learned_metrics
 from test_induction import SPEC, _trained
 
 from attnlab.analyses import heads, pruning
 from attnlab.data import induction
 from attnlab.data.dumps import write_dump
 from attnlab.engine import attribution, examples, models, next_token
-from attnlab.engine.intervention import Intervention
 from attnlab.model_job import ModelJob
 from attnlab.plumbing.config import validate_config
 from attnlab.stages import head_importance, prune_eval
@@ -69,11 +68,6 @@ def test_a_decoders_attention_score_is_read_at_its_query(decoder):
     assert np.ptp(scores["attention"].mean(axis=0)[0]) > 0.3
 
 
-def _loss(model, inputs, gates):
-    logits = models.logits(model, inputs, Intervention(head_mask=gates))
-    return torch.nn.functional.cross_entropy(logits, inputs["labels"], reduction="none")
-
-
 def test_taylor_differentiates_the_next_token_loss_at_the_query(decoder):
     """Taylor's gradient is the gradient of the cross-entropy of the target token at the last
     real token: a central difference of that loss in float64, where the logits it is taken on
@@ -87,15 +81,9 @@ def test_taylor_differentiates_the_next_token_loss_at_the_query(decoder):
     np.testing.assert_allclose(stock.logits[0, -1].detach(),
                                models.logits(model, inputs)[0].detach(), atol=1e-9)
     grads = heads.taylor_gradients(model, inputs, batch_size=4)
-    eps = 1e-3
-    with torch.no_grad():
-        for layer, head in [(0, 1), (1, 1), (1, 3)]:
-            up = torch.ones(2, 4, dtype=torch.float64)
-            down = up.clone()
-            up[layer, head] += eps
-            down[layer, head] -= eps
-            numeric = (_loss(model, inputs, up) - _loss(model, inputs, down)) / (2 * eps)
-            assert torch.allclose(grads[:, layer, head], numeric, rtol=1e-2, atol=2e-4)
+    for layer, head in [(0, 1), (1, 1), (1, 3)]:
+        numeric = gate_central_difference(model, inputs, layer, head, eps=1e-3)
+        assert torch.allclose(grads[:, layer, head], numeric, rtol=1e-2, atol=2e-4)
 
 
 @pytest.fixture(scope="module")

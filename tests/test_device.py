@@ -7,7 +7,14 @@ import logging
 
 import pytest
 import torch
-from tiny_models import CAUSAL_FAMILIES, tiny_batch, tiny_causal_lm, tiny_classifier, tiny_prompts
+from tiny_models import (
+    CAUSAL_FAMILIES,
+    tiny_batch,
+    tiny_causal_lm,
+    tiny_classifier,
+    tiny_prompts,
+    without_labels,
+)
 from transformers import BertConfig, BertForSequenceClassification
 
 from attnlab.engine import batch_size, models
@@ -89,7 +96,7 @@ def saved_bytes_per_row(model, tokens: int, rows: int = 3) -> float:
     family = model.config.model_type
     batch = (tiny_prompts(lengths=(tokens,) * rows) if family in CAUSAL_FAMILIES
              else tiny_batch(family, lengths=(tokens,) * rows))
-    runner = _Runner(model, {k: v for k, v in batch.items() if k != "labels"})
+    runner = _Runner(model, without_labels(batch))
     saved = {}
 
     def pack(tensor):

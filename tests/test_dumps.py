@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import DEFAULT_CONFIG, learned_metrics
+from conftest import DEFAULT_CONFIG, learned_metrics, out_of_memory_in
 from transformers import BertConfig, BertForSequenceClassification
 
 from attnlab.analyses.attribution_summary import read_checked_dump, summarise_task
@@ -364,13 +364,10 @@ def test_dump_frame_is_what_a_written_dump_reads_back(tmp_path):
 
 
 def test_out_of_memory_in_a_shard_names_attribution_batch_size(tiny_shard, tmp_path, monkeypatch):
-    def out_of_memory(*args, **kwargs):
-        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 9.00 GiB. GPU 0 ...")
-
-    monkeypatch.setattr(dump_rows, "attribute", out_of_memory)
+    out_of_memory_in(monkeypatch, dump_rows, "attribute")
     with pytest.raises(ConfigError, match=(
             r"^out of GPU memory attributing task syn_mnli \(32 rows per pass, up to \d+ tokens\) "
             r"with attribution.batch_size=auto: lower it to an integer that fits \(CUDA out of "
-            r"memory. Tried to allocate 9.00 GiB\)$")):
+            r"memory. Tried to allocate 1.00 GiB\)$")):
         run_shard(tiny_shard, tmp_path / "oom.parquet")
     assert not (tmp_path / "oom.parquet").exists()

@@ -14,7 +14,7 @@ import pytest
 import torch
 from conftest import DEFAULT_CONFIG, learned_metrics
 from test_config import default_config, dry_run
-from tiny_models import FAMILIES, tiny_batch, tiny_classifier
+from tiny_models import FAMILIES, LENGTHS, tiny_batch, tiny_classifier, without_labels
 
 from attnlab.analyses import adversarial_attention as aa
 from attnlab.analyses import attention_permutation as ap
@@ -31,12 +31,6 @@ from attnlab.stages import (
     token_identifiability,
     token_mixing,
 )
-
-LENGTHS = (9, 6, 8, 7, 9, 5)
-
-
-def _inputs(batch):
-    return {k: v for k, v in batch.items() if k != "labels"}
 
 
 def test_permutation_indices_permute_the_movable_keys_only():
@@ -72,7 +66,7 @@ def test_permuting_a_layer_whose_attention_is_uniform_changes_nothing(tokenizer)
     batch = tiny_batch("bert", LENGTHS)
     capture = Intervention(capture=True)
     with torch.no_grad():
-        original = torch.softmax(models.logits(model, _inputs(batch), capture).double(), -1)
+        original = torch.softmax(models.logits(model, without_labels(batch), capture).double(), -1)
     real = batch["attention_mask"].bool()
     row = capture.probs[1][0, 0, 0]
     assert torch.allclose(row[real[0]], torch.full((9,), 1 / 9))
@@ -185,7 +179,7 @@ def test_attention_gradient_and_leave_one_out_are_what_they_say(tokenizer, monke
     attention probability a constant; leave-one-out the TVD with the token cut out of the
     example alone; and the table is the same in batches of any size."""
     model = models.prepare_model(tiny_classifier("bert", init=0.5, dtype=torch.float64))
-    batch = _inputs(tiny_batch("bert", LENGTHS))
+    batch = without_labels(tiny_batch("bert", LENGTHS))
 
     def by_hand():
         words = model.get_input_embeddings()(batch["input_ids"]).detach().requires_grad_()
@@ -229,7 +223,7 @@ def test_the_detached_gradient_holds_every_attention_of_the_model_fixed(family, 
     on these random models, whose attention is far from uniform, it is another gradient: the
     two differ by most of their norm (0.92 to 0.97 of it at init 0.5; 0.3 leaves room)."""
     model = models.prepare_model(tiny_classifier(family, init=0.5, dtype=torch.float64))
-    batch = _inputs(tiny_batch(family, LENGTHS))
+    batch = without_labels(tiny_batch(family, LENGTHS))
     detached = ar._attention_and_gradient(model, batch, ar.DETACHED)[1]
     through = ar._attention_and_gradient(model, batch, ar.THROUGH_ATTENTION)[1]
     with monkeypatch.context() as patch:
@@ -300,7 +294,7 @@ def test_adversarial_attention_respects_its_tvd_bound_on_every_example():
     infeasible) and still finds attention far from the original (the test is not vacuous)."""
     model = models.prepare_model(tiny_classifier("bert", init=0.5))
     model.requires_grad_(False)
-    batch = _inputs(tiny_batch("bert", LENGTHS))
+    batch = without_labels(tiny_batch("bert", LENGTHS))
     cfg = {"epsilon": 0.01, "steps": 30, "learning_rate": 0.1, "penalty": 100.0,
            "init_noise": 1.0}
     layer = 1
@@ -331,7 +325,7 @@ def test_the_search_s_passes_start_at_the_attacked_layer_and_equal_whole_ones(fa
     runs whole)."""
     model = models.prepare_model(tiny_classifier(family, init=0.5, dtype=torch.float64))
     model.requires_grad_(False)
-    batch = _inputs(tiny_batch(family, (9, 6, 8)))
+    batch = without_labels(tiny_batch(family, (9, 6, 8)))
     layer, steps = 1, 3
     capture = Intervention(capture=True)
     with torch.no_grad():
@@ -384,7 +378,7 @@ def test_each_example_gets_its_own_search_and_key_rows_whatever_its_batch():
 
 def test_key_distance_and_attention_jsd_measure_what_they_say():
     model = models.prepare_model(tiny_classifier("bert"))
-    batch = _inputs(tiny_batch("bert", LENGTHS))
+    batch = without_labels(tiny_batch("bert", LENGTHS))
     doubled = Intervention(capture=True, key_map=lambda layer, key: 2 * key)
     plain = Intervention(capture=True)
     with torch.no_grad():

@@ -10,16 +10,18 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import learned_metrics
+from conftest import gate_central_difference, learned_metrics
 from scipy import stats
 from test_config import default_config, dry_run
 from tiny_models import (
     CAUSAL_FAMILIES,
     FAMILIES,
+    LENGTHS,
     tiny_batch,
     tiny_causal_lm,
     tiny_classifier,
     tiny_prompts,
+    without_labels,
 )
 
 from attnlab.analyses import heads, task_correlation
@@ -29,12 +31,6 @@ from attnlab.job import Job
 from attnlab.plumbing.errors import ConfigError
 from attnlab.stages import task_correlation as task_correlation_stage
 
-LENGTHS = (9, 6, 8, 7, 9, 5)
-
-
-def _inputs(batch):
-    return {k: v for k, v in batch.items() if k != "labels"}
-
 
 @pytest.mark.parametrize("layer, head", [(0, 0), (1, 2), (2, 3)])
 def test_masking_a_head_equals_zeroing_its_value_projection(layer, head):
@@ -42,7 +38,7 @@ def test_masking_a_head_equals_zeroing_its_value_projection(layer, head):
     vectors are 0 does. 1e-6: the two runs multiply different (but equivalent) tensors, so the
     float32 kernels may round in a different order; a leak of the head (weights ~0.1) would move
     the logits by far more (checked: masking does change them)."""
-    batch = _inputs(tiny_batch("bert", LENGTHS))
+    batch = without_labels(tiny_batch("bert", LENGTHS))
     stock = tiny_classifier("bert")
     value = stock.bert.encoder.layer[layer].attention.self.value
     size = value.out_features // stock.config.num_attention_heads
@@ -60,7 +56,7 @@ def test_masking_a_head_equals_zeroing_its_value_projection(layer, head):
 
 def test_all_ones_mask_is_bit_identical_to_no_mask():
     """Multiplying by 1.0 is exact in floating point, for shared and per-example masks."""
-    batch = _inputs(tiny_batch("bert", LENGTHS))
+    batch = without_labels(tiny_batch("bert", LENGTHS))
     model = models.prepare_model(tiny_classifier("bert"))
     with torch.no_grad():
         plain = models.logits(model, batch)
@@ -126,11 +122,6 @@ def test_outcomes_under_many_masks_start_late_and_equal_whole_passes(family):
     assert (prob - examples.outcomes(model, batch, shared[:1])[1]).abs().max() > 1e-2
 
 
-def _loss(model, batch, gates):
-    logits = models.logits(model, batch, Intervention(head_mask=gates))
-    return torch.nn.functional.cross_entropy(logits, batch["labels"], reduction="none")
-
-
 def test_taylor_gradients_match_finite_differences():
     """∂L(x)/∂ξ_h per example against a central difference in float64 (error ~eps² ≈ 1e-12,
     far below the 1e-3 relative tolerance). Batches of 4 over 6 examples: the padding and the
@@ -139,15 +130,9 @@ def test_taylor_gradients_match_finite_differences():
     batch = tiny_batch("bert", LENGTHS)
     grads = heads.taylor_gradients(model, batch, batch_size=4)
     assert grads.shape == (len(LENGTHS), 3, 4)
-    eps = 1e-6
-    with torch.no_grad():
-        for layer, head in [(0, 1), (1, 3), (2, 0)]:
-            up = torch.ones(3, 4, dtype=torch.float64)
-            down = up.clone()
-            up[layer, head] += eps
-            down[layer, head] -= eps
-            numeric = (_loss(model, batch, up) - _loss(model, batch, down)) / (2 * eps)
-            assert torch.allclose(grads[:, layer, head], numeric, rtol=1e-3, atol=1e-9)
+    for layer, head in [(0, 1), (1, 3), (2, 0)]:
+        numeric = gate_central_difference(model, batch, layer, head, eps=1e-6)
+        assert torch.allclose(grads[:, layer, head], numeric, rtol=1e-3, atol=1e-9)
 
 
 def test_taylor_importance_is_mean_absolute_gradient_normalised_per_layer():

@@ -18,6 +18,7 @@ from tiny_models import (
     tiny_causal_lm,
     tiny_classifier,
     tiny_prompts,
+    without_labels,
 )
 from transformers import BertConfig, BertForSequenceClassification
 
@@ -31,10 +32,6 @@ from attnlab.engine.intervention import Intervention
 # The tiny models have hidden size 32 and 4 heads: d_v = 8, so 12 and 9 tokens exceed it.
 D_V = 8
 LENGTHS = (12, 5, 9, 8)
-
-
-def _inputs(batch):
-    return {k: v for k, v in batch.items() if k != "labels"}
 
 
 def padded_as_alone(model, tokenizer, batch: dict, lengths: tuple[int, ...], *, batch_size: int,
@@ -61,8 +58,8 @@ def test_the_explorers_effective_attention_is_each_examples_own():
     for row, n in enumerate(LENGTHS):
         capture = Intervention(capture=True, capture_values=True)
         with torch.no_grad():
-            models.logits(double, {k: v[row : row + 1, :n] for k, v in _inputs(batch).items()},
-                          capture)
+            models.logits(double, {k: v[row : row + 1, :n]
+                                   for k, v in without_labels(batch).items()}, capture)
         alone = torch.stack([ea.effective_attention(capture.probs[layer][0],
                                                     capture.values[layer][0])[0]
                              for layer in sorted(capture.probs)])
@@ -75,7 +72,7 @@ def test_effective_attention_keeps_the_output_and_is_the_attention_up_to_d_v(fam
     model = models.prepare_model(tiny_classifier(family))
     capture = Intervention(capture=True, capture_values=True)
     with torch.no_grad():
-        models.logits(model, _inputs(tiny_batch(family, LENGTHS)), capture)
+        models.logits(model, without_labels(tiny_batch(family, LENGTHS)), capture)
     for layer in capture.probs:
         for row, n in enumerate(LENGTHS):
             a = capture.probs[layer][row, :, :n, :n]
@@ -121,7 +118,7 @@ def test_a_decoders_effective_attention_keeps_the_output_and_the_causal_mask(fam
     (Mistral; Qwen2's layer 1): A_eff·T = A·T row by row, A_eff is 0 wherever the mask is, and
     each row is identifiable exactly when it has at most d_v keys."""
     model = models.prepare_model(tiny_causal_lm(family))  # float64
-    batch = _inputs(tiny_prompts(DECODER_LENGTHS, side="left"))
+    batch = without_labels(tiny_prompts(DECODER_LENGTHS, side="left"))
     capture = Intervention(capture=True, capture_values=True)
     with torch.no_grad():
         models.logits(model, batch, capture)
@@ -469,7 +466,7 @@ def test_forward_mode_norms_equal_the_former_reverse_mode_ones(family):
     """The speed-up changes no number: forward-mode norms, in batches that do not divide n·d,
     equal the reverse-mode ones to float64 rounding (1e-10 relative)."""
     model = models.prepare_model(tiny_classifier(family, dtype=torch.float64))
-    example = _inputs(tiny_batch(family, (7,)))
+    example = without_labels(tiny_batch(family, (7,)))
     forward, _ = tm.squared_jacobian_norms(model, example, probes=None, tangent_batch=50)
     assert torch.allclose(forward, _reverse_mode_norms(model, example), rtol=1e-10, atol=0)
 

@@ -10,6 +10,7 @@ import copy
 import numpy as np
 import pytest
 import torch
+from conftest import gate_central_difference, gated_loss
 from test_induction import SPEC, _trained
 
 from attnlab.analyses import heads, induction_heads
@@ -51,11 +52,6 @@ def test_the_standard_protocol_repeats_t_random_words_after_a_document_start():
         induction.repeat(65)
 
 
-def _loss(model, inputs, intervention):
-    logits = models.logits(model, inputs, intervention)
-    return torch.nn.functional.cross_entropy(logits, inputs["labels"], reduction="none")
-
-
 def test_a_masked_head_outputs_its_fill(decoder):
     """head_fill changes nothing where the mask keeps a head; a masked head with a zero fill is
     the plain mask; and mean-ablating a head equals replacing its output by the mean: the
@@ -76,8 +72,7 @@ def test_a_masked_head_outputs_its_fill(decoder):
             models.logits(model, inputs, Intervention(head_mask=mask, head_fill=zero)),
             models.logits(model, inputs, Intervention(head_mask=mask)), rtol=0, atol=0)
         # the previous-token head is needed: zeroing or mean-ablating it costs the loss
-        full, ablated = (_loss(model, inputs, Intervention(head_mask=m, head_fill=fill)).mean()
-                         for m in (keep, mask))
+        full, ablated = (gated_loss(model, inputs, m, fill).mean() for m in (keep, mask))
         assert ablated > full + 1.0
 
 
@@ -89,17 +84,9 @@ def test_attribution_patching_is_the_gradient_toward_the_mean(decoder):
     inputs = {k: v[:6] for k, v in decoder["inputs"].items()}
     scores = heads.attribution_patching_importance(model, inputs, batch_size=4)
     fill = heads.mean_head_outputs(model, inputs, batch_size=4)
-    eps = 1e-3
-    with torch.no_grad():
-        for layer, head in [(0, 1), (1, 1), (1, 3)]:
-            up = torch.ones(2, 4, dtype=torch.float64)
-            down = up.clone()
-            up[layer, head] += eps
-            down[layer, head] -= eps
-            numeric = (_loss(model, inputs, Intervention(head_mask=up, head_fill=fill))
-                       - _loss(model, inputs, Intervention(head_mask=down, head_fill=fill))
-                       ).mean() / (2 * eps)
-            assert scores[layer, head] == pytest.approx(-float(numeric), rel=1e-2, abs=2e-4)
+    for layer, head in [(0, 1), (1, 1), (1, 3)]:
+        numeric = gate_central_difference(model, inputs, layer, head, eps=1e-3, fill=fill).mean()
+        assert scores[layer, head] == pytest.approx(-float(numeric), rel=1e-2, abs=2e-4)
 
 
 def test_an_ablation_reads_both_copies_and_runs_from_its_first_ablated_layer(decoder):

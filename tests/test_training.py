@@ -5,8 +5,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import out_of_memory_in
 from safetensors.torch import load_file
-from tiny_models import FAMILIES, tiny_batch, tiny_classifier
+from tiny_models import FAMILIES, tiny_batch, tiny_classifier, without_labels
 from transformers import (
     AutoModelForSequenceClassification,
     AutoTokenizer,
@@ -14,6 +15,8 @@ from transformers import (
     BertForSequenceClassification,
 )
 
+from attnlab.data import induction
+from attnlab.data.prompts import PromptSpec
 from attnlab.data.tasks import TaskSpec, load_split, prepare_task
 from attnlab.data.tokenization import build_tokenizer, training_words
 from attnlab.engine import training
@@ -164,7 +167,7 @@ def test_a_published_classifier_takes_the_task_order_of_classes(family):
     model = tiny_classifier(family)
     model.config.id2label = {0: "contradiction", 1: "neutral", 2: "entailment"}
     batch = tiny_batch(family)
-    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    inputs = without_labels(batch)
     with torch.no_grad():
         before = model(**inputs).logits
         align_labels(model, ["Entailment", "neutral", "contradiction"])
@@ -257,17 +260,28 @@ def test_length_buckets_train_reproducibly(tmp_path, small_task):
 
 def test_out_of_memory_in_training_names_finetune_batch_size(tmp_path, small_task, monkeypatch):
     spec, train, dev = small_task
-
-    def out_of_memory(*args, **kwargs):
-        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB. More.")
-
-    monkeypatch.setattr(training, "_train", out_of_memory)
+    out_of_memory_in(monkeypatch, training, "_train")
     with pytest.raises(ConfigError, match=(
             r"^out of GPU memory fine-tuning task syn_mnli \(up to \d+ tokens\) with "
             r"finetune.batch_size=16: lower it \(e.g. 8\) \(CUDA out of memory. Tried to "
             r"allocate 1.00 GiB\)$")):
         run_finetune(spec, train, dev, tmp_path / "model")
     assert not (tmp_path / "model").exists()
+
+
+def test_out_of_memory_in_training_a_language_model_names_finetune_batch_size(monkeypatch):
+    """A decoder's training is the classifiers' (`training._fit`): out of memory, it names
+    the same setting."""
+    out_of_memory_in(monkeypatch, training, "_train")
+    model = {"source": "scratch", "max_length": 32, "scratch": {
+        "family": "llama", "layers": 1, "heads": 2, "hidden": 16, "intermediate": 32}}
+    with pytest.raises(ConfigError, match=(
+            r"^out of GPU memory fine-tuning task induction \(up to \d+ tokens\) with "
+            r"finetune.batch_size=16: lower it \(e.g. 8\)")):
+        training.train_language_model(
+            induction.generate(20, seed=0), induction.generate(10, seed=1),
+            spec=PromptSpec("induction"), model_cfg=model, train_cfg=SHORT_TRAINING, device=CPU,
+            seed=0)
 
 
 PRETRAIN = {"epochs": 2, "batch_size": 32, "learning_rate": 1e-3, "mask_rate": 0.15}

@@ -64,6 +64,16 @@ def _config(family: str, init: float):
     raise ValueError(family)
 
 
+# tiny_batch's lengths where batching is under test: in batches of 4, every batch padded and
+# the last one short.
+LENGTHS = (9, 6, 8, 7, 9, 5)
+
+
+def without_labels(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The batch without its labels: what the model itself reads."""
+    return {k: v for k, v in batch.items() if k != "labels"}
+
+
 def tiny_classifier(family: str, seed: int = 0, init: float = 0.1, dtype=torch.float32):
     """A random eval-mode classifier with eager attention. `init` is larger than the usual 0.02
     so that F(αA) varies enough for attribution errors to be measurable in float32."""

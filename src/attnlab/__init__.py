@@ -1,5 +1,12 @@
 """attnlab: what self-attention does, measured (Hao et al. 2021; Brunner et al. 2020).
 
+One call on raw text (docs/library.md)::
+
+    import attnlab
+    out = attnlab.explain("sentence-transformers/all-MiniLM-L6-v2", ["a gripping film"],
+                          method="rollout")
+    out.top(3); out.save("explained"); attnlab.Explanation.load("explained").to_html()
+
 The public API, importable from the package itself::
 
     from attnlab import load_classifier, load_causal_lm, encoded_examples, attribute
@@ -26,6 +33,8 @@ __version__ = "0.1.0"
 # The rules' code hashes (`attnlab.plumbing.code_version`) follow the imports written in
 # the modules, so they stay those of each rule's own modules either way.
 _EXPORTS = {
+    "explain": "explanation",
+    "Explanation": "explanation",
     "attribute": "engine.attribution",
     "Attribution": "engine.attribution",
     "load_classifier": "engine.models",

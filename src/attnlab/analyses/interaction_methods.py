@@ -46,6 +46,17 @@ class Options:
     batch_size: int
     seed: int
 
+    @classmethod
+    def of(cls, methods: Sequence[Method], section: Mapping[str, Any],
+           engine: Mapping[str, Any], *, seed: int) -> Options:
+        """The options of the config's interaction_methods `section` (a dict or `Settings`)
+        for `methods`, AttAttr's `engine` (batch_size resolved)."""
+        return cls(methods=methods, variants=Variants(flow_normalised=section["flow_normalised"],
+                                                      alti_biases=section["alti_biases"]),
+                   engine=engine, deletion_steps=section["deletion_steps"],
+                   erasure_bins=section["erasure_bins"], batch_size=section["batch_size"],
+                   seed=seed)
+
 
 @dataclass(frozen=True)
 class Comparison:

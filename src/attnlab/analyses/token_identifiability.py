@@ -190,6 +190,38 @@ class _Rates:
         return np.array([[[self.column[layer, kind, loss] for loss in losses] for kind in maps]
                          for layer in layers])
 
+    # The statistics of the findings, each of a resample (resamples, columns + 1) of `values`;
+    # the learned maps are all but the identity.
+
+    def lowest_best(self, sample: np.ndarray) -> np.ndarray:
+        """The lowest over layers 1..last of the best learned map's rate."""
+        best = self.rates(sample)[:, self.columns(range(1, self.last + 1), MAPS[1:], LOSSES)]
+        return best.max(axis=(2, 3)).min(axis=1)
+
+    def cosine_gain(self, sample: np.ndarray) -> np.ndarray:
+        """The mean over learned maps and layers >= 1 of the cosine rate minus the L2 rate."""
+        r = self.rates(sample)
+        hidden = range(1, self.last + 1)
+        gain = (r[:, self.columns(hidden, MAPS[1:], ("cosine",))]
+                - r[:, self.columns(hidden, MAPS[1:], ("l2",))])
+        return gain.mean(axis=(1, 2, 3))
+
+    def decline(self, sample: np.ndarray) -> np.ndarray:
+        """The mean over learned maps and losses of the rate at layer 1 minus at the last."""
+        r = self.rates(sample)
+        change = (r[:, self.columns(range(1, 2), MAPS[1:], LOSSES)]
+                  - r[:, self.columns(range(self.last, self.last + 1), MAPS[1:], LOSSES)])
+        return change.mean(axis=(1, 2, 3))
+
+    def lowest(self) -> verdicts.Interval:
+        """The lowest best rate with the wider ends of its bootstrap over the sentences and of
+        the Wilson interval of that share of the held-out tokens: where every sentence agrees,
+        every resample gives the same rate, an interval of no width; the share of that many
+        tokens is never that certain."""
+        over = verdicts.bootstrap(self.values, self.lowest_best, scale=verdicts.UNIT)
+        tokens = verdicts.wilson(over.estimate, int(self.values[:, -1].sum()))
+        return replace(over, low=min(over.low, tokens.low), high=max(over.high, tokens.high))
+
 
 def claims(sentences: pd.DataFrame) -> list[dict[str, Any]]:
     """Brunner et al.'s statements on token identifiability, judged on one task's held-out
@@ -198,33 +230,6 @@ def claims(sentences: pd.DataFrame) -> list[dict[str, Any]]:
     map against the identity as a check."""
     units = _Rates(sentences)
     last, n = units.last, len(units.values)
-    hidden = range(1, last + 1)
-    learned = MAPS[1:]
-
-    def lowest_best(sample: np.ndarray) -> np.ndarray:
-        best = units.rates(sample)[:, units.columns(hidden, learned, LOSSES)]
-        return best.max(axis=(2, 3)).min(axis=1)
-
-    def cosine_gain(sample: np.ndarray) -> np.ndarray:
-        r = units.rates(sample)
-        gain = (r[:, units.columns(hidden, learned, ("cosine",))]
-                - r[:, units.columns(hidden, learned, ("l2",))])
-        return gain.mean(axis=(1, 2, 3))
-
-    def decline(sample: np.ndarray) -> np.ndarray:
-        r = units.rates(sample)
-        change = (r[:, units.columns(range(1, 2), learned, LOSSES)]
-                  - r[:, units.columns(range(last, last + 1), learned, LOSSES)])
-        return change.mean(axis=(1, 2, 3))
-
-    def lowest() -> verdicts.Interval:
-        """The lowest best rate with the wider ends of its bootstrap over the sentences and of
-        the Wilson interval of that share of the held-out tokens: where every sentence agrees,
-        every resample gives the same rate, an interval of no width; the share of that many
-        tokens is never that certain."""
-        over = verdicts.bootstrap(units.values, lowest_best, scale=verdicts.UNIT)
-        tokens = verdicts.wilson(over.estimate, int(units.values[:, -1].sum()))
-        return replace(over, low=min(over.low, tokens.low), high=max(over.high, tokens.high))
 
     pooled = units.rates(units.values[None])[0]
     over_identity = (pooled[units.column[last, "mlp", "cosine"]]
@@ -236,12 +241,12 @@ def claims(sentences: pd.DataFrame) -> list[dict[str, Any]]:
                 f"least as wide as the Wilson interval of that share of the tokens (holds "
                 f"above {MOST}: our choice, 'to a large degree' read as most tokens, as "
                 "pruning reads 'most'; the paper's text gives no number we could cite)",
-                lowest(), Bar(MOST),
+                units.lowest(), Bar(MOST),
                 source("brunner2020", "identity")),
         finding(STAGE, "a cosine loss identifies more tokens than an L2 loss",
                 f"mean over learned maps and layers >= 1 of the cosine rate minus the L2 rate, "
                 f"{over} (holds above {ONE_POINT}: one point, our choice)",
-                verdicts.bootstrap(units.values, cosine_gain, scale=verdicts.SIGNED_UNIT),
+                verdicts.bootstrap(units.values, units.cosine_gain, scale=verdicts.SIGNED_UNIT),
                 Bar(ONE_POINT),
                 source("brunner2020", "angle")),
         finding(STAGE, "identifiability declines with depth",
@@ -249,7 +254,7 @@ def claims(sentences: pd.DataFrame) -> list[dict[str, Any]]:
                 f"{last}, {over} (holds above {ONE_POINT}: one point, our choice; 'gradually' has "
                 "no number we could cite and is not judged)",
                 NotTestable("the model has fewer than two layers") if last < 2
-                else verdicts.bootstrap(units.values, decline, scale=verdicts.SIGNED_UNIT),
+                else verdicts.bootstrap(units.values, units.decline, scale=verdicts.SIGNED_UNIT),
                 Bar(ONE_POINT),
                 source("brunner2020", "depth")),
         # the identity is fitted to nothing: a fitted map beating it shows that the fitting

@@ -33,7 +33,7 @@ point falls inside it); a narrower one is found only if a Gauss–Legendre node 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,7 +88,8 @@ def composite_gauss_legendre(panels: int, steps: int) -> tuple[torch.Tensor, tor
 
 @dataclass
 class Attribution:
-    """Attributions of a batch of B examples over L layers and H heads (S = padded length).
+    """Attributions of a batch of B examples over L layers (those attributed: every layer, or
+    `attribute`'s `layers`) and H heads (S = padded length).
 
     attr and attention are zero outside each example's real tokens.
     """
@@ -243,6 +244,46 @@ def _scan_panels(alphas: np.ndarray, f: np.ndarray, tolerance: float) -> list[tu
     return panels
 
 
+def _scan(runner: _Runner, layer: int, *, target: torch.Tensor, f_zero: torch.Tensor,
+          f_full: torch.Tensor, scan_steps: int, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """The adaptive rule's scan: the grid α = k/scan_steps (k = 0..scan_steps) and F(α A^l)
+    there per example (B, scan_steps + 1), forward passes only; its ends are F(0·A^l) and F(A)."""
+    n_examples = len(f_full)
+    grid = torch.arange(scan_steps + 1, dtype=torch.float64) / scan_steps
+    f_scan = torch.empty(n_examples, scan_steps + 1, dtype=torch.float64)
+    f_scan[:, 0], f_scan[:, -1] = f_zero.double().cpu(), f_full.double().cpu()
+    if scan_steps > 1:
+        rows = torch.arange(n_examples, device=f_full.device).repeat_interleave(scan_steps - 1)
+        alphas = grid[1:-1].repeat(n_examples).to(device=f_full.device,
+                                                  dtype=runner.attention.dtype)
+        f_scan[:, 1:-1] = runner.scan(layer, rows, alphas, target, batch_size).view(
+            n_examples, scan_steps - 1).cpu()
+    return grid.numpy(), f_scan.numpy()
+
+
+def _halved(example: int, panels: list[dict], *, spent: int, tolerance: float,
+            max_steps: int) -> tuple[list[dict], list[tuple]]:
+    """One example's integrated `panels` split into those it keeps and the halves (example, a,
+    b, F(a), F(b)) of its worst ones to integrate next: while the residuals add up to more than
+    the tolerance, the worst panels are halved until the others leave half the tolerance to
+    the halves (globally adaptive, as QUADPACK's QAG), unless the halves would take the
+    example's `spent` gradient nodes past `max_steps`."""
+    remaining = sum(panel["residual"] for panel in panels)
+    if remaining <= tolerance:
+        return panels, []
+    planned, kept, halves = spent, [], []
+    for panel in sorted(panels, key=lambda panel: panel["residual"], reverse=True):
+        if remaining > tolerance / 2 and planned + 2 * PANEL_NODES <= max_steps:
+            remaining -= panel["residual"]
+            planned += 2 * PANEL_NODES
+            a, end, middle = panel["a"], panel["b"], (panel["a"] + panel["b"]) / 2
+            halves += [(example, a, middle, panel["fa"], panel["f_middle"]),
+                       (example, middle, end, panel["f_middle"], panel["fb"])]
+        else:
+            kept.append(panel)
+    return kept, halves
+
+
 def _adaptive_layer(runner: _Runner, layer: int, attention: torch.Tensor, *,
                     target: torch.Tensor, f_zero: torch.Tensor, f_full: torch.Tensor,
                     tolerance: float, max_steps: int, scan_steps: int,
@@ -254,21 +295,11 @@ def _adaptive_layer(runner: _Runner, layer: int, attention: torch.Tensor, *,
     """
     device = f_full.device
     n_examples = len(attention)
-    # 1. scan: F(k/scan_steps · A^l); its ends are F(0·A^l) and F(A)
-    grid = torch.arange(scan_steps + 1, dtype=torch.float64) / scan_steps
-    f_scan = torch.empty(n_examples, scan_steps + 1, dtype=torch.float64)
-    f_scan[:, 0], f_scan[:, -1] = f_zero.double().cpu(), f_full.double().cpu()
-    if scan_steps > 1:
-        rows = torch.arange(n_examples, device=device).repeat_interleave(scan_steps - 1)
-        alphas = grid[1:-1].repeat(n_examples).to(device=device, dtype=runner.attention.dtype)
-        f_scan[:, 1:-1] = runner.scan(layer, rows, alphas, target, batch_size).view(
-            n_examples, scan_steps - 1).cpu()
-    # 2. panels (example, a, b, F(a), F(b)) to integrate
-    grid_np, f_np = grid.numpy(), f_scan.numpy()
-    pending = [(b, grid_np[i], grid_np[j], f_np[b, i], f_np[b, j])
-               for b in range(n_examples) for i, j in _scan_panels(grid_np, f_np[b], tolerance)]
-    # 3. integrate the pending panels; while an example's panel residuals add up to more than
-    # the tolerance, halve its worst panels (globally adaptive, as QUADPACK's QAG)
+    grid, f_scan = _scan(runner, layer, target=target, f_zero=f_zero, f_full=f_full,
+                         scan_steps=scan_steps, batch_size=batch_size)
+    # the panels (example, a, b, F(a), F(b)) to integrate
+    pending = [(b, grid[i], grid[j], f_scan[b, i], f_scan[b, j])
+               for b in range(n_examples) for i, j in _scan_panels(grid, f_scan[b], tolerance)]
     rule = fixed_rule("gauss_legendre", PANEL_NODES)
     done: list[list[dict]] = [[] for _ in range(n_examples)]  # each example's integrated panels
     nodes = torch.zeros(n_examples, dtype=torch.long)
@@ -283,23 +314,11 @@ def _adaptive_layer(runner: _Runner, layer: int, attention: torch.Tensor, *,
             done[b].append({"a": a, "b": end, "fa": fa, "fb": fb, "part": parts[p].clone(),
                             "f_middle": float(f_nodes[p, PANEL_NODES // 2]),
                             "residual": abs(float(estimate[p]) - (fb - fa))})
-        touched, pending = {p[0] for p in pending}, []
-        for b in sorted(touched):
-            remaining = sum(panel["residual"] for panel in done[b])
-            if remaining <= tolerance:
-                continue
-            planned, kept = int(nodes[b]), []
-            for panel in sorted(done[b], key=lambda panel: panel["residual"], reverse=True):
-                # halve the worst panels until the others leave half the tolerance to the halves
-                if remaining > tolerance / 2 and planned + 2 * PANEL_NODES <= max_steps:
-                    remaining -= panel["residual"]
-                    planned += 2 * PANEL_NODES
-                    a, end, middle = panel["a"], panel["b"], (panel["a"] + panel["b"]) / 2
-                    pending += [(b, a, middle, panel["fa"], panel["f_middle"]),
-                                (b, middle, end, panel["f_middle"], panel["fb"])]
-                else:
-                    kept.append(panel)
-            done[b] = kept
+        touched, pending = sorted({p[0] for p in pending}), []
+        for b in touched:
+            done[b], halves = _halved(b, done[b], spent=int(nodes[b]), tolerance=tolerance,
+                                      max_steps=max_steps)
+            pending += halves
     integral = torch.zeros_like(attention)
     for b, panels_b in enumerate(done):
         for panel in panels_b:
@@ -325,8 +344,10 @@ def attribute(
     max_steps: int = 120,
     scan_steps: int = 8,
     score: str = "probability",
+    layers: Sequence[int] | None = None,
 ) -> Attribution:
-    """Attr_h(A^l) for every layer l and head h of every example in `inputs`.
+    """Attr_h(A^l) for every layer l and head h of every example in `inputs`, or for the
+    `layers` named (in increasing order; the result's layer axis holds those alone).
 
     `inputs` is a tokenized batch (input_ids, attention_mask, optional token_type_ids, and
     `labels` when target is "gold"). `target`: "gold", "pred" or a tensor of class indices;
@@ -338,52 +359,24 @@ def attribute(
     `max_steps` (gradient nodes per example and layer) and `scan_steps` (forward-only points
     of the scan) steer the adaptive rule. `batch_size` is the number of scaled copies per
     forward pass (fewer where their examples' lengths differ much: `_Runner.passes`).
+    `layers` saves the time and the memory of the others (the engine holds per example only
+    the analysed layers' matrices): what `attnlab.explain` offers for a long input.
     """
-    if quadrature == "adaptive":
-        if max_steps < PANEL_NODES * scan_steps:
-            raise ValueError(f"attribution.max_steps ({max_steps}) must be at least "
-                             f"{PANEL_NODES} x attribution.scan_steps ({scan_steps})")
-        rule = None
-    elif isinstance(quadrature, str):
-        rule = fixed_rule(quadrature, steps)
-    else:
-        rule = quadrature
+    rule = _rule(quadrature, steps, max_steps=max_steps, scan_steps=scan_steps)
     if score not in SCORES:
         raise ValueError(f"attribution.score: {score!r} is not one of {', '.join(SCORES)}")
     runner = _Runner(model, inputs, score)
-    device = runner.logits.device
-    if isinstance(target, str):
-        if target not in TARGETS:
-            raise ValueError(f"attribution.target: {target!r} is not one of {', '.join(TARGETS)}")
-        target = inputs["labels"] if target == "gold" else runner.logits.argmax(-1)
-    target = target.to(device)
-    n_examples, n_layers = runner.attention.shape[:2]
+    target = _target_classes(target, inputs, runner.logits)
+    analysed = _analysed_layers(layers, runner.attention.shape[1])
+    runner.attention = runner.attention[:, analysed]
     f_full = _score(runner.logits, target, score)
-    everyone = torch.arange(n_examples, device=device)
-    real = inputs["attention_mask"].to(device=device, dtype=runner.attention.dtype)
+    real = inputs["attention_mask"].to(device=target.device, dtype=runner.attention.dtype)
     real_pairs = (real[:, :, None] * real[:, None, :])[:, None, None]
     attention = runner.attention * real_pairs
-    whole_path = torch.tensor([[b, 0.0, 1.0] for b in range(n_examples)], dtype=torch.float64,
-                              device=device)
-
-    integral = torch.zeros(runner.attention.shape, dtype=torch.float64, device=device)
-    f_zero = torch.zeros(n_examples, n_layers, dtype=f_full.dtype, device=device)
-    nodes = torch.zeros(n_examples, n_layers, dtype=torch.long, device=device)
-    for layer in range(n_layers):
-        f_zero[:, layer] = runner.scan(
-            layer, everyone, torch.zeros(n_examples, dtype=runner.attention.dtype, device=device),
-            target, batch_size
-        ).to(f_full.dtype)
-        if rule is None:
-            integral[:, layer], nodes[:, layer] = _adaptive_layer(
-                runner, layer, attention[:, layer].double(), target=target,
-                f_zero=f_zero[:, layer], f_full=f_full, tolerance=tolerance,
-                max_steps=max_steps, scan_steps=scan_steps, batch_size=batch_size,
-            )
-        else:
-            integral[:, layer], _ = runner.integrate(layer, whole_path, rule, target, batch_size)
-            nodes[:, layer] = len(rule[0])
-
+    integral, f_zero, nodes = _integrate_layers(
+        runner, attention, rule, layers=analysed, target=target, f_full=f_full,
+        batch_size=batch_size,
+        adaptive={"tolerance": tolerance, "max_steps": max_steps, "scan_steps": scan_steps})
     attr = attention.double() * integral * real_pairs
     residual = attr.sum(dim=(2, 3, 4)) - (f_full[:, None] - f_zero).double()
     return Attribution(
@@ -396,6 +389,72 @@ def attribute(
         nodes=nodes,
         residual=residual,
     )
+
+
+def _rule(quadrature: str | tuple[torch.Tensor, torch.Tensor], steps: int, *, max_steps: int,
+          scan_steps: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """`attribute`'s quadrature as a fixed rule's (nodes, weights) on [0, 1], or None for the
+    adaptive rule (once its node budget is checked to hold the scan's panels)."""
+    if quadrature == "adaptive":
+        if max_steps < PANEL_NODES * scan_steps:
+            raise ValueError(f"attribution.max_steps ({max_steps}) must be at least "
+                             f"{PANEL_NODES} x attribution.scan_steps ({scan_steps})")
+        return None
+    if isinstance(quadrature, str):
+        return fixed_rule(quadrature, steps)
+    return quadrature
+
+
+def _target_classes(target: str | torch.Tensor, inputs: dict[str, torch.Tensor],
+                    logits: torch.Tensor) -> torch.Tensor:
+    """`attribute`'s target as class indices on the logits' device: "gold" the labels, "pred"
+    the model's argmax, a tensor itself."""
+    if isinstance(target, str):
+        if target not in TARGETS:
+            raise ValueError(f"attribution.target: {target!r} is not one of {', '.join(TARGETS)}")
+        target = inputs["labels"] if target == "gold" else logits.argmax(-1)
+    return target.to(logits.device)
+
+
+def _analysed_layers(layers: Sequence[int] | None, count: int) -> list[int]:
+    """`attribute`'s `layers` of a model of `count` layers, checked: every layer where None."""
+    every = range(count)
+    analysed = list(every) if layers is None else list(layers)
+    if not analysed or analysed != sorted(set(analysed)) or not set(analysed) <= set(every):
+        raise ValueError(f"layers: {layers} are not increasing layers of 0..{count - 1}")
+    return analysed
+
+
+def _integrate_layers(runner: _Runner, attention: torch.Tensor,
+                      rule: tuple[torch.Tensor, torch.Tensor] | None, *, layers: list[int],
+                      target: torch.Tensor, f_full: torch.Tensor, batch_size: int,
+                      adaptive: dict[str, Any]
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """∫_0^1 ∂F/∂(αA^l) dα of each layer l of `layers` (`attention`'s layer axis holds those
+    alone) by the fixed `rule` over the whole path, or (None) by the adaptive rule with the
+    settings `adaptive`: (integrals (B, L, H, S, S) in float64, F(0·A^l) (B, L), the gradient
+    nodes spent (B, L)), L = len(layers)."""
+    n_examples, n_layers = attention.shape[:2]
+    device = f_full.device
+    everyone = torch.arange(n_examples, device=device)
+    whole_path = torch.tensor([[b, 0.0, 1.0] for b in range(n_examples)], dtype=torch.float64,
+                              device=device)
+    integral = torch.zeros(attention.shape, dtype=torch.float64, device=device)
+    f_zero = torch.zeros(n_examples, n_layers, dtype=f_full.dtype, device=device)
+    nodes = torch.zeros(n_examples, n_layers, dtype=torch.long, device=device)
+    for index, layer in enumerate(layers):
+        f_zero[:, index] = runner.scan(
+            layer, everyone, torch.zeros(n_examples, dtype=attention.dtype, device=device),
+            target, batch_size
+        ).to(f_full.dtype)
+        if rule is None:
+            integral[:, index], nodes[:, index] = _adaptive_layer(
+                runner, layer, attention[:, index].double(), target=target,
+                f_zero=f_zero[:, index], f_full=f_full, batch_size=batch_size, **adaptive)
+        else:
+            integral[:, index], _ = runner.integrate(layer, whole_path, rule, target, batch_size)
+            nodes[:, index] = len(rule[0])
+    return integral, f_zero, nodes
 
 
 def head_maxima(attr: torch.Tensor, mask: torch.Tensor) -> np.ndarray:

@@ -59,7 +59,8 @@ class EncoderShape:
 
 
 def attribution_row_bytes(
-    shape: EncoderShape, tokens: int, examples_per_row: float = 1.0, panels: int = 0
+    shape: EncoderShape, tokens: int, examples_per_row: float = 1.0, panels: int = 0, *,
+    kept: int | None = None, lowest: int = 0,
 ) -> int:
     """Upper estimate of the GPU memory one row of an attribution pass holds at its peak.
 
@@ -78,10 +79,16 @@ def attribution_row_bytes(
     attention, the float64 integral and the products forming Attr (10 L H S² together), and,
     for the adaptive rule, the float64 partial integral of each of up to `panels` panels of
     the layer being integrated. `examples_per_row` is examples per row of a pass (`rule_load`).
+
+    Where `attribute` analyses some layers only (its `layers`), `kept` is how many: the 10 L
+    H S² of `example` counts those; and `lowest` the lowest of them, where a pass starts from
+    the cached state entering it (every family but BART's classifier, which runs whole: 0),
+    so that the L of `row` is the L − lowest layers a pass runs.
     """
     s, d, i, h, n_layers = tokens, shape.hidden, shape.intermediate, shape.heads, shape.layers
-    row = n_layers * (8 * s * d + 2 * s * i + 2 * h * s * s) + 4 * h * s * s + 4 * s * i
-    example = (10 * n_layers + 2 * panels) * h * s * s + (n_layers + 1) * s * d
+    run, kept = n_layers - lowest, n_layers if kept is None else kept
+    row = run * (8 * s * d + 2 * s * i + 2 * h * s * s) + 4 * h * s * s + 4 * s * i
+    example = (10 * kept + 2 * panels) * h * s * s + (n_layers + 1) * s * d
     return int(FLOAT_BYTES * (row + examples_per_row * example))
 
 

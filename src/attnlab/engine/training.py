@@ -286,8 +286,8 @@ def _train(
     buckets = train_cfg.get("length_buckets", False)
     lengths = train["attention_mask"].sum(dim=1)
 
-    log.info("%s: training on %d examples, %d epochs, %d steps, device %s",
-             name, n_train, epochs, total_steps, device)
+    log.info("%s: training a %s on %d examples, %d epochs, %d steps, device %s",
+             name, model.config.model_type, n_train, epochs, total_steps, device)
     progress = tqdm(total=total_steps, desc=f"finetune {name}", mininterval=5)
     for epoch in range(1, epochs + 1):
         if buckets:
@@ -308,6 +308,52 @@ def _train(
     progress.close()
     return {"dev_accuracy": dev_accuracy, "train_loss": train_loss, "epochs": epoch,
             "steps": epoch * steps_per_epoch, "n_train": n_train}
+
+
+def _fit(
+    build: Callable[[], tuple[PreTrainedModel, PreTrainedTokenizerBase]],
+    train: pd.DataFrame,
+    dev: pd.DataFrame,
+    *,
+    encode_split: Callable[[pd.DataFrame, PreTrainedTokenizerBase], dict[str, torch.Tensor]],
+    accuracy_of: Callable[..., float],
+    loss_of: Callable[[PreTrainedModel, dict[str, torch.Tensor]], torch.Tensor],
+    classes: str,
+    name: str,
+    evaluate_only: bool,
+    train_cfg: dict[str, Any],
+    device: torch.device,
+    seed: int,
+    bf16: bool,
+) -> Trained:
+    """The model of `build()` trained on `train` by `_train` minimising `loss_of`, or with
+    `evaluate_only` only evaluated, and its metrics: `accuracy_of` on `dev`, the chance level
+    of the dev split's `classes` (the encoded key holding what is predicted).
+    `encode_split(df, tokenizer)` encodes a split for the model."""
+    started = time.monotonic()
+    torch.manual_seed(seed)  # model initialisation and dropout
+    model, tokenizer = build()
+    model.to(device)
+    dev_data = encode_split(dev, tokenizer)
+    evaluate = partial(accuracy_of, data=dev_data, batch_size=train_cfg["batch_size"],
+                       device=device)
+    if evaluate_only:
+        log.info("%s: the model is evaluated as it is, not trained", name)
+        result = {"dev_accuracy": evaluate(model), **UNTRAINED}
+    else:
+        train_data = encode_split(train, tokenizer)
+        with out_of_memory_names("finetune.batch_size", train_cfg["batch_size"],
+                                 f"fine-tuning task {name} (up to "
+                                 f"{train_data['input_ids'].shape[1]} tokens)"):
+            result = _train(model, train_data, loss_of=loss_of, evaluate=evaluate, name=name,
+                            train_cfg=train_cfg, device=device, seed=seed, bf16=bf16)
+    return Trained(model, tokenizer, {
+        **result,
+        "n_dev": len(dev_data[classes]),
+        "dev_chance": examples.chance(dev_data[classes]),
+        "device": device_name(device),
+        "seconds": round(time.monotonic() - started, 1),
+    })
 
 
 def finetune(
@@ -334,33 +380,13 @@ def finetune(
     same config and seed give the same numbers on CPU. `bf16`: train under bfloat16 autocast.
     The metrics' seconds are those of building, training and evaluating the model.
     """
-    started = time.monotonic()
-    torch.manual_seed(seed)  # model initialisation and dropout
-    model, tokenizer = _build_model(spec, model_cfg, train, start)
-    model.to(device)
-
     max_length, truncate = length_limit(model_cfg)
-    dev_data = encode(dev, spec, tokenizer, max_length, truncate)
-    evaluate = partial(accuracy, data=dev_data, batch_size=train_cfg["batch_size"], device=device)
-    if model_cfg["source"] == "finetuned" or untrained:
-        log.info("%s: the model is evaluated as it is, not trained", spec.name)
-        result = {"dev_accuracy": evaluate(model), **UNTRAINED}
-    else:
-        train_data = encode(train, spec, tokenizer, max_length, truncate)
-        with out_of_memory_names("finetune.batch_size", train_cfg["batch_size"],
-                                 f"fine-tuning task {spec.name} (up to "
-                                 f"{train_data['input_ids'].shape[1]} tokens)"):
-            result = _train(model, train_data, loss_of=_classifier_loss, evaluate=evaluate,
-                            name=spec.name, train_cfg=train_cfg, device=device, seed=seed,
-                            bf16=bf16)
-
-    return Trained(model, tokenizer, {
-        **result,
-        "n_dev": len(dev_data["labels"]),
-        "dev_chance": examples.chance(dev_data["labels"]),
-        "device": device_name(device),
-        "seconds": round(time.monotonic() - started, 1),
-    })
+    return _fit(
+        partial(_build_model, spec, model_cfg, train, start), train, dev,
+        encode_split=lambda df, tokenizer: encode(df, spec, tokenizer, max_length, truncate),
+        accuracy_of=accuracy, loss_of=_classifier_loss, classes="labels", name=spec.name,
+        evaluate_only=model_cfg["source"] == "finetuned" or untrained, train_cfg=train_cfg,
+        device=device, seed=seed, bf16=bf16)
 
 
 def _masked_lm_loss(model: PreTrainedModel, batch: dict[str, torch.Tensor], *, rate: float,
@@ -478,22 +504,10 @@ def train_language_model(
     next-token accuracy at the query: dev_accuracy, the share of dev prompts whose argmax next
     token is the target. Prompts are never truncated (the config check refuses model.truncate
     for next-token tasks): one longer than model.max_length is an error."""
-    started = time.monotonic()
-    torch.manual_seed(seed)
-    model, tokenizer = _causal_model(spec, model_cfg, train)
-    model.to(device)
     max_length, _ = length_limit(model_cfg)
-    dev_data = encode_prompts(dev, spec, tokenizer, max_length)
-    evaluate = partial(next_token.accuracy, data=dev_data, batch_size=train_cfg["batch_size"],
-                       device=device)
-    if model_cfg["source"] == "finetuned" or untrained:
-        result = {"dev_accuracy": evaluate(model), **UNTRAINED}
-    else:
-        log.info("%s: training a %s language model", spec.name, model.config.model_type)
-        result = _train(model, encode_prompts(train, spec, tokenizer, max_length),
-                        loss_of=_next_token_loss, evaluate=evaluate, name=spec.name,
-                        train_cfg=train_cfg, device=device, seed=seed, bf16=bf16)
-    return Trained(model, tokenizer, {
-        **result, "n_dev": len(dev_data["query"]),
-        "dev_chance": examples.chance(dev_data["target"]), "device": device_name(device),
-        "seconds": round(time.monotonic() - started, 1)})
+    return _fit(
+        partial(_causal_model, spec, model_cfg, train), train, dev,
+        encode_split=lambda df, tokenizer: encode_prompts(df, spec, tokenizer, max_length),
+        accuracy_of=next_token.accuracy, loss_of=_next_token_loss, classes="target",
+        name=spec.name, evaluate_only=model_cfg["source"] == "finetuned" or untrained,
+        train_cfg=train_cfg, device=device, seed=seed, bf16=bf16)

@@ -17,15 +17,22 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel
 
-from attnlab.engine.attribution import attribute
+from attnlab.engine.attribution import Attribution, attribute
 from attnlab.engine.capture import Captured
 from attnlab.methods.method import as_scores
 
 
-def attattr(model: PreTrainedModel, example: Captured, engine: dict[str, Any]) -> torch.Tensor:
-    """a^l_ij of one example as (L, n, n); `engine`: the keyword arguments of `attribute`."""
+def attribution(model: PreTrainedModel, example: Captured, engine: dict[str, Any]
+                ) -> Attribution:
+    """The engine's attribution of one example (its heads apart, its completeness residuals);
+    `engine`: the keyword arguments of `attribute`."""
     target = torch.tensor([example.target], device=example.probs.device)
-    return attribute(model, example.inputs, target, **engine).attr[0].sum(dim=1)
+    return attribute(model, example.inputs, target, **engine)
+
+
+def attattr(model: PreTrainedModel, example: Captured, engine: dict[str, Any]) -> torch.Tensor:
+    """a^l_ij of one example as (L, n, n)."""
+    return attribution(model, example, engine).attr[0].sum(dim=1)
 
 
 def score(model: PreTrainedModel, captured: Captured, engine: dict[str, Any]) -> np.ndarray:

@@ -19,6 +19,9 @@ and one that is no argument:
 
     gradients   it takes gradients through the model: it runs with autograd on, after the
                 methods that do not (those run under torch.no_grad()).
+
+A method whose scores explain F (the target's probability) says so (`target`): attnlab.explain
+then sums its scores over the terms of a continuation or a contrast, and scores the others once.
 """
 
 from __future__ import annotations
@@ -47,6 +50,9 @@ class Method:
     # whether it applies to a decoder language model (causal, pre-LN): not the methods that
     # decompose an encoder's post-LN sublayer
     decoders: bool = True
+    # whether its scores explain F, the target's probability (attattr's: the engine's score),
+    # and so change with the target; the others read the input alone
+    target: bool = False
 
     @property
     def score(self) -> Callable[..., np.ndarray]:

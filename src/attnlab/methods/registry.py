@@ -47,10 +47,10 @@ METHODS: tuple[Method, ...] = (
     Method("attattr",
            "a^l_ij = Σ_h A^l_h,ij ∫₀¹ ∂F(αA^l)/∂A^l_h,ij dα, by the engine with the run's "
            "`attribution` settings",
-           "Hao, Dong, Wei & Xu 2021 (AAAI)", FORWARD | {"engine", GRADIENTS}),
+           "Hao, Dong, Wei & Xu 2021 (AAAI)", FORWARD | {"engine", GRADIENTS}, target=True),
     Method("attention_x_gradient",
            "g^l_ij = Σ_h A^l_h,ij ∂F(A)/∂A^l_h,ij (AttAttr's one node α = 1)",
-           "baseline", FORWARD | {GRADIENTS}),
+           "baseline", FORWARD | {GRADIENTS}, target=True),
     Method("rollout", "Ã^l = ½A^l + ½I; R^0 = Ã^0, R^l = Ã^l R^{l−1}",
            "Abnar & Zuidema 2020 (ACL); samiraabnar/attention_flow `compute_joint_attention`",
            frozenset({"attention"})),
@@ -77,7 +77,7 @@ METHODS: tuple[Method, ...] = (
            "in every head, against the original; rows normalised",
            "Mohebbi, Zuidema, Chrupała & Alishahi 2023 (EACL); hmohebbi/ValueZeroing", FORWARD),
     Method("occlusion", "F(A) − F(A with edge i → j of layer l zeroed in every head)",
-           "baseline", FORWARD | {"batch_size"}),
+           "baseline", FORWARD | {"batch_size"}, target=True),
 )
 
 

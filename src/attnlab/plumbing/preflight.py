@@ -675,64 +675,81 @@ def _check_kind(config: dict[str, Any]) -> None:
     """A next_token configuration needs a decoder, and a classification one an encoder; it
     runs no stage that compares tasks, its trees are normalised by the layer's maximum, and
     its prompts are not truncated."""
-    decoder = task_kind(config) == "next_token"
-    model = config["model"]
+    kind = task_kind(config)
+    _check_scratch_family(config["model"], kind)
+    if kind == "next_token":
+        _check_decoder_settings(config)
+    for name, task in config["tasks"].items():
+        _check_task_of_kind(name, task, kind)
+
+
+def _check_scratch_family(model: dict[str, Any], kind: str) -> None:
+    """model.scratch.family: a family built from scratch, and (a scratch model) one that can
+    learn tasks of `kind`."""
     family = model["scratch"].get("family", SCRATCH_DEFAULT)
-    fitting = names(DECODER if decoder else CLASSIFIER, scratch=True)
+    fitting = names(DECODER if kind == "next_token" else CLASSIFIER, scratch=True)
     if family not in names(scratch=True):
         raise ConfigError(f"model.scratch.family: {family!r} is not a family built from "
                           f"scratch ({', '.join(names(scratch=True))})")
     if model["source"] == "scratch" and family not in fitting:
         raise ConfigError(f"model.scratch.family: {family!r} cannot learn "
-                          f"{task_kind(config)} tasks; use {' or '.join(fitting)}")
+                          f"{kind} tasks; use {' or '.join(fitting)}")
+
+
+def _check_decoder_settings(config: dict[str, Any]) -> None:
+    """The settings a next_token configuration cannot take."""
     # a prompt cut short would lose the query (its last token) or shift every planted position
-    if decoder and model["truncate"]:
+    if config["model"]["truncate"]:
         raise ConfigError("model.truncate: a next_token task's prompts are never truncated; "
                           "raise model.max_length instead")
-    if decoder and config["trees"]["normalise"] != "layer":
+    if config["trees"]["normalise"] != "layer":
         raise ConfigError(f"trees.normalise: {config['trees']['normalise']!r} leaves out a "
                           "classifier's [CLS] row; a decoder's trees (next_token tasks) take "
                           "'layer'")
     # rule induction reads the attributions rule attribute dumped
     attribution = config["attribution"]
-    if decoder and not attribution["keep_full"]:
+    if not attribution["keep_full"]:
         raise ConfigError("attribution.keep_full: false; rule induction reads the full "
                           "attribution matrices from the dumps of a next_token configuration: "
                           "set it to true")
-    if decoder and (attribution["max_examples"] or math.inf) < config["induction"]["examples"]:
+    if (attribution["max_examples"] or math.inf) < config["induction"]["examples"]:
         raise ConfigError(f"induction.examples: {config['induction']['examples']} is more than "
                           f"the {attribution['max_examples']} examples rule attribute attributes "
                           "(attribution.max_examples)")
     for key in ("similar_pairs", "dissimilar_pairs"):
-        if decoder and config["heads"][key]:
+        if config["heads"][key]:
             raise ConfigError(f"heads.{key}: the cross-task correlation of head importance is "
                               "not run for next_token tasks; leave it empty")
-    for name, task in config["tasks"].items():
-        if decoder and task.get("shuffle_labels"):
-            raise ConfigError(f"tasks.{name}.shuffle_labels: a next_token task has no labels to "
-                              "shuffle (it is a classification task's control); leave it out")
-        if "repeat" in task and not (decoder and task["source"] in ("hub", "local")):
-            raise ConfigError(f"tasks.{name}.repeat: makes next_token prompts of the sentences "
-                              "of a hub or local source; this task is "
-                              f"{task.get('kind', 'classification')} from {task['source']!r}: "
-                              "leave repeat out")
-        if decoder and (task["source"] == "mix"
-                        or task["source"] == "hub" and "repeat" not in task):
-            raise ConfigError(f"tasks.{name}.source: {task['source']!r}; a next_token task's "
-                              "data is synthetic (induction or repeat), local (prompts and "
-                              "targets), or the sentences of a hub or local source made into "
-                              f"repeat prompts (tasks.{name}.repeat)")
-        if "target_tokens" in task and not (decoder and task["source"] == "local"
-                                            and "repeat" not in task):
-            raise ConfigError(f"tasks.{name}.target_tokens: says how a next_token task's own "
-                              "targets (source local, without repeat) are tokenized; this task "
-                              "has none: leave it out")
-        next_token = (task["source"] == "synthetic"
-                      and task["synthetic"]["kind"] in NEXT_TOKEN_KINDS)
-        if task["source"] == "synthetic" and next_token != decoder:
-            raise ConfigError(f"tasks.{name}.synthetic.kind: {task['synthetic']['kind']!r} "
-                              f"does not make {task_kind(config)} tasks (induction and repeat "
-                              "make next_token tasks, the others classification tasks)")
+
+
+def _check_task_of_kind(name: str, task: dict[str, Any], kind: str) -> None:
+    """Task `name`'s keys and source fit the configuration's `kind` of tasks."""
+    decoder = kind == "next_token"
+    if decoder and task.get("shuffle_labels"):
+        raise ConfigError(f"tasks.{name}.shuffle_labels: a next_token task has no labels to "
+                          "shuffle (it is a classification task's control); leave it out")
+    if "repeat" in task and not (decoder and task["source"] in ("hub", "local")):
+        raise ConfigError(f"tasks.{name}.repeat: makes next_token prompts of the sentences "
+                          "of a hub or local source; this task is "
+                          f"{task.get('kind', 'classification')} from {task['source']!r}: "
+                          "leave repeat out")
+    if decoder and (task["source"] == "mix"
+                    or task["source"] == "hub" and "repeat" not in task):
+        raise ConfigError(f"tasks.{name}.source: {task['source']!r}; a next_token task's "
+                          "data is synthetic (induction or repeat), local (prompts and "
+                          "targets), or the sentences of a hub or local source made into "
+                          f"repeat prompts (tasks.{name}.repeat)")
+    if "target_tokens" in task and not (decoder and task["source"] == "local"
+                                        and "repeat" not in task):
+        raise ConfigError(f"tasks.{name}.target_tokens: says how a next_token task's own "
+                          "targets (source local, without repeat) are tokenized; this task "
+                          "has none: leave it out")
+    next_token = (task["source"] == "synthetic"
+                  and task["synthetic"]["kind"] in NEXT_TOKEN_KINDS)
+    if task["source"] == "synthetic" and next_token != decoder:
+        raise ConfigError(f"tasks.{name}.synthetic.kind: {task['synthetic']['kind']!r} "
+                          f"does not make {kind} tasks (induction and repeat "
+                          "make next_token tasks, the others classification tasks)")
 
 
 def attributed_idx(config: dict[str, Any], task: dict[str, Any]) -> range | None:
@@ -829,17 +846,33 @@ def check_config(config: dict[str, Any], pretrained: str | None) -> None:
                           "cross-task correlation of every run needs")
     _check_pairs(heads, config["tasks"])
     _check_roles(config)
-    if config["model"]["pretrain"]["epochs"] and config["model"]["source"] != "scratch":
+    _check_source(config)
+    _check_attributed(config)
+    shape = model_shape(config["model"], pretrained)
+    if shape is not None:
+        _check_model_shape(config, pretrained, shape)
+
+
+def _check_source(config: dict[str, Any]) -> None:
+    """The settings that model.source rules out: pre-training and a GGUF file for a model
+    that is not built from scratch or is, controls for one used as published."""
+    model = config["model"]
+    if model["pretrain"]["epochs"] and model["source"] != "scratch":
         raise ConfigError(f"model.pretrain.epochs: pre-training is for scratch models only; "
-                          f"model.source is {config['model']['source']!r}, which starts from "
+                          f"model.source is {model['source']!r}, which starts from "
                           "model.pretrained")
-    if config["model"]["gguf_file"] is not None and config["model"]["source"] == "scratch":
-        raise ConfigError(f"model.gguf_file: {config['model']['gguf_file']!r} is a file of "
+    if model["gguf_file"] is not None and model["source"] == "scratch":
+        raise ConfigError(f"model.gguf_file: {model['gguf_file']!r} is a file of "
                           "model.pretrained; model.source is scratch, which reads none")
-    if config["controls"] and config["model"]["source"] == "finetuned":
+    if config["controls"] and model["source"] == "finetuned":
         raise ConfigError(f"controls: {config['controls']} compare with the model fine-tuning "
                           "starts from; model.source finetuned is used as published, with no "
                           "untrained model of ours")
+
+
+def _check_attributed(config: dict[str, Any]) -> None:
+    """The attribution settings against each other and the trees' against what is
+    attributed and dumped."""
     trees, attribution = config["trees"], config["attribution"]
     # the adaptive rule's first panels take 3 gradient evaluations per scan interval at most
     if attribution["max_steps"] < 3 * attribution["scan_steps"]:
@@ -857,9 +890,11 @@ def check_config(config: dict[str, Any], pretrained: str | None) -> None:
             raise ConfigError(f"trees.example_idx: {missing} are not attributed dev examples of "
                               f"task {name} (idx {available.start}..{available.stop - 1})")
 
-    shape = model_shape(config["model"], pretrained)
-    if shape is None:
-        return
+
+def _check_model_shape(config: dict[str, Any], pretrained: str | None,
+                       shape: ModelShape) -> None:
+    """The checkpoint's family, tokenizer, positions and layers (`shape`, `model_shape`'s)
+    against the tasks' kind and the settings that name positions or layers."""
     decoder = task_kind(config) == "next_token"
     if config["model"]["source"] != "scratch" and FAMILIES[shape.model_type].causal != decoder:
         fitting = names(DECODER if decoder else CLASSIFIER)
@@ -872,6 +907,7 @@ def check_config(config: dict[str, Any], pretrained: str | None) -> None:
     if shape.positions is not None and config["model"]["max_length"] > shape.positions:
         raise ConfigError(f"model.max_length: {config['model']['max_length']} is more than the "
                           f"{shape.positions} positions the model has")
+    trees = config["trees"]
     if trees["heatmap_layer"] is not None:
         _check_layers("trees.heatmap_layer", [trees["heatmap_layer"]], shape)
     _check_layers("explanation.adversarial_attention.layers",

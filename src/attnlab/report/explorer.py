@@ -3,7 +3,7 @@ and sees, side by side, the attention (and the effective attention, where it was
 attribution, the interaction methods' maps of that layer (where the run scored the example),
 the attribution tree and, on synthetic tasks, the planted pair; below them all heads of every
 layer as small multiples (as bertviz's model view), any of which a click opens. Rule
-example_views writes one per task, and `attnlab explain` one for a single input.
+example_views writes one per task, and `attnlab explain` one of the texts it explains.
 
 Colours tell the values: every heatmap has a colour bar labelled with the value its full colour
 stands for, which is either the largest |value| of the layer shown or the largest of all layers
@@ -54,11 +54,12 @@ def example_data(row: Mapping[str, Any], maps: Mapping[str, np.ndarray], tree: T
                  methods: Mapping[str, np.ndarray] | None = None) -> dict[str, Any]:
     """One example of the explorer: a dump row over words (idx, tokens, pred, and the label and
     planted pair where known: a null label is shown as none), its maps (name -> (L, H, W, W)
-    over the same words: "attribution" and "attention", and others such as "effective
-    attention"), the interaction methods' maps of it (method -> (L, W, W)) and its attribution
-    tree."""
-    attribution = maps["attribution"]
-    layer, head = np.unravel_index(attribution.argmax(), attribution.shape)[:2]
+    over the same words: "attention", "attribution" (where computed) and others such as
+    "effective attention"), the interaction methods' maps of it (method -> (L, W, W)) and
+    its attribution tree."""
+    # the first view: the largest attribution (`attnlab explain` of another method: attention)
+    first = maps.get("attribution", next(iter(maps.values())))
+    layer, head = np.unravel_index(first.argmax(), first.shape)[:2]
     label = row.get("label")
     return {
         "idx": int(row["idx"]),
@@ -263,7 +264,7 @@ function heatmap(svg, ex, kind, name, layer, head, scope, largest) {{
 
 function tree(svg, ex, layer) {{
   svg.innerHTML = "";
-  const n = ex.tokens.length, L = ex.maps.attribution.scale.length;
+  const n = ex.tokens.length, L = ex.maps.attention.scale.length;
   const dx = Math.max(22, Math.min(48, 700 / n));
   const dy = 44, left = 92, top = 24, width = left + n * dx + 20, height = top + (L + 1) * dy + 70;
   svg.setAttribute("width", width); svg.setAttribute("height", height);
@@ -387,13 +388,14 @@ function draw() {{
 
 // the example's layers, heads and maps in the selects; its own first view unless `query` sets it
 function choose(ex, query) {{
-  const L = ex.maps.attribution.scale.length, H = ex.maps.attribution.heads;
+  const L = ex.maps.attention.scale.length, H = ex.maps.attention.heads;
   const layers = [...Array(L).keys()], heads = [...Array(H).keys()];
   options($("layer"), layers, layers.map(String), query.get("layer") ?? ex.start[0]);
   options($("head"), [...heads, "all"], [...heads.map(String), "all heads"],
     query.get("head") ?? ex.start[1]);
   const names = Object.keys(ex.maps);
-  options($("overview-map"), names, names, $("overview-map").value || "attribution");
+  options($("overview-map"), names, names,
+    $("overview-map").value || (names.includes("attribution") ? "attribution" : names[0]));
 }}
 
 function start() {{

@@ -20,7 +20,7 @@ from attnlab.engine import examples, models
 from attnlab.engine.attribution import engine_options
 from attnlab.engine.batch_size import rows_per_pass
 from attnlab.methods import registry
-from attnlab.methods.method import Method, Variants
+from attnlab.methods.method import Method
 from attnlab.model_job import ModelJob
 from attnlab.plumbing.outputs import write_table
 from attnlab.report.interaction_figures import plot_deletion, plot_ground_truth, plot_leaderboard
@@ -71,17 +71,13 @@ def _methods(job: ModelJob) -> list[Method]:
 def _options(job: ModelJob, chosen: list[Method],
              encoded: dict[str, torch.Tensor]) -> interaction_methods.Options:
     """How the methods run and are judged, from the job's settings."""
-    cfg = job.settings.interaction_methods
     engine = engine_options(job.settings.attribution)
     # AttAttr's copies per pass (attribution.batch_size: auto resolved, as the attribute stage
     # does, for the longest example)
     engine["batch_size"] = rows_per_pass(job.model.config, engine,
                                          encoded["input_ids"].shape[1], job.device)
-    return interaction_methods.Options(
-        methods=chosen, variants=Variants(flow_normalised=cfg.flow_normalised,
-                                          alti_biases=cfg.alti_biases),
-        engine=engine, deletion_steps=cfg.deletion_steps,
-        erasure_bins=cfg.erasure_bins, batch_size=cfg.batch_size, seed=job.settings.seed)
+    return interaction_methods.Options.of(chosen, job.settings.interaction_methods, engine,
+                                          seed=job.settings.seed)
 
 
 def _write(job: ModelJob, comparisons: dict[str, interaction_methods.Comparison],
