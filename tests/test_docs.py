@@ -39,14 +39,14 @@ def test_configuration_page_is_current():
 
 
 def test_methods_table_is_current():
-    """docs/interaction_methods.md's table of the methods is what docs/generate_method_table.py
+    """docs/interaction_methods.md's table of the methods is what docs/generate_configuration.py
     writes from the registry: one row per method, in the registry's order."""
-    generator = _generator("generate_method_table")
-    page = generator.PAGE.read_text(encoding="utf-8")
-    assert generator.with_table(page) == page, (
+    generator = _generator()
+    page = generator.METHODS_PAGE.read_text(encoding="utf-8")
+    assert generator.with_methods_table(page) == page, (
         "docs/interaction_methods.md's methods table is stale: run python "
-        "docs/generate_method_table.py")
-    rows = [line.split(" | ")[0] for line in generator.table().splitlines()
+        "docs/generate_configuration.py")
+    rows = [line.split(" | ")[0] for line in generator.methods_table().splitlines()
             if line.startswith("| `")]
     assert rows == [f"| `{method.name}`" for method in METHODS]
 

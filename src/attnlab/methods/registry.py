@@ -5,7 +5,7 @@ Adding a method is its module, attnlab.methods.<name> with its function `score`,
 entry here: its `Method` in `METHODS` and its module among the imports below. Everything else
 reads this table: the config's schema (the names `interaction_methods.methods` allows and its
 default, filled in by attnlab.plumbing.config), the tests' lists of methods and the methods'
-table of docs/interaction_methods.md (docs/generate_method_table.py).
+table of docs/interaction_methods.md (docs/generate_configuration.py).
 
 A decoder language model (causal attention, pre-LN) gets the methods whose `decoders` is true:
 ALTI and GlobEnc decompose an encoder's post-LN attention sublayer, which a decoder does not
