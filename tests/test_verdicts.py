@@ -252,6 +252,18 @@ def test_findings_about_learning_are_not_testable_on_a_model_that_learned_nothin
     assert judged.loc["about the architecture", "verdict"] == "holds"
     assert judged.loc["learned and already untestable", "reason"] == "one layer"
     assert judged.loc["a check", "verdict"] == "holds"
+    # a finding its data could not judge (both sides at the ceiling on every unit) says first
+    # that the model learned nothing, and keeps its estimate and interval
+    ceiling = claims_frame([finding("s", "at the ceiling", "m",
+                                    verdicts.difference(np.ones(20), np.ones(20), paired=True),
+                                    Bar(0), source("hao2021", "fig3_low_pruning"))])
+    assert ceiling.loc[0, "verdict"] == "not testable"
+    assert ceiling.loc[0, "reason"].startswith("at the ceiling")
+    unlearned = on_models(ceiling, {"syn_sst2": chance}).loc[0]
+    assert unlearned["verdict"] == "not testable"
+    assert unlearned["reason"].startswith("the model did not learn its task")
+    assert (unlearned["value"], unlearned["low"], unlearned["high"]) == (
+        ceiling.loc[0, "value"], ceiling.loc[0, "low"], ceiling.loc[0, "high"])
     # findings over several tasks' models name the task that did not learn
     both = on_models(rows, {"syn_mnli": trained, "syn_sst2": chance})
     assert both.loc[0, "reason"].startswith("syn_sst2: the model did not learn its task")
