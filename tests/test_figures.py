@@ -361,13 +361,13 @@ def test_pruning_a_model_whose_accuracy_never_moves_says_so_and_the_leak_is_draw
     head_figures.plot_per_layer(curves, tmp_path / "per_layer.png", claims=claims)
     flat, moving = kept["per_layer.png"].axes
     # a random order has no lowest heads to prune first: its line is named "random"; each
-    # label's ranking says whose protocol it is
-    assert sorted(t.get_text() for t in kept["per_layer.png"].legends[0].get_texts()) == [
-        "attention, highest first", "attention, lowest first",
-        "attribution (gold label: the paper's), highest first",
-        "attribution (gold label: the paper's), lowest first",
-        "attribution (predicted label: ours), highest first",
-        "attribution (predicted label: ours), lowest first", "random"]
+    # label's ranking says whose protocol it is, in a dash style of its own
+    assert [t.get_text() for t in kept["per_layer.png"].legends[0].get_texts()] == [
+        "pruned", "attribution, lowest first", "attribution, highest first",
+        "attention, lowest first", "attention, highest first", "random",
+        "ranked by", "gold label (the paper's)", "predicted label (ours)", "no label"]
+    # the gold label's curves solid, the predicted label's dashed (they coincide here)
+    assert {"-", "--"} <= {line.get_linestyle() for line in moving.get_lines()}
     assert [t.get_text() for t in flat.texts] == ["accuracy, whatever is pruned: 0.5 everywhere"]
     assert not moving.texts and flat.get_title() == "task = pairs"
     assert moving.get_title() == "task = single\ngold-label leak at k=2:\n-0.2 [-0.25, -0.15]"

@@ -21,9 +21,10 @@ def _note_flat_tasks(grid: sns.FacetGrid, curves: pd.DataFrame) -> None:
                      "accuracy, whatever is pruned")
 
 
-# The legend's name of each label's attribution ranking, saying whose protocol it is.
-RANKED_BY = {"gold": " (gold label: the paper's)", "predicted": " (predicted label: ours)",
-             "": ""}
+# The legend's name of each label's attribution ranking, saying whose protocol it is (drawn in
+# its own dash style, so that the two labels' curves stay apart where they overlap).
+RANKED_BY = {"gold": "gold label (the paper's)", "predicted": "predicted label (ours)",
+             "": "no label"}
 
 
 def _draw_leak(ax: plt.Axes, curves: pd.DataFrame, leak: pd.DataFrame) -> None:
@@ -51,12 +52,13 @@ def plot_per_layer(curves: pd.DataFrame, path: str | os.PathLike, *,
     ranked by the gold label, the paper's, and by the predicted label, ours), with the gold
     label's leak from each task's claims (`claims`, prune_eval's tables of every task) on its
     panel (`_draw_leak`)."""
-    label = curves["label"].map(RANKED_BY)
     # a random order has no lowest or highest heads: its line is named by the ranking alone
     order = (", " + curves["order"] + " first").where(curves["ranking"] != "random", "")
-    curves = curves.assign(pruned=curves["ranking"] + label + order)
-    grid = sns.relplot(data=curves, x="k", y="accuracy", hue="pruned", col="task", kind="line",
-                       marker="o", height=3.2, facet_kws={"sharey": False})
+    curves = curves.assign(pruned=curves["ranking"] + order,
+                           **{"ranked by": curves["label"].map(RANKED_BY)})
+    grid = sns.relplot(data=curves, x="k", y="accuracy", hue="pruned", style="ranked by",
+                       col="task", kind="line", marker="o", height=3.2,
+                       facet_kws={"sharey": False})
     grid.set_axis_labels("heads pruned in every layer (k)", "accuracy")
     _note_flat_tasks(grid, curves)
     leaks = claims[claims["claim"] == LEAK]
