@@ -306,6 +306,8 @@ def _printed(runs: dict[int | None, Path], table: pd.DataFrame) -> str:
                          what, row["task"], f"{number:g}", shown,
                          "—" if math.isnan(value) else f"{value - number:+.3g}",
                          row["verdict"]])
+    if not rows:
+        return "No finding of this run judges a number a source prints.\n"
     return ("The finding that judges each number is in the claims above; its bar is the "
             "printed number (`bar: printed` in the source's file of statements).\n\n"
             + _table(["source", "number", "task", "printed", "ours", "ours − printed",
@@ -550,7 +552,10 @@ def main(argv: list[str]) -> int:
     else:
         command = f"python docs/generate_results.py {run.as_posix()}"
     if args.out.resolve() != OUTPUT:
-        command += f" --out {args.out.as_posix()}"
+        # a page of the repository by its path there, whichever folder the command runs in
+        out = args.out.resolve()
+        out = out.relative_to(ROOT) if out.is_relative_to(ROOT) else out
+        command += f" --out {out.as_posix()}"
     current = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
     text = placed(generate(run, command=command), current)
     if args.check:
