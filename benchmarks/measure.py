@@ -7,12 +7,13 @@ scripts beside it)."""
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import resource
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -156,15 +157,22 @@ def write_report(report: dict[str, Any], out: str | None) -> None:
         Path(out).write_text(text + "\n")
 
 
-def module_at(commit: str, path: str) -> ModuleType:
+def module_at(commit: str, path: str, *, only: Sequence[str] = ()) -> ModuleType:
     """The module at `path` (under src/) as it was at `commit`, read from git and imported
-    under another name: the code before a change, timed beside today's in one run."""
+    under another name: the code before a change, timed beside today's in one run. `only`:
+    its imports and the top-level definitions of these names alone, where the rest of it
+    no longer runs against today's package (a registry entry of an older `Method`)."""
     root = Path(__file__).resolve().parents[1]
     source = subprocess.run(["git", "show", f"{commit}:src/{path}"], cwd=root, check=True,
                             capture_output=True, text=True).stdout
+    tree = ast.parse(source)
+    if only:
+        tree.body = [node for node in tree.body
+                     if isinstance(node, ast.Import | ast.ImportFrom)
+                     or getattr(node, "name", None) in only]
     module = ModuleType(f"before_{Path(path).stem}")
     sys.modules[module.__name__] = module  # dataclasses look their module up there
-    exec(compile(source, f"{commit}:src/{path}", "exec"), module.__dict__)
+    exec(compile(tree, f"{commit}:src/{path}", "exec"), module.__dict__)
     return module
 
 

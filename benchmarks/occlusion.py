@@ -64,7 +64,8 @@ def main() -> None:
                                 ("input_ids", "token_type_ids", "attention_mask")},
                         int(encoded["labels"][row]))
                 for row, n in enumerate(lengths.tolist())]
-    variants = {"old": module_at(BEFORE, "attnlab/methods/occlusion.py"), "new": occlusion}
+    variants = {"old": module_at(BEFORE, "attnlab/methods/occlusion.py", only=["occlusion"]),
+                "new": occlusion}
     # each variant's token-layers in passes that stop at the attention function (its last run)
     stopped = dict.fromkeys(variants, 0)
 

@@ -351,7 +351,14 @@ def _wall_time(run: Path) -> str:
     return (f"`{lines['Command being timed'].strip(chr(34))}` from a fresh clone, the install "
             f"included, took **{lines['Elapsed (wall clock) time (h:mm:ss or m:ss)']}** (h:mm:ss "
             f"or m:ss) and {cpu:,.0f} CPU seconds, exit status {lines['Exit status']} "
-            f"(`/usr/bin/time -v`: [`{TIME_FILE}`]({TIME_FILE})).\n\n")
+            f"(`/usr/bin/time -v`: {_file_link(run, TIME_FILE)}).\n\n")
+
+
+def _file_link(run: Path, name: str) -> str:
+    """The run's file `name`, linked from a page of docs/ where the run is a snapshot."""
+    if run.resolve().parent == SNAPSHOTS:
+        return f"[`{name}`](data/{run.name}/{name})"
+    return f"`{(run / name).as_posix()}`"
 
 
 def _top_heads(table: pd.DataFrame, count: int = 6) -> list[list[str]]:

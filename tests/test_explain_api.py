@@ -282,6 +282,25 @@ def test_the_library_page_prints_what_it_shows(tmp_path):
     assert "<title>attnlab explain" in (tmp_path / "explained.html").read_text()
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(bool(packages.missing_packages({"model": {"pretrained": MINILM}})),
+                    reason=f"needs the package {packages.MINILM.requirement}: "
+                    f"{packages.install_hint(packages.MINILM)}")
+def test_the_readme_example_runs_as_written(tmp_path):
+    """The README's Python example, offline, from another folder: the completeness it prints
+    is within the tolerance, and what it saves loads back."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    (code,) = re.findall(r"```python\n(.*?)```", readme, re.S)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr
+    assert float(done.stdout.splitlines()[-1]) <= 1e-3  # the adaptive rule's tolerance
+    loaded = Explanation.load(tmp_path / "explained")
+    assert loaded.method == "attattr" and [e.text for e in loaded.examples] == [
+        "a gripping film", "dull and far too long"]
+
+
 @needs_browser
 def test_the_page_of_another_method_draws_its_scores_beside_the_attention(classifier,
                                                                          tmp_path):

@@ -568,23 +568,6 @@ def test_nothing_changed_plans_nothing(tiny_run):
     assert "Nothing to be done" in rerun, rerun[-3000:]
 
 
-@pytest.mark.slow
-def test_the_readme_example_runs_on_a_finished_run(tiny_run):
-    """The README's Python example, pointed at the tiny run instead of the default one."""
-    readme = (ROOT / "README.md").read_text()
-    (example,) = re.findall(r"```python\n(.*?)```", readme, re.S)
-    example = (example.replace("results/default", str(tiny_run.results))
-               .replace('"config.yaml"', repr(str(tiny_run.configfile)))
-               .replace("syn_sst2", "single"))
-    result = subprocess.run([sys.executable, "-c", example], env=ENV, capture_output=True,
-                            text=True, check=True)
-    shape, residual = result.stdout.splitlines()
-    layers, heads = TINY["model"]["scratch"]["layers"], TINY["model"]["scratch"]["heads"]
-    assert re.fullmatch(rf"torch.Size\(\[4, {layers}, {heads}, \d+, \d+\]\)", shape), shape
-    # the example attributes with the default adaptive rule: within its tolerance of 1e-3
-    assert float(re.search(r"tensor\(([-0-9.e]+)", residual).group(1)) <= 1e-3, residual
-
-
 def report_results(report: Path) -> dict[str, dict]:
     """The results a Snakemake HTML report embeds, by path (its `results` JSON object)."""
     page = report.read_text()
