@@ -195,23 +195,35 @@ class LayerWork:
         self.tokens += hidden.shape[0] * hidden.shape[1]
 
 
-def old_against_new(runs: dict[str, Callable[[], Any]], rounds: int,
-                    work: LayerWork) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Run the variants "old" and "new" of `runs` once per round each, in alternating order, so
-    that load from other jobs falls on both alike: their outputs (the last round's) and the
-    report's timing fields (mean seconds, speed-up old / new, the work each ran through the
-    layers and its ratio, old over new token-layers)."""
-    seconds, done, outputs = dict.fromkeys(runs, 0.0), {}, {}
+def alternating(runs: dict[str, Callable[[], Any]], rounds: int
+                ) -> tuple[dict[str, Any], dict[str, float]]:
+    """Run every variant of `runs` once per round, in alternating order, so that load from
+    other jobs falls on all alike: their outputs (the last round's) and mean seconds."""
+    seconds, outputs = dict.fromkeys(runs, 0.0), {}
     for round_ in range(rounds):
         for variant in list(runs)[::1 if round_ % 2 == 0 else -1]:
-            work.rows = work.tokens = 0
             start = time.perf_counter()
             outputs[variant] = runs[variant]()
             seconds[variant] += time.perf_counter() - start
-            done[variant] = (work.rows, work.tokens)
+    return outputs, {variant: total / rounds for variant, total in seconds.items()}
+
+
+def old_against_new(runs: dict[str, Callable[[], Any]], rounds: int,
+                    work: LayerWork) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`alternating` of the variants "old" and "new": their outputs and the report's timing
+    fields (mean seconds, speed-up old / new, the work each ran through the layers and its
+    ratio, old over new token-layers)."""
+    def counted(run: Callable[[], Any]) -> tuple[Any, tuple[int, int]]:
+        work.rows = work.tokens = 0
+        return run(), (work.rows, work.tokens)
+
+    counts, seconds = alternating({variant: lambda r=run: counted(r)
+                                   for variant, run in runs.items()}, rounds)
+    outputs = {variant: output for variant, (output, _) in counts.items()}
+    done = {variant: tokens for variant, (_, tokens) in counts.items()}
     return outputs, {
-        "seconds_old": round(seconds["old"] / rounds, 3),
-        "seconds_new": round(seconds["new"] / rounds, 3),
+        "seconds_old": round(seconds["old"], 3),
+        "seconds_new": round(seconds["new"], 3),
         "speedup": round(seconds["old"] / seconds["new"], 2),
         "layer_rows_old": done["old"][0], "layer_rows_new": done["new"][0],
         "layer_tokens_old": done["old"][1], "layer_tokens_new": done["new"][1],

@@ -222,3 +222,17 @@ def test_the_induction_dumps_benchmark_gives_the_same_tables_without_the_integra
     # both run the same masking passes; the old one the integral's scaled copies too: at
     # least 3 gradient nodes for each of the 4 prompts and 2 layers, each through both layers
     assert report["layer_rows_old"] - report["layer_rows_new"] >= 4 * 3 * 2 * 2
+
+
+@pytest.mark.slow
+def test_the_token_mixing_benchmark_times_every_batch_size_on_the_same_norms(tmp_path):
+    # the packaged MiniLM on one sentence cut to 8 tokens: 8 probes a token, 64 products, in
+    # one pass, in passes of 64 and in passes of 7 (the last one partial)
+    report = run_script("token_mixing.py", tmp_path / "token_mixing.json", "--examples", "1",
+                        "--rounds", "1", "--tokens", "8", "--batches", "512,64,7")
+    assert report["products_per_example"] == [64] and report["baseline"] == "batch_512"
+    assert set(report["seconds"]) == set(report["speedup_over_baseline"]) == {
+        "batch_512", "batch_64", "batch_7"}
+    assert report["speedup_over_baseline"]["batch_512"] == 1.0
+    # float32 norms through 6 layers: other pass sizes may round the products' sums otherwise
+    assert report["max_abs_difference"] <= 1e-5 * report["largest_norm"]

@@ -28,6 +28,7 @@ from attnlab.analyses import token_mixing as tm
 from attnlab.data.tokenization import build_causal_tokenizer
 from attnlab.engine import models
 from attnlab.engine.intervention import Intervention
+from attnlab.plumbing.config import section_defaults
 
 # The tiny models have hidden size 32 and 4 heads: d_v = 8, so 12 and 9 tokens exceed it.
 D_V = 8
@@ -469,6 +470,21 @@ def test_forward_mode_norms_equal_the_former_reverse_mode_ones(family):
     example = without_labels(tiny_batch(family, (7,)))
     forward, _ = tm.squared_jacobian_norms(model, example, probes=None, tangent_batch=50)
     assert torch.allclose(forward, _reverse_mode_norms(model, example), rtol=1e-10, atol=0)
+
+
+def test_the_tangent_batch_changes_no_number():
+    """A pass's size is speed only (benchmarks/token_mixing.py times it): the probes are drawn
+    in the same order whatever the batches, so every size gives the same estimate, to float64
+    rounding; the schema's default is the module's."""
+    model = models.prepare_model(tiny_classifier("bert", dtype=torch.float64))
+    example = without_labels(tiny_batch("bert", (7,)))
+    estimates = [tm.squared_jacobian_norms(model, example, probes=8, tangent_batch=size)
+                 for size in (512, tm.TANGENT_BATCH, 5)]
+    for estimate, error in estimates[1:]:
+        assert torch.allclose(estimate, estimates[0][0], rtol=1e-12, atol=0)
+        assert torch.allclose(error, estimates[0][1], rtol=1e-9, atol=1e-15)
+    defaults = section_defaults("identifiability")["token_mixing"]
+    assert defaults["vjp_batch"] == tm.TANGENT_BATCH
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -49,6 +49,9 @@ STAGE = "token_mixing"
 # one significant digit allows (a share that rounds to 30 % lies within 5 points of it).
 PRINTED_NOT_SELF = 0.30
 ROUNDING = 0.05
+# Tangents per batched pass: the schema's default for identifiability.token_mixing.vjp_batch,
+# the fastest on one CPU thread with MiniLM (benchmarks/token_mixing.py)
+TANGENT_BATCH = 64
 
 
 def _tangent_norms(
@@ -75,7 +78,7 @@ def squared_jacobian_norms(
     model: PreTrainedModel,
     example: dict[str, torch.Tensor],
     probes: int | None = None,
-    tangent_batch: int = 512,
+    tangent_batch: int = TANGENT_BATCH,
     seed: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """‖∂e^l_j/∂x_i‖_F² for l = 1..L as an (L, n, n) tensor indexed [l − 1, j, i], of one
@@ -135,7 +138,7 @@ def analyse_examples(
     inputs: dict[str, torch.Tensor],
     exact_max_tokens: int,
     probes: int,
-    tangent_batch: int = 512,
+    tangent_batch: int = TANGENT_BATCH,
     seed: int = 0,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Token mixing of every example: exact up to `exact_max_tokens` real tokens, estimated
