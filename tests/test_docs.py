@@ -52,9 +52,11 @@ def test_methods_table_is_current():
 
 
 @pytest.mark.parametrize(("snapshot", "page"), [("default", "results.md"),
-                                                ("smollm2", "decoders.md")])
+                                                ("smollm2", "decoders.md"),
+                                                ("real", "real.md")])
 def test_results_page_is_its_snapshots_page(snapshot, page):
-    """docs/results.md, and the SmolLM2 run's section of docs/decoders.md, are what
+    """docs/results.md, docs/real.md's five-seed run and the SmolLM2 run's section of
+    docs/decoders.md are what
     docs/generate_results.py writes from the run files kept in docs/data/<name>/ (the numbers
     of the page trace to files in the repository)."""
     check = subprocess.run([sys.executable, str(ROOT / "docs" / "generate_results.py"),
