@@ -11,7 +11,8 @@ against its numbers' files in the repository (tests/test_docs.py does).
 Every number of the page is read from the run's files: the fine-tuned models
 (finetune/<task>/metrics.json), the attribution summaries (attribution_summary/<task>.json),
 every stage's claims (*claims.parquet, grouped by paper and stage as the report's first page
-groups them: attnlab.report.findings), the interaction methods' means
+groups them: attnlab.report.findings), the correlations of head importance across tasks
+(heads/task_correlation.parquet), the interaction methods' means
 (interaction_methods/<task>/intervals.parquet) and the wall time of every job (benchmarks/).
 The page names the code version the files record, so a reader can tell which code found them.
 A run over several seeds (results/<name>/seed=<s>/) gets every seed's models and attribution
@@ -60,7 +61,8 @@ OUTPUT = ROOT / "docs" / "results.md"
 SNAPSHOTS = ROOT / "docs" / "data"
 # The files of a run (or of each seed=<s> folder of it) that the page reads; no model, no dump.
 READ = ("finetune/*/metrics.json", "attribution_summary/*.json", "**/*claims.parquet",
-        "interaction_methods/*/intervals.parquet", "benchmarks/**/*.tsv",
+        "heads/task_correlation.parquet", "interaction_methods/*/intervals.parquet",
+        "benchmarks/**/*.tsv",
         "identifiability/*/token_mixing.parquet", "induction_heads/**/heads.parquet",
         "induction_heads/**/ablation.parquet")
 # The output of `/usr/bin/time -v` for the run, kept in its snapshot (--time).
@@ -314,6 +316,47 @@ def _printed(runs: dict[int | None, Path], table: pd.DataFrame) -> str:
                       "verdict"], rows))
 
 
+# The rows of heads/task_correlation.parquet by kind, as the page names them, in its order.
+CORRELATION_KINDS = {"tasks": "two tasks", "shuffled": "with a shuffled-label task (floor)",
+                     "floor": "its heads permuted (floor)",
+                     "ceiling": "itself at the next seed (ceiling)"}
+
+
+def _task_correlation(runs: dict[int | None, Path]) -> str:
+    """The section of Fig. 5's Pearson r of head importance per seed
+    (heads/task_correlation.parquet): every pair of tasks beside each task's floors and its
+    ceiling, a seed a column; none for a run without the file (a decoder's)."""
+    tables = {seed: pd.read_parquet(path) for seed, one in runs.items()
+              if (path := one / "heads" / "task_correlation.parquet").exists()}
+    if not tables:
+        return ""
+    cells: dict[tuple[str, str], dict[int | None, str]] = {}
+    reasons = set()
+    for seed, table in tables.items():
+        table = table[table["method"] == "pearson"].assign(
+            order=lambda t: t["kind"].map(list(CORRELATION_KINDS).index)).sort_values(
+            "order", kind="stable")
+        for row in table.itertuples():
+            tasks = row.task_a if row.task_a == row.task_b else f"{row.task_a} – {row.task_b}"
+            cells.setdefault((CORRELATION_KINDS[row.kind], tasks), {})[seed] = number_text(
+                row.r, row.low, row.high)
+            if row.reason:
+                reasons.add(row.reason)
+    seeds = list(tables)
+    header = ["r of", "tasks"] + (["Pearson r"] if seeds == [None] else
+                                  [f"seed {seed}" for seed in seeds])
+    rows = [[kind, tasks] + [by_seed.get(seed, "—") for seed in seeds]
+            for (kind, tasks), by_seed in cells.items()]
+    note = "".join(f"\n\n—: {reason}." for reason in sorted(reasons))
+    return ("## Head importance across tasks (Fig. 5)\n\n"
+            "`heads/task_correlation.parquet`: the Pearson r of the tasks' attribution head "
+            "importance with its 95 % bootstrap interval over the heads (Spearman's is in the "
+            "file). Two models correlate from their shared pre-trained start whatever they "
+            "learned: each task's floors are the r with its heads permuted and with a task "
+            "fine-tuned on shuffled labels, its ceiling the r with the same task fine-tuned at "
+            f"the run's next seed.{note}\n\n" + _table(header, rows) + "\n")
+
+
 def _interaction(runs: dict[int | None, Path], tasks: list[str]) -> str:
     """Each interaction method's mean on each measure, per model (trained, untrained), the
     tasks side by side (over seeds, the mean of the seeds' means); rows ordered by the first
@@ -444,8 +487,8 @@ def _what(run: Path, seeds: list[int]) -> tuple[str, str, str]:
 
 def _sections(run: Path, runs: dict[int | None, Path], tasks: list[str], *,
               per_task: str) -> str:
-    """The page's sections after its header: models, attribution, claims, the sources'
-    numbers, controls, induction heads, interaction methods, run time."""
+    """The page's sections after its header: models, attribution, claims, the task
+    correlations, the sources' numbers, controls, induction heads, interaction methods, run time."""
     table = _claims_of(run)
     return f"""## The models
 
@@ -463,7 +506,7 @@ Every stage's claims (`*claims.parquet`), by paper and stage:
 {per_task}; a claim the configuration cannot test says why.
 
 {_claims(table)}
-## Beside the sources' printed numbers
+{_task_correlation(runs)}## Beside the sources' printed numbers
 
 {_printed(runs, table)}
 ## The controls

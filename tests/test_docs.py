@@ -66,6 +66,48 @@ def test_results_page_is_its_snapshots_page(snapshot, page):
     assert check.returncode == 0, check.stderr
 
 
+def _correlations(folder: Path, *, seed: int, other_seed: bool) -> None:
+    """heads/task_correlation.parquet of a run of two tasks and a shuffled-label one, as the
+    rule writes it, from seeded importance (the next seed's: another draw of the same)."""
+    import numpy as np
+    import pandas as pd
+
+    from attnlab.analyses.task_correlation import task_correlations
+
+    def importance(draw: int) -> pd.DataFrame:
+        values = np.random.default_rng(draw).random((12, 3))
+        index = pd.MultiIndex.from_product([range(3), range(4)], names=["layer", "head"])
+        return pd.DataFrame(values, index=index, columns=["rt", "imdb", "rt_shuffled"])
+
+    (folder / "heads").mkdir(parents=True)
+    task_correlations(importance(seed), importance(seed + 1) if other_seed else None,
+                      seed=seed, shuffled=["rt_shuffled"]).to_parquet(
+        folder / "heads" / "task_correlation.parquet")
+
+
+def test_the_task_correlations_show_each_seed_s_ceiling_beside_the_floors(tmp_path):
+    """Fig. 5's section: a row per pair and per task's floor and ceiling, a column per seed;
+    a one-seed run's ceiling is "—" with the reason; a run without the file has no section."""
+    results = _generator("generate_results")
+    runs = {seed: tmp_path / f"seed={seed}" for seed in (0, 1)}
+    for seed, folder in runs.items():
+        _correlations(folder, seed=seed, other_seed=True)
+    rows = [line for line in results._task_correlation(runs).splitlines()
+            if line.startswith("| ")]
+    assert rows[0] == "| r of | tasks | seed 0 | seed 1 |"
+    ceilings = [row for row in rows if row.startswith("| itself at the next seed (ceiling)")]
+    assert [row.split(" | ")[1] for row in ceilings] == ["rt", "imdb", "rt_shuffled"]
+    assert all("—" not in row and "[" in row for row in ceilings)  # r with its interval
+    # the header; 3 pairs (2 of them with the shuffled-label task); 3 permuted, 3 ceilings
+    assert len(rows) == 1 + 3 + 3 + 3
+    one = {None: tmp_path / "one"}
+    _correlations(one[None], seed=0, other_seed=False)
+    section = results._task_correlation(one)
+    assert "| itself at the next seed (ceiling) | rt | — |" in section
+    assert "—: one seed: no second fine-tuning" in section
+    assert results._task_correlation({None: tmp_path / "none"}) == ""
+
+
 def test_a_generated_block_replaces_only_the_text_between_its_markers():
     results = _generator("generate_results")
     page = (f"# Decoders\n\nProse.\n\n## SmolLM2\n\nMore prose.\n{results.BEGIN}\nold\n"
