@@ -1,25 +1,29 @@
-"""The model stages' batched loops with their examples in the split's order against sorted by
-length, on the packaged MiniLM and real critics' sentences.
+"""The model stages' batched loops with their examples in the split's order, sorted by length,
+and sorted with a bound on padding, on the packaged MiniLM and real critics' sentences.
 
 Each batch is cut to its own longest example (`attnlab.engine.examples.batches`), so batches of
 similar lengths carry little padding. Side by side in one run, on the same examples:
-  * input_order: the split's order, as these loops ran before (`examples.by_length` replaced
-    by the identity order for the variant);
-  * by_length: shortest first, as they run now, the results put back in the split's order.
-The loops: head_importance's Taylor gradients, token_identifiability's hidden states,
-adversarial keys' evaluation, adversarial attention's search (at --search-steps optimiser
-steps), attention_permutation's ranking table (attention, gradient and leave-one-out),
-effective attention (float64), and prune_eval's attribution of misclassified examples (the
-engine with config/real.yaml's settings but a fixed rule, Gauss-Legendre at 6 nodes, on the
-first 64 examples). The model is the packaged
+  * input_order: the split's order in batches of the batch size, as these loops first ran
+    (`examples.by_length` replaced by the identity order, `examples.batches` at padding 1);
+  * by_length: shortest first in batches of the batch size (padding 1), as they ran next;
+  * bounded: shortest first, a batch also ending before the example that would make more than
+    `examples.PADDING` of its token slots padding, as they run now.
+The results are put back in the split's order. The loops: head_importance's Taylor gradients,
+token_identifiability's hidden states, adversarial keys' evaluation, adversarial attention's
+search (at --search-steps optimiser steps), attention_permutation's ranking table (attention,
+gradient and leave-one-out), effective attention (float64), prune_eval's per-layer curves (one
+seeded ranking, both orders) and its attribution of misclassified examples (the engine with
+config/real.yaml's settings but a fixed rule, Gauss-Legendre at 6 nodes, on the first 64
+examples). The model is the packaged
 sentence-transformers/all-MiniLM-L6-v2 (make test installs it) with a seeded classification
 head; the examples are the first --examples sentences of the packaged Rotten Tomatoes train
-split in a seeded shuffle, truncated to 64 tokens as config/real.yaml does. Every loop is timed
-in --rounds rounds, each variant once per round in alternating order, one thread, so that load
-from other jobs falls on both alike. The largest difference of the two variants' outputs is
-reported beside their times (only the float path of a narrower batch differs). Prints one
-JSON object and writes it with --out.
-Usage: python benchmarks/length_order.py [--examples 128] [--rounds 2] [--search-steps 5]
+split in a seeded shuffle, truncated to 64 tokens as config/real.yaml does (the default, 50, is
+what config/real-seeds.yaml gives these stages, in batches of the schema's 64). Every loop is
+timed in --rounds rounds, each variant once per round in rotating order, one thread, so that
+load from other jobs falls on all alike. The largest difference of each variant's outputs from
+input_order's is reported beside their times (only the float path of a narrower batch
+differs). Prints one JSON object and writes it with --out.
+Usage: python benchmarks/length_order.py [--examples 50] [--rounds 2] [--search-steps 5]
        [--out FILE]
 """
 
@@ -29,6 +33,7 @@ import argparse
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -106,11 +111,12 @@ def largest_difference(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.abs(np.nan_to_num(a) - np.nan_to_num(b)).max(initial=0.0))
 
 
-def padded_tokens(inputs: dict[str, torch.Tensor], order: torch.Tensor) -> int:
-    """Tokens a loop's passes hold, padding included, with its batches taken in `order`."""
-    lengths = inputs["attention_mask"].sum(dim=1)[order]
-    return sum(int(lengths[i:i + BATCH_SIZE].max()) * len(lengths[i:i + BATCH_SIZE])
-               for i in range(0, len(lengths), BATCH_SIZE))
+def padded_tokens(inputs: dict[str, torch.Tensor], order: torch.Tensor, padding: float) -> int:
+    """Tokens a loop's passes hold, padding included, with its batches taken in `order` under
+    the bound `padding` (`examples.batches`)."""
+    inputs = {key: value[order] for key, value in inputs.items()}
+    return sum(batch["attention_mask"].numel()
+               for _, batch in examples.batches(inputs, BATCH_SIZE, padding=padding))
 
 
 def loops(model: Any, tokenizer: Any, inputs: dict[str, torch.Tensor], search_steps: int
@@ -125,6 +131,9 @@ def loops(model: Any, tokenizer: Any, inputs: dict[str, torch.Tensor], search_st
     engine = {**engine_options(config["attribution"]), "quadrature": "gauss_legendre",
               "steps": 6, "batch_size": BATCH_SIZE}
     few = {key: value[:ATTRIBUTED] for key, value in inputs.items()}
+    # per-layer pruning by a seeded ranking: 13 masks an order, each a row per example
+    ranking = {pruning.ATTENTION: [np.random.default_rng(1).random(
+        (len(inputs["labels"]), *models.head_shape(model)))]}
     return {
         "taylor_gradients": lambda: heads.taylor_gradients(model, inputs, BATCH_SIZE),
         "token_states": lambda: token_identifiability.token_states(model, inputs, BATCH_SIZE),
@@ -136,19 +145,43 @@ def loops(model: Any, tokenizer: Any, inputs: dict[str, torch.Tensor], search_st
             model, tokenizer, inputs, BATCH_SIZE),
         "effective_attention": lambda: effective_attention.analyse_examples(
             model, tokenizer, inputs, BATCH_SIZE),
+        "per_layer_curves": lambda: pruning.per_layer_curves(
+            model, inputs, ranking, BATCH_SIZE).table,
         "attribution_maxima": lambda: pruning.attribution_maxima(
             model, few, few["labels"], engine, examples_per_call(engine)),
     }
 
 
 def input_order(inputs: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-    """`examples.by_length` as the code before had it: no reordering."""
+    """`examples.by_length` as the code before it had it: no reordering."""
     return inputs, torch.arange(len(inputs["input_ids"]))
+
+
+def unbounded(*args: Any, **kwargs: Any) -> Any:
+    """`examples.batches` as the code before the padding bound had it: batches of the batch size."""
+    return BATCHES(*args, **{**kwargs, "padding": 1.0})
+
+
+BATCHES = examples.batches
+# what each variant puts in place of the module's functions (none: today's code)
+VARIANTS: dict[str, dict[str, Callable[..., Any]]] = {
+    "input_order": {"by_length": input_order, "batches": unbounded},
+    "by_length": {"batches": unbounded},
+    "bounded": {},
+}
+
+
+def timed(run: Callable[[], Any], variant: str) -> tuple[Any, float]:
+    with ExitStack() as stack:
+        for name, replacement in VARIANTS[variant].items():
+            stack.enter_context(mock.patch.object(examples, name, replacement))
+        start = time.perf_counter()
+        return run(), time.perf_counter() - start
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--examples", type=int, default=128)
+    parser.add_argument("--examples", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--search-steps", type=int, default=5)
     parser.add_argument("--out", default=str(ROOT / "benchmarks/results/length-order-cpu.json"))
@@ -158,32 +191,32 @@ def main() -> None:
     lengths = inputs["attention_mask"].sum(dim=1)
     sorted_order = lengths.argsort(stable=True)
     report: dict[str, Any] = {
-        "examples": args.examples, "batch_size": BATCH_SIZE, "rounds": args.rounds,
+        "examples": args.examples, "batch_size": BATCH_SIZE, "padding": examples.PADDING,
+        "rounds": args.rounds,
         "tokens": {"median": int(lengths.median()), "max": int(lengths.max()),
                    "real": int(lengths.sum()),
-                   "padded_input_order": padded_tokens(inputs, torch.arange(len(lengths))),
-                   "padded_by_length": padded_tokens(inputs, sorted_order)},
+                   "padded_input_order": padded_tokens(inputs, torch.arange(len(lengths)), 1.0),
+                   "padded_by_length": padded_tokens(inputs, sorted_order, 1.0),
+                   "padded_bounded": padded_tokens(inputs, sorted_order, examples.PADDING)},
         "loops": {}}
+    names = list(VARIANTS)
     for name, run in loops(model, tokenizer, inputs, args.search_steps).items():
-        seconds = {"input_order": 0.0, "by_length": 0.0}
+        seconds = dict.fromkeys(names, 0.0)
         outputs: dict[str, Any] = {}
         for round_ in range(args.rounds):
-            variants = ["input_order", "by_length"][::1 if round_ % 2 == 0 else -1]
-            for variant in variants:
-                with mock.patch.object(examples, "by_length",
-                                       input_order if variant == "input_order"
-                                       else examples.by_length):
-                    start = time.perf_counter()
-                    outputs[variant] = run()
-                    seconds[variant] += time.perf_counter() - start
-        difference = max(largest_difference(a, b) for a, b in zip(
-            as_arrays(outputs["input_order"]), as_arrays(outputs["by_length"]), strict=True))
-        report["loops"][name] = {
-            "seconds_input_order": round(seconds["input_order"] / args.rounds, 3),
-            "seconds_by_length": round(seconds["by_length"] / args.rounds, 3),
-            "speedup": round(seconds["input_order"] / seconds["by_length"], 2),
-            "max_abs_difference": difference}
-        print(name, report["loops"][name], flush=True)
+            for variant in names[round_ % 3:] + names[:round_ % 3]:
+                outputs[variant], elapsed = timed(run, variant)
+                seconds[variant] += elapsed
+        row: dict[str, Any] = {f"seconds_{v}": round(seconds[v] / args.rounds, 3) for v in names}
+        row["speedup_bounded_over_by_length"] = round(seconds["by_length"] / seconds["bounded"], 2)
+        row["speedup_bounded_over_input_order"] = round(
+            seconds["input_order"] / seconds["bounded"], 2)
+        for variant in names[1:]:
+            row[f"max_abs_difference_{variant}"] = max(
+                largest_difference(a, b) for a, b in zip(
+                    as_arrays(outputs["input_order"]), as_arrays(outputs[variant]), strict=True))
+        report["loops"][name] = row
+        print(name, row, flush=True)
     write_report(report, args.out)
 
 

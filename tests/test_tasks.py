@@ -24,6 +24,7 @@ from attnlab.data.tasks import (
     read_task,
 )
 from attnlab.data.tokenization import build_tokenizer
+from attnlab.engine import examples
 from attnlab.engine.examples import encode
 from attnlab.job import Job
 from attnlab.plumbing import preflight
@@ -315,6 +316,43 @@ def test_encode_pairs_and_single_sentences(tokenizer, pair_task, single_task):
         assert (encoded["input_ids"] != tokenizer.unk_token_id).all()
         words = sum(len(frame[f].iloc[0].split(" ")) for f in spec.text_fields)
         assert int(encoded["attention_mask"][0].sum()) == words + 1 + len(spec.text_fields)
+
+
+def _padded(lengths: list[int]) -> dict[str, torch.Tensor]:
+    mask = torch.zeros(len(lengths), max(lengths), dtype=torch.long)
+    for row, n in enumerate(lengths):
+        mask[row, :n] = 1
+    return {"input_ids": mask * 7, "attention_mask": mask, "labels": torch.arange(len(lengths))}
+
+
+def test_sorted_batches_end_where_padding_would_pass_a_quarter_of_their_tokens():
+    """5, 5, 6 fill 18 slots with 16 tokens; a 10 would make it 26 of 40 (35 % padding), so
+    it starts a batch; 20 after 10, 10 would be 40 of 60."""
+    blocks = [(rows, batch["attention_mask"].shape[1]) for rows, batch in
+              examples.batches(_padded([5, 5, 6, 10, 10, 20]), batch_size=64)]
+    assert blocks == [(slice(0, 3), 6), (slice(3, 5), 10), (slice(5, 6), 20)]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_batches_take_every_row_once_within_the_batch_size_and_the_padding_share(seed):
+    """On random lengths sorted as the stages sort them: the rows in order, each block at most
+    batch_size rows and trimmed to its longest, padding at most a quarter of a block's slots
+    (a block of one row has none); padding 1 gives the blocks of batch_size rows the stages
+    had before the bound, which the adversaries' training keeps."""
+    lengths = sorted(np.random.default_rng(seed).integers(3, 65, size=50).tolist())
+    inputs = _padded(lengths)
+    blocks = list(examples.batches(inputs, batch_size=16))
+    assert [i for rows, _ in blocks for i in range(len(lengths))[rows]] == list(range(50))
+    for rows, batch in blocks:
+        real = batch["attention_mask"].sum()
+        assert len(batch["labels"]) <= 16
+        assert batch["attention_mask"].shape[1] == max(lengths[rows])
+        assert real >= (1 - examples.PADDING) * batch["attention_mask"].numel()
+        assert torch.equal(batch["labels"], inputs["labels"][rows])
+    # one block of 64 would be about half padding: the bound cuts where the batch size does not
+    assert len(list(examples.batches(inputs, batch_size=64))) >= 3
+    assert [rows for rows, _ in examples.batches(inputs, 16, padding=1.0)] == [
+        slice(i, min(i + 16, 50)) for i in range(0, 50, 16)]
 
 
 def test_too_long_is_one_line_error_unless_truncating(tokenizer, single_task):

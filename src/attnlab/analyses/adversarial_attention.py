@@ -115,7 +115,9 @@ def train_key_adversary(
     generator = torch.Generator().manual_seed(seed)
     epochs = tqdm(range(cfg["epochs"]), desc="adversarial keys", mininterval=5)
     for epoch in epochs:
-        for _, batch in examples.batches(_shuffled(inputs, generator), batch_size, device):
+        # every step takes batch_size sentences, whatever their padding
+        for _, batch in examples.batches(_shuffled(inputs, generator), batch_size, device,
+                                         padding=1.0):
             with torch.no_grad():
                 predicted = models.logits(model, batch).argmax(dim=-1)
             intervention = Intervention(key_map=adversary)

@@ -110,17 +110,34 @@ def special_tokens_mask(
     return torch.isin(input_ids, torch.tensor(tokenizer.all_special_ids, device=input_ids.device))
 
 
+# The largest share of a batch's token slots that padding may take: examples sorted by length
+# (`by_length`) then run in batches of similar lengths even where the config's batch size would
+# hold them all (one batch of 50 sentences of 5 to 58 tokens is half padding; its attention,
+# quadratic in the width, three quarters).
+PADDING = 0.25
+
+
 def batches(
-    inputs: dict[str, torch.Tensor], batch_size: int, device: torch.device | str = "cpu"
+    inputs: dict[str, torch.Tensor], batch_size: int, device: torch.device | str = "cpu", *,
+    padding: float = PADDING,
 ) -> Iterator[tuple[slice, dict[str, torch.Tensor]]]:
     """Consecutive row blocks of a tokenized split, each trimmed to its own longest example
-    (right padding) and moved to `device`."""
-    n = len(inputs["input_ids"])
-    for start in range(0, n, batch_size):
-        rows = slice(start, min(start + batch_size, n))
-        width = int(inputs["attention_mask"][rows].sum(dim=1).max())
+    (right padding) and moved to `device`: at most `batch_size` rows, and a block ends before
+    the row that would make more than `padding` of its token slots padding (1: never; a block
+    holds at least one row)."""
+    lengths = inputs["attention_mask"].sum(dim=1).tolist()
+    start = 0
+    while start < len(lengths):
+        end, width, real = start + 1, lengths[start], lengths[start]
+        while end < len(lengths) and end - start < batch_size:
+            wider = max(width, lengths[end])
+            if real + lengths[end] < (1 - padding) * wider * (end + 1 - start):
+                break
+            end, width, real = end + 1, wider, real + lengths[end]
+        rows = slice(start, end)
         yield rows, {k: (v[rows, :width] if v.dim() == 2 else v[rows]).to(device)
                      for k, v in inputs.items()}
+        start = end
 
 
 def by_length(inputs: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
